@@ -1,0 +1,173 @@
+# jsdurable — build, test, demo and benchmark entry points.
+#
+# Quick start (README): `make demo` and `make check`. Both first run `make deps`,
+# which installs whatever Debian packages are missing (as root) and is a no-op
+# when everything is there.
+#
+# Sources are found by pattern so a new module or test needs no Makefile edit:
+#   src/*.c src/store/*.c     -> libjsdurable.{a,so}
+#   cli/*.c                   -> jsdurable
+#   tests/{unit,integration,slow}/*.c -> one test binary per file
+#   tests/tools/*.c           -> helper programs used by tests (fault proxy, ...)
+#   bench/*.c                 -> benchmark programs
+#   examples/*.c              -> example programs (built and run by `make check`)
+
+PREFIX  ?= /usr/local
+BUILD   ?= build
+CC      ?= cc
+VERSION := 0.1.0
+SAN     ?=
+
+PKGS      := libnats sqlite3 libpq jansson openssl libmicrohttpd
+TEST_PKGS := cmocka
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wwrite-strings
+ifeq ($(CI),true)
+WARN += -Werror
+endif
+
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
+TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
+
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -DJSD_VERSION='"$(VERSION)"' $(WARN) $(CFLAGS) $(SAN) \
+             -fPIC -Iinclude -Isrc $(PKG_CFLAGS)
+ALL_LDFLAGS = $(SAN) $(LDFLAGS)
+LIBS = $(PKG_LIBS) -lpthread -lm
+
+LIB_SRC   := $(sort $(wildcard src/*.c src/store/*.c))
+CLI_SRC   := $(sort $(wildcard cli/*.c))
+HARN_SRC  := $(sort $(wildcard tests/harness/*.c))
+UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
+INTEG_SRC := $(sort $(wildcard tests/integration/*.c))
+SLOW_SRC  := $(sort $(wildcard tests/slow/*.c))
+TOOL_SRC  := $(sort $(wildcard tests/tools/*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+EX_SRC    := $(sort $(wildcard examples/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+HARN_OBJ := $(HARN_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(UNIT_SRC:%.c=$(BUILD)/%) $(INTEG_SRC:%.c=$(BUILD)/%) $(SLOW_SRC:%.c=$(BUILD)/%)
+TOOL_BIN := $(TOOL_SRC:%.c=$(BUILD)/%)
+BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
+EX_BIN   := $(EX_SRC:%.c=$(BUILD)/%)
+
+STATIC := $(BUILD)/libjsdurable.a
+SHARED := $(BUILD)/libjsdurable.so
+CLI    := $(BUILD)/jsdurable
+PCFILE := $(BUILD)/jsdurable.pc
+
+.PHONY: all deps lib cli tests check check-unit check-asan check-valgrind check-tsan \
+        demo bench install uninstall clean format lint fuzz
+
+all: lib cli $(PCFILE)
+
+lib: $(STATIC) $(SHARED)
+cli: $(CLI)
+tests: $(TEST_BIN) $(TOOL_BIN) $(EX_BIN) $(CLI)
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(if $(filter tests/% bench/% fuzz/%,$<),-Itests/harness $(TEST_CFLAGS)) -MMD -MP -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libjsdurable.so.0 $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+
+$(CLI): $(CLI_OBJ) $(STATIC)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(HARN_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(HARN_OBJ) $(STATIC) $(LIBS) $(TEST_LIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+
+$(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+
+$(PCFILE): Makefile
+	@mkdir -p $(dir $@)
+	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	  'Name: jsdurable' 'Description: durable, effectively-once messaging between a SQL store and NATS JetStream' \
+	  'Version: $(VERSION)' 'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -ljsdurable' \
+	  'Cflags: -I$${includedir}' > $@
+
+# ---- tests -----------------------------------------------------------------
+# JSD_TEST_GROUPS selects groups (unit integration slow); JSD_TEST_FILTER a
+# substring of "group/binary/case".
+JSD_TEST_GROUPS ?= unit integration slow
+
+check: deps
+	@$(MAKE) --no-print-directory tests
+	@BUILD=$(BUILD) bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
+
+check-unit: deps
+	@$(MAKE) --no-print-directory tests
+	@BUILD=$(BUILD) bash scripts/run-tests.sh unit
+
+check-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g" \
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" tests
+	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	  bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
+
+check-tsan: deps
+	@$(MAKE) --no-print-directory BUILD=build-tsan CFLAGS="-O1 -g" SAN="-fsanitize=thread" tests
+	@BUILD=build-tsan bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
+
+check-valgrind: deps
+	@$(MAKE) --no-print-directory tests
+	@BUILD=$(BUILD) JSD_TEST_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$(CURDIR)/tests/valgrind.supp" \
+	  JSD_TEST_TIMEOUT_SCALE=5 bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
+
+# ---- demo, bench -------------------------------------------------------------
+demo: deps
+	@$(MAKE) --no-print-directory all tests
+	@BUILD=$(BUILD) bash examples/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BIN) tests
+	@BUILD=$(BUILD) bash bench/run.sh
+
+# ---- install -------------------------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/jsdurable \
+	  $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libjsdurable.so.0
+	ln -sf libjsdurable.so.0 $(DESTDIR)$(PREFIX)/lib/libjsdurable.so
+	install -m 644 include/jsdurable.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/jsdurable/*.h $(DESTDIR)$(PREFIX)/include/jsdurable/
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(PCFILE) $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/include/jsdurable $(DESTDIR)$(PREFIX)/include/jsdurable.h
+	rm -f $(DESTDIR)$(PREFIX)/lib/libjsdurable.* $(DESTDIR)$(PREFIX)/bin/jsdurable \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/jsdurable.pc
+
+format:
+	clang-format -i $(LIB_SRC) $(CLI_SRC) $(wildcard src/*.h src/store/*.h cli/*.h include/*.h include/jsdurable/*.h tests/*/*.c tests/*/*.h bench/*.c examples/*.c)
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability --inline-suppr \
+	  -Iinclude -Isrc $(LIB_SRC) $(CLI_SRC)
+
+clean:
+	rm -rf build build-asan build-tsan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,111 @@
+/*
+ * Shared pieces of the jsdurable tool: the subcommand entry points, the
+ * connection flags every NATS-facing command accepts, environment fallbacks
+ * (JSD_NATS_URL, JSD_STORE, JSD_NATS_TOKEN, JSD_NATS_USER, JSD_NATS_PASSWORD),
+ * exit codes and JSON output. The tool uses only include/jsdurable.h.
+ */
+#ifndef JSD_CLI_H
+#define JSD_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "jsdurable.h"
+
+/* Exit codes (sysexits.h where one fits), documented in `jsdurable --help`
+ * and docs/OPERATIONS.md. */
+enum {
+    CLI_OK = 0,
+    CLI_FAILED = 1,         /* the operation ran and failed (e.g. outcome failed) */
+    CLI_USAGE = 64,         /* EX_USAGE: bad flags */
+    CLI_DATAERR = 65,       /* EX_DATAERR: bad input data (rejected) */
+    CLI_NOPERM = 77,        /* EX_NOPERM: denied / authorization */
+    CLI_UNAVAILABLE = 69,   /* EX_UNAVAILABLE: service unreachable */
+    CLI_SOFTWARE = 70,      /* EX_SOFTWARE: internal error */
+    CLI_CANTCREAT = 73,     /* EX_CANTCREAT: cannot open/create the store */
+    CLI_IOERR = 74,         /* EX_IOERR */
+    CLI_TEMPFAIL = 75,      /* EX_TEMPFAIL: retryable / unknown outcome: try again with the same id */
+    CLI_CONFIG = 78,        /* EX_CONFIG: configuration refused */
+};
+
+typedef int (*cli_cmd_fn)(int argc, char **argv);
+
+int cmd_enqueue(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_publish(int argc, char **argv);
+int cmd_relay(int argc, char **argv);
+int cmd_consume(int argc, char **argv);
+int cmd_dlq(int argc, char **argv);
+int cmd_provision(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
+
+/* ---- connection flags ----------------------------------------------------------
+ * Add CLI_CONN_LONGOPTS to a getopt_long table, and pass every option value
+ * >= CLI_CONN_OPT_BASE to cli_conn_flag(). Secrets are taken from files or the
+ * environment, never from argv (argv is visible to every user). */
+#define CLI_CONN_OPT_BASE 1000
+#define CLI_CONN_LONGOPTS                                                                  \
+    {"nats", required_argument, NULL, CLI_CONN_OPT_BASE + 0},                              \
+        {"token-file", required_argument, NULL, CLI_CONN_OPT_BASE + 1},                    \
+        {"user", required_argument, NULL, CLI_CONN_OPT_BASE + 2},                          \
+        {"password-file", required_argument, NULL, CLI_CONN_OPT_BASE + 3},                 \
+        {"creds", required_argument, NULL, CLI_CONN_OPT_BASE + 4},                         \
+        {"nkey", required_argument, NULL, CLI_CONN_OPT_BASE + 5},                          \
+        {"tls-ca", required_argument, NULL, CLI_CONN_OPT_BASE + 6},                        \
+        {"tls-cert", required_argument, NULL, CLI_CONN_OPT_BASE + 7},                      \
+        {"tls-key", required_argument, NULL, CLI_CONN_OPT_BASE + 8},                       \
+        {"tls-hostname", required_argument, NULL, CLI_CONN_OPT_BASE + 9},                  \
+        {"tls-required", no_argument, NULL, CLI_CONN_OPT_BASE + 10},                       \
+        {"connect-timeout-ms", required_argument, NULL, CLI_CONN_OPT_BASE + 11},           \
+        {"startup-budget-ms", required_argument, NULL, CLI_CONN_OPT_BASE + 12},            \
+        {"log-level", required_argument, NULL, CLI_CONN_OPT_BASE + 13},                    \
+        {"log-format", required_argument, NULL, CLI_CONN_OPT_BASE + 14}
+
+#define CLI_CONN_HELP                                                                      \
+    "Connection (NATS):\n"                                                                 \
+    "  --nats URL[,URL...]        servers (default: $JSD_NATS_URL)\n"                      \
+    "  --token-file FILE          auth token from FILE (or $JSD_NATS_TOKEN)\n"             \
+    "  --user NAME                user (or $JSD_NATS_USER); password from\n"               \
+    "  --password-file FILE       FILE (or $JSD_NATS_PASSWORD)\n"                          \
+    "  --creds FILE | --nkey FILE credentials file or NKey seed file\n"                    \
+    "  --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-hostname NAME --tls-required\n"  \
+    "  --connect-timeout-ms N     one connect attempt (default 2000)\n"                    \
+    "  --startup-budget-ms N      keep retrying the first connect this long (default 10000)\n" \
+    "Logging:\n"                                                                           \
+    "  --log-level debug|info|warn|error   --log-format text|json\n"
+
+typedef struct cli_conn {
+    jsd_conn_opts opts;
+    char *secret_token;    /* owned, wiped */
+    char *secret_password; /* owned, wiped */
+    bool have_url;
+} cli_conn;
+
+void cli_conn_init(cli_conn *c);
+/* Handle one connection/logging flag; returns 0, or an exit code on error. */
+int cli_conn_flag(cli_conn *c, int opt, const char *arg);
+/* Apply environment fallbacks; CLI_USAGE when no URL is given anywhere. */
+int cli_conn_finish(cli_conn *c, const char *prog);
+/* Open; on failure prints the error and returns the exit code. */
+int cli_conn_open(cli_conn *c, jsd_conn **out);
+void cli_conn_free(cli_conn *c);
+
+/* --store URL or $JSD_STORE; NULL when neither. */
+const char *cli_store_url(const char *flag);
+
+/* Map a status to an exit code. */
+int cli_exit_for(jsd_status s);
+/* "jsdurable CMD: " + message to stderr. */
+void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Read all of a stream into a buffer (bounded by max); NULL on error or over
+ * the bound (sets *too_big). */
+char *cli_read_all(FILE *f, size_t max, size_t *len, bool *too_big);
+/* Read a whole small file (secrets: caller wipes). Trailing newline removed. */
+char *cli_read_secret_file(const char *path);
+
+/* Parse "NAME:VALUE" into name/value (pointers into a copy the caller frees). */
+bool cli_split_header(const char *arg, char **name, char **value);
+
+#endif

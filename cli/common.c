@@ -1,0 +1,297 @@
+/*
+ * The tool's shared helpers: connection flags and environment fallbacks,
+ * store URL lookup, exit codes, errors, reading input and secret files.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void cli_conn_init(cli_conn *c)
+{
+    memset(c, 0, sizeof(*c));
+    jsd_conn_opts_init(&c->opts);
+}
+
+static char *dup_or_die(const char *s)
+{
+    char *d = strdup(s);
+    if (!d) {
+        fputs("jsdurable: out of memory\n", stderr);
+        exit(CLI_SOFTWARE);
+    }
+    return d;
+}
+
+static void wipe_free(char *s)
+{
+    if (!s)
+        return;
+    volatile char *v = s;
+    while (*v)
+        *v++ = 0;
+    free(s);
+}
+
+static bool parse_int(const char *arg, int *out)
+{
+    char *end = NULL;
+    long v = strtol(arg, &end, 10);
+    if (!*arg || *end || v < 0 || v > 100000000)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+int cli_conn_flag(cli_conn *c, int opt, const char *arg)
+{
+    switch (opt - CLI_CONN_OPT_BASE) {
+    case 0:
+        c->opts.servers = arg;
+        c->have_url = true;
+        return 0;
+    case 1:
+        wipe_free(c->secret_token);
+        c->secret_token = cli_read_secret_file(arg);
+        if (!c->secret_token) {
+            fprintf(stderr, "jsdurable: cannot read token file %s\n", arg);
+            return CLI_USAGE;
+        }
+        return 0;
+    case 2:
+        c->opts.user = arg;
+        return 0;
+    case 3:
+        wipe_free(c->secret_password);
+        c->secret_password = cli_read_secret_file(arg);
+        if (!c->secret_password) {
+            fprintf(stderr, "jsdurable: cannot read password file %s\n", arg);
+            return CLI_USAGE;
+        }
+        return 0;
+    case 4:
+        c->opts.creds_file = arg;
+        return 0;
+    case 5:
+        c->opts.nkey_seed_file = arg;
+        return 0;
+    case 6:
+        c->opts.tls_ca_file = arg;
+        return 0;
+    case 7:
+        c->opts.tls_cert_file = arg;
+        return 0;
+    case 8:
+        c->opts.tls_key_file = arg;
+        return 0;
+    case 9:
+        c->opts.tls_hostname = arg;
+        return 0;
+    case 10:
+        c->opts.tls_required = 1;
+        return 0;
+    case 11:
+        if (!parse_int(arg, &c->opts.connect_timeout_ms)) {
+            fprintf(stderr, "jsdurable: --connect-timeout-ms needs a number of milliseconds\n");
+            return CLI_USAGE;
+        }
+        return 0;
+    case 12:
+        if (!parse_int(arg, &c->opts.startup_budget_ms)) {
+            fprintf(stderr, "jsdurable: --startup-budget-ms needs a number of milliseconds\n");
+            return CLI_USAGE;
+        }
+        return 0;
+    case 13: {
+        jsd_log_level lv;
+        if (jsd_log_level_parse(arg, &lv) != JSD_OK) {
+            fprintf(stderr, "jsdurable: --log-level takes debug, info, warn, error or off\n");
+            return CLI_USAGE;
+        }
+        const char *fmt = getenv("JSD_LOG_FORMAT");
+        jsd_log_configure(lv, fmt && !strcmp(fmt, "json") ? JSD_LOG_JSON : JSD_LOG_TEXT, NULL,
+                          NULL);
+        return 0;
+    }
+    case 14:
+        if (strcmp(arg, "text") != 0 && strcmp(arg, "json") != 0) {
+            fprintf(stderr, "jsdurable: --log-format takes text or json\n");
+            return CLI_USAGE;
+        }
+        setenv("JSD_LOG_FORMAT", arg, 1);
+        jsd_log_configure(JSD_LOG_INFO, !strcmp(arg, "json") ? JSD_LOG_JSON : JSD_LOG_TEXT, NULL,
+                          NULL);
+        return 0;
+    default:
+        return CLI_USAGE;
+    }
+}
+
+int cli_conn_finish(cli_conn *c, const char *prog)
+{
+    if (!c->have_url) {
+        const char *u = getenv("JSD_NATS_URL");
+        if (u && *u)
+            c->opts.servers = u;
+    }
+    if (!c->opts.servers || !*c->opts.servers) {
+        fprintf(stderr, "jsdurable %s: no NATS server: give --nats URL or set JSD_NATS_URL\n",
+                prog);
+        return CLI_USAGE;
+    }
+    if (!c->secret_token) {
+        const char *t = getenv("JSD_NATS_TOKEN");
+        if (t && *t)
+            c->secret_token = dup_or_die(t);
+    }
+    if (!c->opts.user) {
+        const char *u = getenv("JSD_NATS_USER");
+        if (u && *u)
+            c->opts.user = u;
+    }
+    if (!c->secret_password) {
+        const char *p = getenv("JSD_NATS_PASSWORD");
+        if (p && *p)
+            c->secret_password = dup_or_die(p);
+    }
+    c->opts.token = c->secret_token;
+    c->opts.password = c->secret_password;
+    return 0;
+}
+
+int cli_conn_open(cli_conn *c, jsd_conn **out)
+{
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status s = jsd_conn_open(out, &c->opts, &err);
+    if (s != JSD_OK) {
+        fprintf(stderr, "jsdurable: %s\n", err.msg[0] ? err.msg : jsd_status_str(s));
+        return cli_exit_for(s);
+    }
+    return 0;
+}
+
+void cli_conn_free(cli_conn *c)
+{
+    wipe_free(c->secret_token);
+    wipe_free(c->secret_password);
+    c->secret_token = c->secret_password = NULL;
+    c->opts.token = c->opts.password = NULL;
+}
+
+const char *cli_store_url(const char *flag)
+{
+    if (flag && *flag)
+        return flag;
+    const char *e = getenv("JSD_STORE");
+    return e && *e ? e : NULL;
+}
+
+int cli_exit_for(jsd_status s)
+{
+    switch (s) {
+    case JSD_OK:
+        return CLI_OK;
+    case JSD_ERR_INVALID:
+    case JSD_ERR_LIMIT:
+        return CLI_DATAERR;
+    case JSD_ERR_CONFIG:
+    case JSD_ERR_BIND:
+    case JSD_ERR_SCHEMA:
+    case JSD_ERR_NOT_SUPPORTED:
+    case JSD_ERR_NO_JETSTREAM:
+        return CLI_CONFIG;
+    case JSD_ERR_AUTH:
+        return CLI_NOPERM;
+    case JSD_ERR_CONNECT:
+    case JSD_ERR_TLS:
+    case JSD_ERR_TIMEOUT:
+        return CLI_UNAVAILABLE;
+    case JSD_ERR_READONLY:
+    case JSD_ERR_FULL:
+    case JSD_ERR_IO:
+        return CLI_IOERR;
+    case JSD_ERR_BUSY:
+        return CLI_TEMPFAIL;
+    case JSD_ERR_STORE:
+        return CLI_CANTCREAT;
+    default:
+        return CLI_FAILED;
+    }
+}
+
+void cli_err(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "jsdurable %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+char *cli_read_all(FILE *f, size_t max, size_t *len, bool *too_big)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    if (too_big)
+        *too_big = false;
+    if (!buf)
+        return NULL;
+    for (;;) {
+        if (n == cap) {
+            if (cap > max) {
+                if (too_big)
+                    *too_big = true;
+                free(buf);
+                return NULL;
+            }
+            char *nb = realloc(buf, cap * 2 + 1);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f) || n > max) {
+        if (too_big)
+            *too_big = n > max;
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+char *cli_read_secret_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t len = 0;
+    char *s = cli_read_all(f, 4096, &len, NULL);
+    fclose(f);
+    if (!s)
+        return NULL;
+    while (len && (s[len - 1] == '\n' || s[len - 1] == '\r'))
+        s[--len] = '\0';
+    return s;
+}
+
+bool cli_split_header(const char *arg, char **name, char **value)
+{
+    const char *colon = strchr(arg, ':');
+    if (!colon || colon == arg)
+        return false;
+    *name = strndup(arg, (size_t)(colon - arg));
+    *value = strdup(colon + 1);
+    return *name && *value;
+}

@@ -1,0 +1,62 @@
+/*
+ * jsdurable — the command-line tool. A thin user of the public API
+ * (include/jsdurable.h): one subcommand per file, cli/cmd_<name>.c.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    cli_cmd_fn fn;
+    const char *summary;
+} commands[] = {
+    {"enqueue", cmd_enqueue, "commit outbox effects to a store (stdin payload or JSON lines)"},
+    {"status", cmd_status, "show outbox, inbox and dead-letter counts (and stream lag with --nats)"},
+    {"publish", cmd_publish, "publish one message through the bounded publisher, print its outcome"},
+    {"relay", cmd_relay, "publish committed outbox effects to JetStream"},
+    {"consume", cmd_consume, "exactly-once JetStream -> SQL sink through the inbox"},
+    {"dlq", cmd_dlq, "list, show, replay or purge dead letters"},
+    {"provision", cmd_provision, "create or reconcile streams and consumers from a topology file"},
+    {"gc", cmd_gc, "remove retired outbox and inbox rows past a horizon"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: jsdurable COMMAND [OPTIONS]\n\n"
+               "Durable, effectively-once messaging between a SQL store and NATS JetStream.\n\n"
+               "Commands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'jsdurable COMMAND --help' shows a command's options and an example.\n\n"
+               "Environment: JSD_STORE (store URL), JSD_NATS_URL (servers), JSD_NATS_TOKEN,\n"
+               "JSD_NATS_USER, JSD_NATS_PASSWORD (credentials; never printed).\n\n"
+               "Exit codes: 0 success; 1 operation failed; 64 usage; 65 bad input data;\n"
+               "69 service unavailable; 70 internal error; 73 cannot open store; 74 I/O error;\n"
+               "75 temporary failure or unknown outcome (retry with the same id);\n"
+               "77 permission denied; 78 configuration refused.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
+        printf("jsdurable %s (nats.c %s)\n", jsd_version(), jsd_nats_client_version());
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(cmd, commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "jsdurable: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return CLI_USAGE;
+}

@@ -1,0 +1,108 @@
+/*
+ * Connection profile: explicit settings -> one NATS connection and JetStream
+ * context (CONN-1..5).
+ *
+ * Every setting is explicit; nothing is read from the environment here (the
+ * CLI maps its flags and JSD_* variables onto this struct). Credentials are
+ * copied when the connection is opened, wiped from memory when it is closed,
+ * and never appear in logs, errors or status output.
+ */
+#ifndef JSDURABLE_CONN_H
+#define JSDURABLE_CONN_H
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct jsd_conn jsd_conn;
+
+typedef struct jsd_conn_opts {
+    /* One or more server URLs, comma-separated: "nats://a:4222,nats://b:4222".
+     * Required. A URL may carry user:password@ or token@; those are treated as
+     * credentials (never echoed). */
+    const char *servers;
+    const char *name; /* client name shown by the server; default "jsdurable" */
+
+    /* Authentication: at most one of token, user+password, creds_file,
+     * nkey_seed_file. */
+    const char *token;
+    const char *user;
+    const char *password;
+    const char *creds_file;     /* JWT + NKey seed (.creds) */
+    const char *nkey_seed_file; /* file holding an NKey user seed */
+
+    /* TLS. tls_required refuses a plaintext server. */
+    int tls_required;
+    const char *tls_ca_file;   /* CA roots (PEM) */
+    const char *tls_cert_file; /* client certificate (PEM), with tls_key_file */
+    const char *tls_key_file;
+    const char *tls_hostname; /* expected server name, when it differs from the URL's host */
+    /* TLS handshake before the server's INFO. Needs nats-server >= 2.10.4 and a
+     * client library that offers it; with nats.c 3.4.1 asking for it fails
+     * with JSD_ERR_NOT_SUPPORTED. */
+    int tls_handshake_first;
+
+    int connect_timeout_ms; /* one TCP/TLS connect attempt; default 2000 */
+    int request_timeout_ms; /* JetStream API requests; default 5000 */
+
+    /* Start-up: keep retrying the first connection for this long, then fail
+     * with a clear error. Default 10000; 0 means a single attempt. */
+    int startup_budget_ms;
+
+    /* Run time: reconnect attempts after a loss (-1 = for ever, the default:
+     * an outage never ends the process), wait between attempts and random
+     * jitter added to it. */
+    int reconnect_attempts;
+    int reconnect_wait_ms;   /* default 250 */
+    int reconnect_jitter_ms; /* default 100 */
+    /* Bytes buffered while reconnecting; default 8 MiB. */
+    int reconnect_buffer_bytes;
+    /* Per-subscription pending limits (messages, bytes); defaults 65536 and
+     * 64 MiB. */
+    int max_pending_msgs;
+    int64_t max_pending_bytes;
+
+    /* Fail when the server does not offer JetStream (default 1). With 0 the
+     * connection is for core NATS only (jsd_conn_publish_core). */
+    int require_jetstream;
+} jsd_conn_opts;
+
+/* Fill defaults. */
+void jsd_conn_opts_init(jsd_conn_opts *o);
+
+/*
+ * Open a connection: validate the profile, connect within the start-up budget,
+ * check JetStream when required. On failure *out is NULL and err (optional)
+ * says why: JSD_ERR_CONFIG, JSD_ERR_CONNECT (names the servers, never their
+ * credentials), JSD_ERR_AUTH, JSD_ERR_TLS, JSD_ERR_NO_JETSTREAM,
+ * JSD_ERR_NOT_SUPPORTED. The options are copied.
+ */
+jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err);
+
+/* Close, free and wipe credentials. Accepts NULL. */
+void jsd_conn_close(jsd_conn *c);
+
+/* Last error text of this handle ("" if none). */
+const char *jsd_conn_errmsg(const jsd_conn *c);
+const jsd_error *jsd_conn_error(const jsd_conn *c);
+
+/* Connected right now (thread-safe). */
+int jsd_conn_is_connected(jsd_conn *c);
+/* Number of reconnections since open (thread-safe). */
+uint64_t jsd_conn_reconnects(jsd_conn *c);
+/* Version string of the server currently connected to ("" if unknown). */
+const char *jsd_conn_server_version(jsd_conn *c);
+/* Server URLs with any credentials removed, for status output. */
+const char *jsd_conn_servers_redacted(const jsd_conn *c);
+
+/* Core NATS publish for explicitly lossy subjects (CONN-3): no JetStream, no
+ * acknowledgement. */
+jsd_status jsd_conn_publish_core(jsd_conn *c, const char *subject, const void *data,
+                                 size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,16 @@
+/*
+ * relay — DRAFT placeholder; the public API of this part is written by its issue.
+ */
+#ifndef JSDURABLE_RELAY_H
+#define JSDURABLE_RELAY_H
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

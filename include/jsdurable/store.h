@@ -1,0 +1,103 @@
+/*
+ * The durable owner: a SQLite (default) or PostgreSQL store holding the outbox,
+ * the inbox, poison records and their receipts (STORE-1..4).
+ *
+ * An application commits its own rows and the effects it wants published in
+ * one transaction: jsd_tx_begin, its own SQL on jsd_tx_sqlite()/jsd_tx_pg(),
+ * jsd_tx_emit(), jsd_tx_commit(). The relay publishes committed effects.
+ */
+#ifndef JSDURABLE_STORE_H
+#define JSDURABLE_STORE_H
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct jsd_store jsd_store;
+typedef struct jsd_tx jsd_tx;
+
+/* Native handles, without pulling in their headers. */
+struct sqlite3;
+struct pg_conn; /* libpq's PGconn */
+
+typedef enum jsd_store_backend { JSD_STORE_SQLITE = 1, JSD_STORE_POSTGRES = 2 } jsd_store_backend;
+
+typedef struct jsd_store_opts {
+    /* "sqlite:PATH", a plain file path, or "postgres://..." / "postgresql://...". */
+    const char *url;
+    const char *pg_schema;  /* PostgreSQL schema for jsd_ tables; default "public" */
+    int busy_timeout_ms;    /* SQLite busy timeout; default 5000 */
+} jsd_store_opts;
+
+void jsd_store_opts_init(jsd_store_opts *o);
+
+/* Open a store and apply migrations. A schema newer than this library is
+ * refused with JSD_ERR_SCHEMA. */
+jsd_status jsd_store_open(jsd_store **out, const char *url, jsd_error *err);
+jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_error *err);
+/* Accepts NULL. */
+void jsd_store_close(jsd_store *s);
+const char *jsd_store_errmsg(const jsd_store *s);
+const jsd_error *jsd_store_error(const jsd_store *s);
+jsd_store_backend jsd_store_backend_of(const jsd_store *s);
+
+/* ---- application transactions ------------------------------------------------ */
+typedef struct jsd_header {
+    const char *name;
+    const char *value;
+} jsd_header;
+
+typedef struct jsd_effect {
+    const char *owner;   /* owner id, e.g. "order-42" (default "" when NULL) */
+    const char *id;      /* effect id, unique per owner; required */
+    const char *subject; /* exact subject; required */
+    const jsd_header *headers;
+    size_t n_headers;
+    const void *payload;
+    size_t len;
+    int64_t not_before_ms; /* unix ms; 0 = publish as soon as possible */
+    const char *order_key; /* NULL: unordered; else published in commit order per key */
+} jsd_effect;
+
+jsd_status jsd_tx_begin(jsd_store *s, jsd_tx **out);
+/* The native handle for the application's own SQL inside the transaction:
+ * NULL when the store is of the other kind. */
+struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx);
+struct pg_conn *jsd_tx_pg(jsd_tx *tx);
+/* Add an outbox effect to the transaction. Emitting the same (owner, id)
+ * twice is JSD_ERR_EXISTS. Limits: subject <= 256 bytes, owner and id <= 256
+ * bytes, headers <= 16 with names <= 64 and values <= 256 bytes. */
+jsd_status jsd_tx_emit(jsd_tx *tx, const jsd_effect *e);
+/* Commit and free tx. On failure nothing was committed and tx is freed. */
+jsd_status jsd_tx_commit(jsd_tx *tx);
+/* Roll back and free tx. Accepts NULL. */
+void jsd_tx_rollback(jsd_tx *tx);
+
+/* The Nats-Msg-Id an effect carries: a stable hex digest of (owner, id). out
+ * must hold JSD_MSG_ID_MAX bytes. */
+#define JSD_MSG_ID_MAX 65
+jsd_status jsd_effect_msg_id(const char *owner, const char *id, char out[JSD_MSG_ID_MAX]);
+
+/* ---- status and retention -------------------------------------------------- */
+typedef struct jsd_store_stats {
+    int64_t backlog;          /* unpublished, not dead-lettered effects */
+    int64_t due;              /* of those, due now */
+    int64_t oldest_due_age_ms;/* age of the oldest due effect, 0 if none */
+    int64_t published;        /* effects with a receipt */
+    int64_t dead_lettered;    /* effects whose attempt budget was spent */
+    int64_t inbox_rows;
+    int64_t poison_records;
+} jsd_store_stats;
+
+jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out);
+
+/* Remove published effects and inbox rows older than older_than_ms, at most
+ * batch rows per transaction, until none is left. *removed counts rows. */
+jsd_status jsd_store_gc(jsd_store *s, int64_t older_than_ms, int batch, int64_t *removed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

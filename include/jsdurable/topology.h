@@ -1,0 +1,16 @@
+/*
+ * topology — DRAFT placeholder; the public API of this part is written by its issue.
+ */
+#ifndef JSDURABLE_TOPOLOGY_H
+#define JSDURABLE_TOPOLOGY_H
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

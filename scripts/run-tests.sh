@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Run the test suite: every test case in its own process, with a deadline.
+#
+#   BUILD=build scripts/run-tests.sh [unit] [integration] [slow]
+#
+# Starts the run's shared services (a JetStream nats-server and a PostgreSQL)
+# unless JSD_TEST_NATS_URL / JSD_TEST_PG_URL are set, keeps every fixture under
+# one temporary folder, and on every exit path stops all that it, or any test,
+# started there. Ends with the line "N passed, N failed".
+#
+# JSD_TEST_FILTER=substr  run only cases whose "group/binary/case" contains it
+# JSD_TEST_WRAP=cmd       run each case under cmd (valgrind)
+# JSD_TEST_TIMEOUT_SCALE  multiply the per-case deadlines
+# JSD_TEST_VERBOSE=1      print every case's output, not only failures'
+set -uo pipefail
+cd "$(dirname "$0")/.."
+top=$(pwd)
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
+export JSD_BUILD="$BUILD" JSD_TOP="$top"
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(unit integration slow)
+scale=${JSD_TEST_TIMEOUT_SCALE:-1}
+
+root=$(mktemp -d "${TMPDIR:-/tmp}/jsd-test.XXXXXX")
+chmod 755 "$root"
+export JSD_TEST_TMP="$root"
+cleanup() {
+  bash "$top/scripts/fixture.sh" sweep "$root" >/dev/null 2>&1
+  rm -rf "$root"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+needs_services=0
+for g in "${groups[@]}"; do [ "$g" != unit ] && needs_services=1; done
+
+if [ $needs_services = 1 ]; then
+  if [ -z "${JSD_TEST_NATS_URL:-}" ]; then
+    if ! bash scripts/fixture.sh nats-start "$root/shared-nats" plain > "$root/shared-nats.log" 2>&1; then
+      echo "cannot start the shared nats-server:"; cat "$root/shared-nats.log"; exit 1
+    fi
+    JSD_TEST_NATS_URL=$(sed -n 's/^NATS_URL=//p' "$root/shared-nats/fixture.env")
+    export JSD_TEST_NATS_URL
+    echo "shared nats-server $(sed -n 's/^NATS_VERSION=//p' "$root/shared-nats/fixture.env") at $JSD_TEST_NATS_URL (fsync always: $(sed -n 's/^NATS_FSYNC_ALWAYS=//p' "$root/shared-nats/fixture.env"))"
+  fi
+  if [ -z "${JSD_TEST_PG_URL:-}" ]; then
+    if ! bash scripts/fixture.sh pg-start "$root/shared-pg" > "$root/shared-pg.log" 2>&1; then
+      echo "cannot start the shared PostgreSQL:"; cat "$root/shared-pg.log"; exit 1
+    fi
+    JSD_TEST_PG_URL=$(sed -n 's/^PG_URL=//p' "$root/shared-pg/fixture.env")
+    export JSD_TEST_PG_URL
+    echo "shared PostgreSQL at ${JSD_TEST_PG_URL%%\?*}"
+  fi
+fi
+
+passed=0 failed=0 skipped=0
+failures=()
+for g in "${groups[@]}"; do
+  case $g in unit) limit=60 ;; integration) limit=300 ;; slow) limit=900 ;; *) limit=300 ;; esac
+  limit=$((limit * scale))
+  [ -d "$BUILD/tests/$g" ] || continue
+  for bin in "$BUILD/tests/$g"/*; do
+    [ -x "$bin" ] && [ -f "$bin" ] || continue
+    name=$(basename "$bin")
+    cases=$("$bin" --list 2>/dev/null) || { echo "FAIL $g/$name: cannot list cases"; failed=$((failed+1)); failures+=("$g/$name"); continue; }
+    for c in $cases; do
+      id="$g/$name/$c"
+      if [ -n "${JSD_TEST_FILTER:-}" ] && [[ "$id" != *"$JSD_TEST_FILTER"* ]]; then continue; fi
+      log="$root/log.$g.$name.$c"
+      start=$(date +%s.%N)
+      # shellcheck disable=SC2086
+      timeout -k 10 "$limit" ${JSD_TEST_WRAP:-} "$bin" "$c" > "$log" 2>&1
+      rc=$?
+      secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')
+      if [ $rc = 0 ] && grep -q '^\[  SKIPPED \]' "$log"; then
+        echo "skip $id (${secs}s)"; skipped=$((skipped+1))
+        [ "${JSD_TEST_VERBOSE:-0}" = 1 ] && sed 's/^/    /' "$log"
+      elif [ $rc = 0 ]; then
+        echo "ok   $id (${secs}s)"; passed=$((passed+1))
+        [ "${JSD_TEST_VERBOSE:-0}" = 1 ] && sed 's/^/    /' "$log"
+      else
+        [ $rc = 124 ] || [ $rc = 137 ] && why=" (timed out after ${limit}s or killed)" || why=""
+        echo "FAIL $id (${secs}s, exit $rc)$why"
+        tail -n 80 "$log" | sed 's/^/    /'
+        failed=$((failed+1)); failures+=("$id")
+      fi
+    done
+  done
+done
+
+echo
+if [ $failed -gt 0 ]; then
+  echo "failed cases:"; printf '  %s\n' "${failures[@]}"
+fi
+if [ $skipped -gt 0 ]; then
+  echo "$passed passed, $failed failed, $skipped skipped"
+else
+  echo "$passed passed, $failed failed"
+fi
+[ $failed = 0 ] && [ $passed -gt 0 ]

@@ -1,0 +1,90 @@
+/*
+ * The private umbrella header: helpers every module shares — allocation (one
+ * wrapper, so tests can inject failure), error filling, logging, clocks,
+ * bounded string helpers, digests and crash points. Module-specific internal
+ * APIs live in their own headers (src/store/store.h, src/publisher_int.h, ...).
+ */
+#ifndef JSD_INT_H
+#define JSD_INT_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jsdurable.h"
+
+#define JSD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define JSD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define JSD_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#if defined(__GNUC__)
+#define JSD_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define JSD_UNUSED __attribute__((unused))
+#else
+#define JSD_PRINTF(f, a)
+#define JSD_UNUSED
+#endif
+
+/* ---- allocation (alloc.c) ----------------------------------------------------
+ * Every allocation goes through these. JSD_FAIL_ALLOC_AFTER=N in the
+ * environment makes the (N+1)-th allocation fail, for tests. */
+void *jsd__malloc(size_t n);
+void *jsd__calloc(size_t count, size_t n);
+void *jsd__realloc(void *p, size_t n);
+char *jsd__strdup(const char *s);        /* NULL stays NULL */
+char *jsd__strndup(const char *s, size_t n);
+void *jsd__memdup(const void *p, size_t n);
+void jsd__free(void *p);
+/* Overwrite then free a secret string. Accepts NULL. */
+void jsd__free_secret(char *s);
+/* Overwrite n bytes so the compiler cannot drop it. */
+void jsd__wipe(void *p, size_t n);
+
+/* ---- errors (status.c) -------------------------------------------------------- */
+/* Fill err (may be NULL) and return s. The message is printf-formatted; it must
+ * never include credentials. */
+jsd_status jsd__err(jsd_error *err, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);
+jsd_status jsd__verr(jsd_error *err, jsd_status s, const char *fmt, va_list ap);
+/* Copy src into dst (either may be NULL). */
+void jsd__err_copy(jsd_error *dst, const jsd_error *src);
+
+/* ---- logging (log.c) ------------------------------------------------------------
+ * kv is an optional list of "key", "value" string pairs ended by NULL, rendered
+ * as key=value (text) or JSON members. */
+bool jsd__log_enabled(jsd_log_level level);
+void jsd__log(jsd_log_level level, const char *component, const char *fmt, ...) JSD_PRINTF(3, 4);
+#define JSD_DEBUG(comp, ...) do { if (jsd__log_enabled(JSD_LOG_DEBUG)) jsd__log(JSD_LOG_DEBUG, comp, __VA_ARGS__); } while (0)
+#define JSD_INFO(comp, ...) jsd__log(JSD_LOG_INFO, comp, __VA_ARGS__)
+#define JSD_WARN(comp, ...) jsd__log(JSD_LOG_WARN, comp, __VA_ARGS__)
+#define JSD_ERROR(comp, ...) jsd__log(JSD_LOG_ERROR, comp, __VA_ARGS__)
+
+/* ---- clocks and strings (util.c) ------------------------------------------------- */
+int64_t jsd__now_ms(void);      /* wall clock, unix ms */
+int64_t jsd__mono_ms(void);     /* monotonic ms */
+int64_t jsd__mono_us(void);     /* monotonic µs */
+void jsd__sleep_ms(int64_t ms);
+/* snprintf that reports truncation as false. */
+bool jsd__strlcpy(char *dst, const char *src, size_t cap);
+bool jsd__snprintf(char *dst, size_t cap, const char *fmt, ...) JSD_PRINTF(3, 4);
+/* Parse a whole decimal integer in [min, max]. */
+bool jsd__parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+/* Parse a duration: "250ms", "30s", "5m", "2h", "7d", or plain milliseconds. */
+bool jsd__parse_duration_ms(const char *s, int64_t *out);
+/* Lower-case hex of n bytes into out (2n+1 bytes). */
+void jsd__hex(const unsigned char *in, size_t n, char *out);
+/* A random hex token of 2*nbytes characters (nbytes <= 32) into out. */
+bool jsd__random_hex(char *out, size_t nbytes);
+
+/* Length-delimited SHA-256: each part is hashed as its 8-byte big-endian
+ * length then its bytes, so ("ab","c") and ("a","bc") differ. out_hex holds
+ * 65 bytes. */
+void jsd__ld_sha256_hex(const char *const *parts, const size_t *lens, size_t n, char out_hex[65]);
+
+/* ---- crash points (crash.c) --------------------------------------------------------
+ * JSD_CRASH_AT="<point>:<n>" makes the process SIGKILL itself the n-th time it
+ * reaches <point>. Inert (one relaxed load) when the variable is unset. */
+void jsd__crash_point(const char *point);
+#define JSD_CRASH_POINT(name) jsd__crash_point(name)
+
+#endif

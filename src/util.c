@@ -1,0 +1,153 @@
+/*
+ * Clocks, bounded string helpers, parsing, hex, randomness and the
+ * length-delimited SHA-256 (OpenSSL) used for every derived message id.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "jsd_int.h"
+
+int64_t jsd__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t jsd__mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t jsd__mono_ms(void)
+{
+    return jsd__mono_us() / 1000;
+}
+
+void jsd__sleep_ms(int64_t ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+bool jsd__strlcpy(char *dst, const char *src, size_t cap)
+{
+    if (!cap)
+        return false;
+    size_t n = strlen(src);
+    if (n >= cap) {
+        memcpy(dst, src, cap - 1);
+        dst[cap - 1] = '\0';
+        return false;
+    }
+    memcpy(dst, src, n + 1);
+    return true;
+}
+
+bool jsd__snprintf(char *dst, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(dst, cap, fmt, ap);
+    va_end(ap);
+    return n >= 0 && (size_t)n < cap;
+}
+
+bool jsd__parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+bool jsd__parse_duration_ms(const char *s, int64_t *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0)
+        return false;
+    int64_t mul;
+    if (!*end || !strcmp(end, "ms"))
+        mul = 1;
+    else if (!strcmp(end, "s"))
+        mul = 1000;
+    else if (!strcmp(end, "m"))
+        mul = 60 * 1000;
+    else if (!strcmp(end, "h"))
+        mul = 3600 * 1000;
+    else if (!strcmp(end, "d"))
+        mul = 24 * 3600 * 1000;
+    else
+        return false;
+    if (v > INT64_MAX / mul)
+        return false;
+    *out = (int64_t)v * mul;
+    return true;
+}
+
+void jsd__hex(const unsigned char *in, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+bool jsd__random_hex(char *out, size_t nbytes)
+{
+    unsigned char buf[32];
+    if (nbytes > sizeof(buf) || RAND_bytes(buf, (int)nbytes) != 1)
+        return false;
+    jsd__hex(buf, nbytes, out);
+    return true;
+}
+
+void jsd__ld_sha256_hex(const char *const *parts, const size_t *lens, size_t n, char out_hex[65])
+{
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    /* EVP_MD_CTX_new fails only on allocation failure; fall back to a
+     * one-shot digest of nothing rather than crash, and make it obvious. */
+    if (!ctx) {
+        memset(out_hex, '0', 64);
+        out_hex[64] = '\0';
+        return;
+    }
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t len = lens ? lens[i] : (parts[i] ? strlen(parts[i]) : 0);
+        unsigned char be[8];
+        for (int b = 0; b < 8; b++)
+            be[b] = (unsigned char)(len >> (56 - 8 * b));
+        EVP_DigestUpdate(ctx, be, sizeof(be));
+        if (len)
+            EVP_DigestUpdate(ctx, parts[i], (size_t)len);
+    }
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    jsd__hex(md, 32, out_hex);
+}

@@ -1,0 +1,86 @@
+/*
+ * Real-service fixtures for tests (FIX-1): nats-server variants, a 3-node
+ * cluster and PostgreSQL databases, all on loopback, in folders under
+ * JSD_TEST_TMP, driven through scripts/fixture.sh.
+ *
+ * Shared servers: scripts/run-tests.sh starts one plain JetStream server and
+ * one PostgreSQL for the whole run (or uses JSD_TEST_NATS_URL /
+ * JSD_TEST_PG_URL when the user set them) and exports their URLs. Tests that
+ * only publish/consume use them with unique stream names. A test that needs a
+ * variant, or that restarts, pauses or kills a server, starts its own with
+ * jsd_fx_nats_start(): acting on a server it did not start is never allowed,
+ * and every control call checks the recorded pid and port first.
+ *
+ * Everything a test starts is stopped at exit (atexit) and, should the test
+ * be SIGKILLed, by the runner's sweep of JSD_TEST_TMP.
+ */
+#ifndef JSD_FIXTURE_H
+#define JSD_FIXTURE_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef enum jsd_fx_variant {
+    JSD_FX_PLAIN = 0, /* JetStream, file storage */
+    JSD_FX_TLS,       /* JetStream, TLS required, token auth */
+    JSD_FX_USERPASS,  /* JetStream, users with per-user publish permissions */
+    JSD_FX_NOJS       /* core NATS only */
+} jsd_fx_variant;
+
+typedef struct jsd_fx_nats {
+    char dir[PATH_MAX]; /* fixture folder: config, store, logs, certs */
+    char url[256];      /* nats://127.0.0.1:PORT (tls://... for TLS) */
+    int port;
+    pid_t pid;
+    char version[32];   /* server version, e.g. "2.10.27" */
+    bool fsync_always;  /* sync_interval: always is on */
+
+    /* JSD_FX_TLS */
+    char token[80];             /* the server's auth token */
+    char ca_file[PATH_MAX];     /* CA that signed the server certificate */
+    char other_ca_file[PATH_MAX]; /* an unrelated CA */
+    char wrong_host_url[256];   /* same server, reached under a name its cert lacks */
+
+    /* JSD_FX_USERPASS: "pub" may publish to everything; "limited" may not
+     * publish to subjects under "denied.>"; both may use JetStream. */
+    char user[32], password[80];
+    char limited_user[32], limited_password[80];
+} jsd_fx_nats;
+
+/* Start a server of the given variant on a free loopback port. 0 on success;
+ * on failure the test fails with the script's output. */
+int jsd_fx_nats_start(jsd_fx_variant v, jsd_fx_nats *out);
+/* SIGTERM and wait (graceful). */
+int jsd_fx_nats_stop(jsd_fx_nats *fx);
+/* SIGKILL and wait; the store stays for a restart. */
+int jsd_fx_nats_kill(jsd_fx_nats *fx);
+/* Start again on the same folder, store and port (after stop or kill). */
+int jsd_fx_nats_restart(jsd_fx_nats *fx);
+/* SIGSTOP / SIGCONT. A paused server is resumed at exit whatever happens. */
+int jsd_fx_nats_pause(jsd_fx_nats *fx);
+int jsd_fx_nats_resume(jsd_fx_nats *fx);
+/* true if the recorded pid is alive and is the nats-server of this fixture. */
+bool jsd_fx_nats_alive(const jsd_fx_nats *fx);
+
+/* A 3-node JetStream cluster on loopback. */
+typedef struct jsd_fx_cluster {
+    jsd_fx_nats node[3];
+    char urls[800]; /* the three client URLs, comma-separated */
+} jsd_fx_cluster;
+int jsd_fx_cluster_start(jsd_fx_cluster *out);
+int jsd_fx_cluster_stop(jsd_fx_cluster *c);
+
+/* URL of the run's shared JetStream server (JSD_TEST_NATS_URL). */
+const char *jsd_fx_shared_nats_url(void);
+/* A fresh, empty PostgreSQL database on the run's shared server
+ * (JSD_TEST_PG_URL); dropped at exit. url receives its libpq URL. */
+int jsd_fx_pg_database(char *url, size_t cap);
+/* A fresh SQLite store URL ("sqlite:<test dir>/<name>.db"). */
+void jsd_fx_sqlite_url(char *url, size_t cap);
+
+/* Path to a built program: "jsdurable" -> $BUILD/jsdurable,
+ * "faultproxy" -> $BUILD/tests/tools/faultproxy. */
+const char *jsd_fx_bin(const char *name);
+
+#endif

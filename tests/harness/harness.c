@@ -1,0 +1,96 @@
+/*
+ * The harness's runner glue around cmocka (--list, run one case by name) and
+ * small helpers shared by tests: monotonic clock, unique names, scratch
+ * directory, running a command with its output captured.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+int jsd_test_main(int argc, char **argv, const struct CMUnitTest *tests, size_t n, const char *file)
+{
+    if (argc > 1 && !strcmp(argv[1], "--list")) {
+        for (size_t i = 0; i < n; i++)
+            printf("%s\n", tests[i].name);
+        return 0;
+    }
+    if (argc > 1) {
+        size_t i;
+        for (i = 0; i < n && strcmp(tests[i].name, argv[1]) != 0; i++)
+            ;
+        if (i == n) {
+            fprintf(stderr, "%s: no test named %s\n", file, argv[1]);
+            return 2;
+        }
+        return _cmocka_run_group_tests(argv[1], &tests[i], 1, NULL, NULL);
+    }
+    return _cmocka_run_group_tests(file, tests, n, NULL, NULL);
+}
+
+int64_t jsd_test_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void jsd_test_sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+const char *jsd_test_unique(const char *prefix)
+{
+    static char bufs[8][96];
+    static unsigned counter;
+    char *b = bufs[counter % 8];
+    snprintf(b, sizeof(bufs[0]), "%s_%ld_%u", prefix, (long)getpid(), counter++);
+    return b;
+}
+
+const char *jsd_test_dir(void)
+{
+    static char dir[512];
+    if (dir[0])
+        return dir;
+    const char *base = getenv("JSD_TEST_TMP");
+    if (!base || !*base)
+        base = "/tmp";
+    snprintf(dir, sizeof(dir), "%s/t-%ld", base, (long)getpid());
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        fail_msg("cannot create %s: %s", dir, strerror(errno));
+    return dir;
+}
+
+int jsd_test_run(const char *cmd, char *out, size_t cap)
+{
+    char full[8192];
+    snprintf(full, sizeof(full), "( %s ) 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    if (!p)
+        return -1;
+    size_t used = 0;
+    if (out && cap)
+        out[0] = '\0';
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof(chunk), p)) > 0) {
+        if (out && used + 1 < cap) {
+            size_t take = got < cap - 1 - used ? got : cap - 1 - used;
+            memcpy(out + used, chunk, take);
+            used += take;
+            out[used] = '\0';
+        }
+    }
+    int st = pclose(p);
+    if (st == -1)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
