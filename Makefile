@@ -160,6 +160,19 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/libjsdurable.* $(DESTDIR)$(PREFIX)/bin/jsdurable \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/jsdurable.pc
 
+# ---- fuzzing (libFuzzer via clang) ----------------------------------------------
+# Each fuzz/*.c is linked with the library sources, instrumented, and run for
+# FUZZ_SECONDS against a corpus folder under build-fuzz/.
+FUZZ_SRC := $(sort $(wildcard fuzz/*.c))
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@mkdir -p build-fuzz
+	@set -e; for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  clang -g -O1 -std=c11 -D_GNU_SOURCE -DJSD_VERSION='"$(VERSION)"' -fsanitize=fuzzer,address,undefined \
+	    -Iinclude -Isrc $(PKG_CFLAGS) $$f $(LIB_SRC) -o build-fuzz/$$n $(LIBS); \
+	  mkdir -p build-fuzz/corpus-$$n; echo "fuzzing $$n for $(FUZZ_SECONDS)s"; \
+	  build-fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 build-fuzz/corpus-$$n 2>&1 | tail -3; done
+
 format:
 	clang-format -i $(LIB_SRC) $(CLI_SRC) $(wildcard src/*.h src/store/*.h cli/*.h include/*.h include/jsdurable/*.h tests/*/*.c tests/*/*.h bench/*.c examples/*.c)
 
