@@ -1,0 +1,331 @@
+/*
+ * The store's internal API: what the relay, the ingress, the dead-letter
+ * module and the tools use beyond the public include/jsdurable/store.h.
+ *
+ * Threads: a jsd_store (one SQLite connection or one PGconn) is used by one
+ * thread at a time. The relay and the ingress each open their own jsd_store;
+ * several relays or consumers scale out as processes (or as more jsd_store
+ * handles). Nothing here is thread-safe unless its comment says so.
+ *
+ * Time: every timestamp in the store is BIGINT unix milliseconds on both back
+ * ends. Functions that decide by time take now_ms from the caller (the relay
+ * passes jsd__now_ms()), so tests drive the clock and several relay hosts
+ * must keep their clocks within a small fraction of the lease length.
+ *
+ * Errors: every function returns jsd_status and records the detail (message,
+ * SQLite extended code or PostgreSQL SQLSTATE) in the store's last error,
+ * readable with jsd_store_error() / jsd_store_errmsg(). Functions named
+ * jsd__tx_* record into the owning store of the transaction.
+ *
+ * DESIGN (crash ordering of the relay, RELAY-1,2):
+ *   claim (lease_token, lease_expires) -> publish with msg_id -> PubAck
+ *   -> jsd__store_record_receipts(token).
+ * A receipt is written only where lease_token still equals the caller's token,
+ * so a relay whose lease expired and was taken over cannot overwrite the new
+ * holder's result (its receipt is counted as not applied). A crash between
+ * publish and receipt leaves the lease to expire; the next claim republishes
+ * the same msg_id and JetStream reports a duplicate, whose receipt retires the
+ * effect. A wake-up is only a hint: the relay must also poll.
+ */
+#ifndef JSD_STORE_INT_H
+#define JSD_STORE_INT_H
+
+#include "jsd_int.h"
+
+/* ---- limits enforced by jsd_tx_emit (JSD_ERR_LIMIT / JSD_ERR_INVALID) ------- */
+#define JSD__SUBJECT_MAX         256
+#define JSD__IDENT_MAX           256 /* owner, effect id, order key */
+#define JSD__HEADERS_MAX         16
+#define JSD__HEADER_NAME_MAX     64
+#define JSD__HEADER_VALUE_MAX    256
+#define JSD__PAYLOAD_MAX_DEFAULT (1024 * 1024)
+#define JSD__ERROR_TEXT_MAX      1024 /* last_error / dead_reason are cut to this */
+#define JSD__LEASE_TOKEN_MAX     65   /* 64 characters + NUL */
+#define JSD__DEFAULT_BUDGET      50   /* attempts before an effect is dead-lettered */
+
+/* The channel the PostgreSQL back end NOTIFYs once per committing transaction
+ * that emitted at least one effect. */
+#define JSD__PG_CHANNEL "jsd_outbox"
+
+/* ---- claim ------------------------------------------------------------------ */
+
+/* One effect claimed under a lease. All strings and buffers are owned by the
+ * batch and valid until jsd__effect_batch_clear/_free. */
+typedef struct jsd__claimed {
+    int64_t row_id;    /* jsd_outbox.id: commit (insert) order */
+    const char *owner; /* "" when the application gave none */
+    const char *effect_id;
+    char msg_id[JSD_MSG_ID_MAX]; /* jsd_effect_msg_id(owner, effect_id) */
+    const char *subject;
+    const jsd_header *headers; /* decoded application headers */
+    size_t n_headers;
+    const unsigned char *payload; /* may be NULL when len == 0 */
+    size_t len;
+    int attempts;          /* failed attempts so far (0 on first try) */
+    const char *order_key; /* NULL when unordered */
+    int64_t created_at_ms;
+    int64_t not_before_ms;
+} jsd__claimed;
+
+typedef struct jsd__effect_batch {
+    jsd__claimed *items;
+    size_t n;
+    /* private: storage owned by the batch */
+    size_t cap;
+    void *arena;
+} jsd__effect_batch;
+
+void jsd__effect_batch_init(jsd__effect_batch *b);
+/* Drop the items (n = 0) and free their storage; the batch stays usable. */
+void jsd__effect_batch_clear(jsd__effect_batch *b);
+/* Free everything. Accepts NULL. */
+void jsd__effect_batch_free(jsd__effect_batch *b);
+
+/*
+ * Claim up to max effects that are due (next_attempt_at <= now_ms; an emitted
+ * effect's first next_attempt_at is its not_before, or its creation time),
+ * unpublished, not dead-lettered and whose lease is free or expired
+ * (lease_expires <= now_ms). They are leased to lease_token until
+ * now_ms + lease_ms. out is cleared first and receives them in row_id order.
+ *
+ * Ordering keys: an effect with an order_key is claimable only when no earlier
+ * (smaller row_id) effect with the same key is still unpublished and not
+ * dead-lettered — whatever its lease or due time. So at most one effect per
+ * key is in flight and effects of one key are published in row_id order. A
+ * dead-lettered effect no longer holds its key back (documented in
+ * docs/STORE.md).
+ *
+ * PostgreSQL: one statement, UPDATE ... WHERE id IN (SELECT ... FOR UPDATE
+ * SKIP LOCKED LIMIT max) RETURNING ..., so concurrent relays never hold the
+ * same effect. SQLite: BEGIN IMMEDIATE (the database write lock) around the
+ * same UPDATE ... RETURNING.
+ *
+ * lease_token: 1..64 characters (use jsd__random_hex). JSD_OK with out->n == 0
+ * when nothing is due.
+ */
+jsd_status jsd__store_claim(jsd_store *s, int max, int64_t lease_ms, const char *lease_token,
+                            int64_t now_ms, jsd__effect_batch *out);
+
+/* ---- receipts, failures, releases --------------------------------------------- */
+
+typedef struct jsd__receipt {
+    int64_t row_id;
+    const char *stream; /* the stream named in the PubAck */
+    uint64_t seq;       /* stream sequence from the PubAck (> 0) */
+    bool duplicate;     /* the PubAck's duplicate flag */
+    int64_t published_at_ms;
+} jsd__receipt;
+
+/*
+ * Record n receipts in one transaction: stream, stream_seq, duplicate,
+ * published_at are set and the lease cleared ONLY for rows whose lease_token
+ * still equals lease_token (and that have no receipt yet). *applied (may be
+ * NULL) counts the rows written; a row not written lost its lease, and its
+ * new holder's result stands. PostgreSQL: one set-based UPDATE over unnest()ed
+ * arrays. JSD_OK even when applied < n.
+ */
+jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, const jsd__receipt *r,
+                                      size_t n, size_t *applied);
+
+typedef struct jsd__failure {
+    int64_t row_id;
+    const char *error;    /* why the publication failed; cut to JSD__ERROR_TEXT_MAX */
+    bool dead_letter_now; /* a permanent failure: dead-letter at once */
+} jsd__failure;
+
+/*
+ * Capped exponential backoff with deterministic jitter. After the n-th failed
+ * attempt (n >= 1) the next attempt is due after
+ *     d = min(cap_ms, base_ms * 2^(n-1))
+ * reduced by up to jitter_pct percent of d, the fraction taken from a hash of
+ * (row_id, n), so a test can compute it with jsd__backoff_delay_ms().
+ */
+typedef struct jsd__backoff {
+    int64_t base_ms; /* default 1000 */
+    int64_t cap_ms;  /* default 300000 */
+    int jitter_pct;  /* 0..100; default 20 */
+} jsd__backoff;
+
+void jsd__backoff_init(jsd__backoff *b);
+/* The delay after failed attempt n (>= 1) of row_id. Pure. */
+int64_t jsd__backoff_delay_ms(const jsd__backoff *b, int n, int64_t row_id);
+
+/*
+ * Record n failed publications in one transaction, only for rows whose
+ * lease_token still matches: attempts += 1, last_error, next_attempt_at =
+ * now_ms + jsd__backoff_delay_ms(b, attempts, row_id), lease released. When
+ * attempts reaches budget (<= 0 means JSD__DEFAULT_BUDGET), or the failure
+ * says dead_letter_now, the effect is dead-lettered instead: dead_lettered_at
+ * = now_ms and dead_reason says why; it is never claimed again (until
+ * jsd__store_requeue_dead). *applied / *dead_lettered (either may be NULL)
+ * count the rows written and of those the rows dead-lettered.
+ */
+jsd_status jsd__store_record_failures(jsd_store *s, const char *lease_token, const jsd__failure *f,
+                                      size_t n, const jsd__backoff *b, int budget, int64_t now_ms,
+                                      size_t *applied, size_t *dead_lettered);
+
+/* Release the lease of n claimed effects without counting an attempt (for
+ * effects claimed but not published, e.g. at shutdown): they are claimable
+ * again at once. Only rows still holding lease_token are touched. */
+jsd_status jsd__store_release(jsd_store *s, const char *lease_token, const int64_t *row_ids,
+                              size_t n, size_t *released);
+
+/* Give n dead-lettered effects a fresh attempt budget (tools: replay).
+ * Clears dead_lettered_at, dead_reason, attempts; due at now_ms. */
+jsd_status jsd__store_requeue_dead(jsd_store *s, const int64_t *row_ids, size_t n, int64_t now_ms,
+                                   size_t *requeued);
+
+/* The earliest next_attempt_at among unpublished, not dead-lettered effects
+ * (*found false when there is none): lets the relay sleep until a durable
+ * timer is due instead of polling blindly. */
+jsd_status jsd__store_next_due(jsd_store *s, bool *found, int64_t *next_due_ms);
+
+/* ---- wake-ups (RELAY-3) ----------------------------------------------------------- */
+
+/*
+ * Block up to timeout_ms for a hint that effects were committed; *woken
+ * (may be NULL) says whether a hint arrived. A hint is never evidence that
+ * work exists, and a missed one costs the caller one poll interval.
+ *
+ * PostgreSQL: the store LISTENs on JSD__PG_CHANNEL on its OWN connection (the
+ * relay's store connection), lazily on the first call; committing
+ * transactions that emitted effects run pg_notify once per transaction.
+ * Notifications that arrive while the connection runs other statements are
+ * queued by libpq and returned by the next wait.
+ *
+ * SQLite: a process-wide signal per database file (mutex + condition variable
+ * + counter) raised by every commit that emitted effects in this process,
+ * plus a check of PRAGMA data_version every 50 ms that catches commits from
+ * other processes (and, harmlessly, any other commit).
+ */
+jsd_status jsd__store_wait_wakeup(jsd_store *s, int timeout_ms, bool *woken);
+
+/* ---- transactions: access and savepoints ----------------------------------------- */
+
+/* The store a transaction belongs to (for its last error). */
+jsd_store *jsd__tx_store(jsd_tx *tx);
+
+/*
+ * One savepoint level inside a transaction, used by the ingress to commit a
+ * batch of deliveries with one savepoint each: jsd__tx_savepoint before a
+ * delivery, then jsd__tx_release to keep its work or jsd__tx_rollback_to to
+ * undo it (which also releases the savepoint). Calling jsd__tx_savepoint
+ * while one is open is JSD_ERR_INVALID.
+ */
+jsd_status jsd__tx_savepoint(jsd_tx *tx);
+jsd_status jsd__tx_release(jsd_tx *tx);
+jsd_status jsd__tx_rollback_to(jsd_tx *tx);
+
+/* ---- inbox (IN-1,2), inside an application transaction ----------------------------- */
+
+/* Outcome codes are the ingress's to define (it stores its disposition);
+ * detail is an optional short text (<= JSD__ERROR_TEXT_MAX bytes). */
+typedef struct jsd__inbox_outcome {
+    int code;
+    char detail[JSD__ERROR_TEXT_MAX + 1];
+    char msg_id[JSD_MSG_ID_MAX + 192]; /* the msg id recorded with it ("" if none) */
+    uint64_t stream_seq;               /* the delivery's stream sequence */
+    int64_t created_at_ms;
+} jsd__inbox_outcome;
+
+/*
+ * Look the delivery identity (stream, consumer, stream_seq) up. *found says
+ * whether it is there; when it is and out is not NULL, out receives the
+ * recorded outcome.
+ */
+jsd_status jsd__tx_inbox_lookup(jsd_tx *tx, const char *stream, const char *consumer,
+                                uint64_t stream_seq, bool *found, jsd__inbox_outcome *out);
+
+/*
+ * The same by the envelope's message id, for a re-published duplicate that
+ * arrives under a new stream sequence after the broker's duplicate window.
+ * msg_id is indexed (not unique) per (stream, consumer); the first recorded
+ * row wins.
+ */
+jsd_status jsd__tx_inbox_lookup_msg_id(jsd_tx *tx, const char *stream, const char *consumer,
+                                       const char *msg_id, bool *found, jsd__inbox_outcome *out);
+
+/*
+ * Record the delivery identity with its outcome. (stream, consumer,
+ * stream_seq) is unique: a second insert is JSD_ERR_EXISTS and leaves the
+ * transaction usable (INSERT ... ON CONFLICT DO NOTHING). msg_id may be NULL.
+ * Lengths: stream, consumer <= 256 bytes, msg_id <= 256 bytes.
+ */
+jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *consumer,
+                                uint64_t stream_seq, const char *msg_id, int outcome_code,
+                                const char *detail);
+
+/* ---- poison records (DLQ-1) ----------------------------------------------------------- */
+
+typedef struct jsd__poison {
+    const char *stream;
+    const char *consumer;
+    uint64_t stream_seq;
+    const char *msg_id; /* may be NULL */
+    const char *subject;
+    const char *diagnostic; /* why it is poison; cut to JSD__ERROR_TEXT_MAX */
+    const void *headers;    /* the original header bytes, verbatim (may be NULL) */
+    size_t headers_len;
+    const void *payload; /* the original payload bytes, verbatim (may be NULL) */
+    size_t len;
+    int64_t created_at_ms; /* 0: now */
+} jsd__poison;
+
+typedef struct jsd__poison_record {
+    int64_t id;
+    char *stream, *consumer;
+    uint64_t stream_seq;
+    char *msg_id; /* "" when none */
+    char *subject, *diagnostic;
+    unsigned char *headers;
+    size_t headers_len;
+    unsigned char *payload;
+    size_t len;
+    int64_t created_at_ms;
+    char *dlq_stream; /* set by jsd__store_poison_mark_published, else NULL */
+    uint64_t dlq_seq;
+} jsd__poison_record;
+
+/* Persist a poison record in its own transaction. Idempotent on the delivery
+ * identity: a record that already exists is kept as is and *inserted (may be
+ * NULL) is false. */
+jsd_status jsd__store_poison_insert(jsd_store *s, const jsd__poison *p, bool *inserted);
+/* The same inside a transaction (e.g. the ingress's batch transaction). */
+jsd_status jsd__tx_poison_insert(jsd_tx *tx, const jsd__poison *p, bool *inserted);
+/* Note that the dead-letter record for this delivery was published
+ * (DLQ stream and sequence). Idempotent. */
+jsd_status jsd__store_poison_mark_published(jsd_store *s, const char *stream, const char *consumer,
+                                            uint64_t stream_seq, const char *dlq_stream,
+                                            uint64_t dlq_seq);
+/* One record by delivery identity: JSD_ERR_NOT_FOUND when absent. Free with
+ * jsd__poison_record_clear. */
+jsd_status jsd__store_poison_get(jsd_store *s, const char *stream, const char *consumer,
+                                 uint64_t stream_seq, jsd__poison_record *out);
+/* Up to max records with id > after_id, in id order. *out is an array of *n
+ * records; free with jsd__poison_records_free. */
+jsd_status jsd__store_poison_list(jsd_store *s, int64_t after_id, size_t max,
+                                  jsd__poison_record **out, size_t *n);
+void jsd__poison_record_clear(jsd__poison_record *r);
+void jsd__poison_records_free(jsd__poison_record *r, size_t n);
+
+/* ---- retention (STORE-4) ------------------------------------------------------------- */
+
+/* One bounded retention step: in one transaction, delete at most batch
+ * published effects with published_at < cutoff_ms, then at most batch inbox
+ * rows with created_at < cutoff_ms. Dead-lettered effects and poison records
+ * are evidence and are never removed. *removed (may be NULL) counts rows. The
+ * public jsd_store_gc loops this until a step removes nothing. */
+jsd_status jsd__store_gc_step(jsd_store *s, int64_t cutoff_ms, int batch, int64_t *removed);
+
+/* ---- helpers shared with other modules ------------------------------------------------ */
+
+/* Validate an exact publication subject: 1..256 bytes, tokens of
+ * [A-Za-z0-9_-] separated by single dots, no wildcards. JSD_ERR_LIMIT when too
+ * long, JSD_ERR_INVALID otherwise; err (may be NULL) names the problem. */
+jsd_status jsd__store_check_subject(const char *subject, jsd_error *err);
+
+/* Redact the password of a store URL for messages and logs
+ * ("postgres://u:***@h/db"). out holds cap bytes. */
+void jsd__store_redact_url(const char *url, char *out, size_t cap);
+
+#endif
