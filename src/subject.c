@@ -1,0 +1,269 @@
+/*
+ * subject — the validators and the idempotency-id derivation declared in
+ * subject.h and publisher.h. Every check that guards what reaches the broker
+ * lives here, so the publisher, the store (effect subjects), tenancy and the
+ * relay apply the same rules with the same error texts.
+ */
+#include <string.h>
+
+#include "subject.h"
+
+static bool token_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+}
+
+void jsd__printable(const char *s, size_t len, char *out, size_t cap)
+{
+    size_t n = 0, i;
+    if (!cap)
+        return;
+    if (!s) {
+        jsd__strlcpy(out, "(null)", cap);
+        return;
+    }
+    for (i = 0; i < len && i < 48 && n + 4 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[n++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (i < len && n + 4 <= cap) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+}
+
+/* Describe the first offending byte of s at offset i. */
+static jsd_status bad_char(jsd_error *err, const char *what, const char *s, size_t len, size_t i,
+                           const char *rule)
+{
+    char shown[64];
+    jsd__printable(s, len, shown, sizeof(shown));
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x21 && c < 0x7f)
+        return jsd__err(err, JSD_ERR_INVALID, "%s \"%s\" has '%c' at byte %zu; %s", what, shown,
+                        (char)c, i, rule);
+    return jsd__err(err, JSD_ERR_INVALID, "%s \"%s\" has byte 0x%02x at byte %zu; %s", what, shown,
+                    c, i, rule);
+}
+
+static const char TOKEN_RULE[] = "names and subject tokens are [A-Za-z0-9_-] separated by dots";
+
+bool jsd__stream_name_valid(const char *name, jsd_error *err)
+{
+    if (!name || !*name) {
+        jsd__err(err, JSD_ERR_INVALID, "stream name is empty; %s", TOKEN_RULE);
+        return false;
+    }
+    size_t len = strlen(name);
+    if (len > JSD_STREAM_NAME_MAX) {
+        char shown[64];
+        jsd__printable(name, len, shown, sizeof(shown));
+        jsd__err(err, JSD_ERR_INVALID, "stream name \"%s\" is %zu bytes; the limit is %d", shown,
+                 len, JSD_STREAM_NAME_MAX);
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (!token_char((unsigned char)name[i])) {
+            bad_char(err, "stream name", name, len, i,
+                     "a stream name is one token of [A-Za-z0-9_-]");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool jsd__subject_valid_exact(const char *subject, jsd_error *err)
+{
+    if (!subject || !*subject) {
+        jsd__err(err, JSD_ERR_INVALID, "subject is empty; %s", TOKEN_RULE);
+        return false;
+    }
+    size_t len = strlen(subject);
+    char shown[64];
+    if (len > JSD_SUBJECT_MAX) {
+        jsd__printable(subject, len, shown, sizeof(shown));
+        jsd__err(err, JSD_ERR_INVALID, "subject \"%s\" is %zu bytes; the limit is %d", shown, len,
+                 JSD_SUBJECT_MAX);
+        return false;
+    }
+    size_t tok = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)subject[i];
+        if (c == '.') {
+            if (tok == 0 || i + 1 == len) {
+                jsd__printable(subject, len, shown, sizeof(shown));
+                jsd__err(err, JSD_ERR_INVALID, "subject \"%s\" has an empty token; %s", shown,
+                         TOKEN_RULE);
+                return false;
+            }
+            tok = 0;
+            continue;
+        }
+        if (c == '*' || c == '>') {
+            jsd__printable(subject, len, shown, sizeof(shown));
+            jsd__err(err, JSD_ERR_INVALID,
+                     "subject \"%s\" has the wildcard '%c'; an exact subject is required", shown,
+                     (char)c);
+            return false;
+        }
+        if (!token_char(c)) {
+            bad_char(err, "subject", subject, len, i, TOKEN_RULE);
+            return false;
+        }
+        tok++;
+    }
+    return true;
+}
+
+bool jsd__subject_valid_tenant(const char *subject, jsd_error *err)
+{
+    if (subject && subject[0] == '$') {
+        char shown[64];
+        jsd__printable(subject, strlen(subject), shown, sizeof(shown));
+        jsd__err(err, JSD_ERR_INVALID, "subject \"%s\" uses the reserved \"$\" system prefix",
+                 shown);
+        return false;
+    }
+    if (!jsd__subject_valid_exact(subject, err))
+        return false;
+    if (strncmp(subject, "_INBOX", 6) == 0 && (subject[6] == '.' || subject[6] == '\0')) {
+        char shown[64];
+        jsd__printable(subject, strlen(subject), shown, sizeof(shown));
+        jsd__err(err, JSD_ERR_INVALID, "subject \"%s\" uses the reserved \"_INBOX\" prefix", shown);
+        return false;
+    }
+    return true;
+}
+
+bool jsd__subject_valid_filter(const char *filter, jsd_error *err)
+{
+    if (!filter || !*filter) {
+        jsd__err(err, JSD_ERR_INVALID, "filter subject is empty");
+        return false;
+    }
+    size_t len = strlen(filter);
+    char shown[64];
+    jsd__printable(filter, len, shown, sizeof(shown));
+    const char *p = filter;
+    for (;;) {
+        const char *dot = strchr(p, '.');
+        size_t tl = dot ? (size_t)(dot - p) : strlen(p);
+        if (tl == 0) {
+            jsd__err(err, JSD_ERR_INVALID, "filter subject \"%s\" has an empty token", shown);
+            return false;
+        }
+        for (size_t i = 0; i < tl; i++) {
+            unsigned char c = (unsigned char)p[i];
+            if (c <= 0x20 || c == 0x7f || ((c == '*' || c == '>') && tl != 1)) {
+                jsd__err(err, JSD_ERR_INVALID,
+                         "filter subject \"%s\" has a bad character or partial wildcard", shown);
+                return false;
+            }
+        }
+        if (tl == 1 && p[0] == '>' && dot) {
+            jsd__err(err, JSD_ERR_INVALID, "filter subject \"%s\" has '>' before its last token",
+                     shown);
+            return false;
+        }
+        if (!dot)
+            return true;
+        p = dot + 1;
+    }
+}
+
+bool jsd__subject_matches(const char *filter, const char *subject)
+{
+    const char *f = filter, *s = subject;
+    if (!f || !s)
+        return false;
+    for (;;) {
+        const char *fd = strchr(f, '.'), *sd = strchr(s, '.');
+        size_t fl = fd ? (size_t)(fd - f) : strlen(f);
+        size_t sl = sd ? (size_t)(sd - s) : strlen(s);
+        if (fl == 1 && f[0] == '>')
+            return sl > 0;
+        if (!(fl == 1 && f[0] == '*') && (fl != sl || memcmp(f, s, fl) != 0))
+            return false;
+        if (!fd || !sd)
+            return !fd && !sd;
+        f = fd + 1;
+        s = sd + 1;
+    }
+}
+
+bool jsd__header_name_valid(const char *name, size_t max_len, const char *what, jsd_error *err)
+{
+    if (!name || !*name) {
+        jsd__err(err, JSD_ERR_INVALID, "%s name is empty", what);
+        return false;
+    }
+    size_t len = strlen(name);
+    if (len > max_len) {
+        char shown[64];
+        jsd__printable(name, len, shown, sizeof(shown));
+        jsd__err(err, JSD_ERR_INVALID, "%s name \"%s\" is %zu bytes; the limit is %zu", what, shown,
+                 len, max_len);
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c < 0x21 || c > 0x7e || c == ':') {
+            char label[80];
+            jsd__snprintf(label, sizeof(label), "%s name", what);
+            bad_char(err, label, name, len, i,
+                     "header names are printable ASCII without spaces, ':', CR, LF or NUL");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool jsd__header_value_valid(const char *value, size_t len, size_t max_len, const char *what,
+                             jsd_error *err)
+{
+    if (!value && len) {
+        jsd__err(err, JSD_ERR_INVALID, "%s value is missing", what);
+        return false;
+    }
+    if (len > max_len) {
+        jsd__err(err, JSD_ERR_INVALID, "%s value is %zu bytes; the limit is %zu", what, len,
+                 max_len);
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (c == '\r' || c == '\n' || c == '\0') {
+            jsd__err(err, JSD_ERR_INVALID,
+                     "%s value has %s at byte %zu; header values cannot hold CR, LF or NUL", what,
+                     c == '\r'   ? "CR"
+                     : c == '\n' ? "LF"
+                                 : "NUL",
+                     i);
+            return false;
+        }
+    }
+    return true;
+}
+
+jsd_status jsd_idempotency_id(const char *ns, const char *tenant, const char *topic,
+                              const char *key, char out[JSD_IDEMPOTENCY_ID_SIZE], jsd_error *err)
+{
+    if (!out)
+        return jsd__err(err, JSD_ERR_INVALID, "idempotency id: no output buffer");
+    out[0] = '\0';
+    if (!key || !*key)
+        return jsd__err(err, JSD_ERR_INVALID, "idempotency key is empty; a caller key is required");
+    const char *parts[4] = {ns ? ns : "", tenant ? tenant : "", topic ? topic : "", key};
+    static const char *const names[4] = {"namespace", "tenant", "topic", "key"};
+    size_t lens[4];
+    for (int i = 0; i < 4; i++) {
+        lens[i] = strlen(parts[i]);
+        if (lens[i] > JSD_KEY_MAX)
+            return jsd__err(err, JSD_ERR_LIMIT, "idempotency %s is %zu bytes; the limit is %d",
+                            names[i], lens[i], JSD_KEY_MAX);
+    }
+    jsd__ld_sha256_hex(parts, lens, 4, out);
+    return JSD_OK;
+}

@@ -1,0 +1,62 @@
+/*
+ * subject — validation of the names that reach the broker (stream names, exact
+ * subjects, stream filter subjects, tenant topics, header names and values)
+ * and the derivation of idempotency ids. Pure code: no I/O, no allocation.
+ *
+ * The rules are this project's conservative profile (PUB-1, SEC-1,2), stricter
+ * than what nats-server accepts:
+ *   - a token is one or more of [A-Za-z0-9_-];
+ *   - an exact subject is tokens separated by single dots, 1..256 bytes, no
+ *     wildcards;
+ *   - a stream name is one token of 1..128 bytes (no dots);
+ *   - a tenant topic is an exact subject that does not start with "$" (which
+ *     the character set already excludes) nor with an "_INBOX" token.
+ * Each validator returns true when the input is valid; otherwise false, with
+ * err (optional) set to JSD_ERR_INVALID and a message that names the input (or
+ * a printable prefix of it) and the rule it broke.
+ */
+#ifndef JSD_SUBJECT_H
+#define JSD_SUBJECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "jsd_int.h"
+
+#define JSD_STREAM_NAME_MAX 128
+#define JSD_SUBJECT_MAX     256
+#define JSD_HEADER_NAME_MAX 64 /* for user attributes; reserved names are shorter */
+
+/* One token [A-Za-z0-9_-]+ of 1..128 bytes. */
+bool jsd__stream_name_valid(const char *name, jsd_error *err);
+
+/* Tokens [A-Za-z0-9_-]+ separated by single dots, 1..256 bytes; no "*", ">",
+ * spaces, control characters, empty tokens. */
+bool jsd__subject_valid_exact(const char *subject, jsd_error *err);
+
+/* An exact subject that is also acceptable as a tenant's logical topic or
+ * mapped subject: no "$" system prefix and no "_INBOX" first token. */
+bool jsd__subject_valid_tenant(const char *subject, jsd_error *err);
+
+/* A stream's filter subject as the server may hold it: non-empty tokens
+ * separated by dots, "*" as a whole token, ">" only as the last whole token.
+ * Looser on characters than the exact rule (a stream may capture "$X.>"). */
+bool jsd__subject_valid_filter(const char *filter, jsd_error *err);
+
+/* True when the exact subject is captured by the filter ("*" one token, ">"
+ * one or more trailing tokens). Both must be well-formed. */
+bool jsd__subject_matches(const char *filter, const char *subject);
+
+/* A header name: 1..max_len bytes of printable ASCII (0x21..0x7e) without ':'.
+ * A header value: at most max_len bytes with no CR, LF or NUL (len given
+ * explicitly so an embedded NUL is caught). what names the field in errors,
+ * e.g. "attribute". */
+bool jsd__header_name_valid(const char *name, size_t max_len, const char *what, jsd_error *err);
+bool jsd__header_value_valid(const char *value, size_t len, size_t max_len, const char *what,
+                             jsd_error *err);
+
+/* Copy up to 48 bytes of s into out (cap >= 64) for an error message, every
+ * byte outside printable ASCII shown as '?', "..." appended when cut. */
+void jsd__printable(const char *s, size_t len, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,171 @@
+/*
+ * Unit tests for name/subject/header validation and idempotency ids
+ * (PUB-1, PUB-5, PUB-6, SEC-1): each rule is crossed by one input.
+ */
+#include "test.h"
+#include "subject.h"
+
+static void stream_names(void **state)
+{
+    (void)state;
+    jsd_error e;
+    char name[200];
+    ASSERT_TRUE(jsd__stream_name_valid("ORDERS", NULL));
+    ASSERT_TRUE(jsd__stream_name_valid("a-b_C9", NULL));
+    ASSERT_TRUE(!jsd__stream_name_valid("", &e));
+    ASSERT_CONTAINS(e.msg, "empty");
+    ASSERT_TRUE(!jsd__stream_name_valid("ORD.ERS", &e));
+    ASSERT_CONTAINS(e.msg, "'.' at byte 3");
+    ASSERT_TRUE(!jsd__stream_name_valid("ORD ERS", &e));
+    ASSERT_TRUE(!jsd__stream_name_valid("ORD*", &e));
+    memset(name, 'S', 128);
+    name[128] = '\0';
+    ASSERT_TRUE(jsd__stream_name_valid(name, NULL));
+    name[128] = 'S';
+    name[129] = '\0';
+    ASSERT_TRUE(!jsd__stream_name_valid(name, &e));
+    ASSERT_EQ(e.status, JSD_ERR_INVALID);
+    ASSERT_CONTAINS(e.msg, "is 129 bytes; the limit is 128");
+}
+
+static void exact_subjects(void **state)
+{
+    (void)state;
+    jsd_error e;
+    char s[300];
+    ASSERT_TRUE(jsd__subject_valid_exact("orders.created", NULL));
+    ASSERT_TRUE(jsd__subject_valid_exact("a", NULL));
+    ASSERT_TRUE(jsd__subject_valid_exact("_INBOX.x", NULL)); /* exact, but not for tenants */
+    ASSERT_TRUE(!jsd__subject_valid_exact("orders.*", &e));
+    ASSERT_CONTAINS(e.msg, "wildcard '*'");
+    ASSERT_TRUE(!jsd__subject_valid_exact("orders.>", &e));
+    ASSERT_CONTAINS(e.msg, "wildcard '>'");
+    ASSERT_TRUE(!jsd__subject_valid_exact("orders..x", &e));
+    ASSERT_CONTAINS(e.msg, "empty token");
+    ASSERT_TRUE(!jsd__subject_valid_exact(".orders", &e));
+    ASSERT_TRUE(!jsd__subject_valid_exact("orders.", &e));
+    ASSERT_TRUE(!jsd__subject_valid_exact("orders created", &e));
+    ASSERT_CONTAINS(e.msg, "byte 0x20");
+    ASSERT_TRUE(!jsd__subject_valid_exact("orders\r\nPUB x", &e));
+    ASSERT_NOT_CONTAINS(e.msg, "\r");
+    ASSERT_NOT_CONTAINS(e.msg, "\n");
+    ASSERT_TRUE(!jsd__subject_valid_exact("$JS.API.x", &e));
+    ASSERT_TRUE(!jsd__subject_valid_exact("ordérs", &e));
+    ASSERT_TRUE(!jsd__subject_valid_exact(NULL, &e));
+    memset(s, 'a', 256);
+    s[256] = '\0';
+    ASSERT_TRUE(jsd__subject_valid_exact(s, NULL));
+    s[256] = 'a';
+    s[257] = '\0';
+    ASSERT_TRUE(!jsd__subject_valid_exact(s, &e));
+    ASSERT_CONTAINS(e.msg, "is 257 bytes; the limit is 256");
+    ASSERT_CONTAINS(e.msg, "...");
+}
+
+static void tenant_subjects(void **state)
+{
+    (void)state;
+    jsd_error e;
+    ASSERT_TRUE(jsd__subject_valid_tenant("orders.created", NULL));
+    ASSERT_TRUE(jsd__subject_valid_tenant("_INBOXES.x", NULL));
+    ASSERT_TRUE(!jsd__subject_valid_tenant("_INBOX.abc", &e));
+    ASSERT_CONTAINS(e.msg, "_INBOX");
+    ASSERT_TRUE(!jsd__subject_valid_tenant("_INBOX", &e));
+    ASSERT_TRUE(!jsd__subject_valid_tenant("$SYS.x", &e));
+    ASSERT_CONTAINS(e.msg, "\"$\"");
+    ASSERT_TRUE(!jsd__subject_valid_tenant("orders.*", &e));
+}
+
+static void filters_and_matching(void **state)
+{
+    (void)state;
+    ASSERT_TRUE(jsd__subject_valid_filter("orders.>", NULL));
+    ASSERT_TRUE(jsd__subject_valid_filter("orders.*.x", NULL));
+    ASSERT_TRUE(jsd__subject_valid_filter("$KV.b.>", NULL));
+    ASSERT_TRUE(!jsd__subject_valid_filter("orders.>.x", NULL));
+    ASSERT_TRUE(!jsd__subject_valid_filter("orders.a*", NULL));
+    ASSERT_TRUE(!jsd__subject_valid_filter("a..b", NULL));
+    ASSERT_TRUE(jsd__subject_matches("orders.>", "orders.created"));
+    ASSERT_TRUE(jsd__subject_matches("orders.>", "orders.a.b.c"));
+    ASSERT_TRUE(!jsd__subject_matches("orders.>", "orders"));
+    ASSERT_TRUE(jsd__subject_matches("orders.*", "orders.created"));
+    ASSERT_TRUE(!jsd__subject_matches("orders.*", "orders.created.x"));
+    ASSERT_TRUE(jsd__subject_matches("*.created", "orders.created"));
+    ASSERT_TRUE(jsd__subject_matches("orders.created", "orders.created"));
+    ASSERT_TRUE(!jsd__subject_matches("orders.create", "orders.created"));
+    ASSERT_TRUE(!jsd__subject_matches("orders.created", "orders.create"));
+    ASSERT_TRUE(!jsd__subject_matches("orders.created.x", "orders.created"));
+    ASSERT_TRUE(jsd__subject_matches(">", "a.b"));
+}
+
+static void header_names_and_values(void **state)
+{
+    (void)state;
+    jsd_error e;
+    char big[300];
+    ASSERT_TRUE(jsd__header_name_valid("Trace-Id", 64, "attribute", NULL));
+    ASSERT_TRUE(!jsd__header_name_valid("", 64, "attribute", &e));
+    ASSERT_TRUE(!jsd__header_name_valid("a:b", 64, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "':'");
+    ASSERT_TRUE(!jsd__header_name_valid("a b", 64, "attribute", &e));
+    ASSERT_TRUE(!jsd__header_name_valid("a\nb", 64, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "0x0a");
+    memset(big, 'n', 65);
+    big[65] = '\0';
+    ASSERT_TRUE(!jsd__header_name_valid(big, 64, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "65 bytes; the limit is 64");
+    ASSERT_TRUE(jsd__header_value_valid("x y: z", 6, 256, "attribute", NULL));
+    ASSERT_TRUE(jsd__header_value_valid("", 0, 256, "attribute", NULL));
+    ASSERT_TRUE(!jsd__header_value_valid("a\rb", 3, 256, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "CR at byte 1");
+    ASSERT_TRUE(!jsd__header_value_valid("a\nb", 3, 256, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "LF");
+    ASSERT_TRUE(!jsd__header_value_valid("a\0b", 3, 256, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "NUL");
+    memset(big, 'v', 257);
+    ASSERT_TRUE(jsd__header_value_valid(big, 256, 256, "attribute", NULL));
+    ASSERT_TRUE(!jsd__header_value_valid(big, 257, 256, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "257 bytes; the limit is 256");
+}
+
+static void idempotency_ids(void **state)
+{
+    (void)state;
+    char a[JSD_IDEMPOTENCY_ID_SIZE], b[JSD_IDEMPOTENCY_ID_SIZE];
+    char key[300];
+    jsd_error e;
+    ASSERT_OK(jsd_idempotency_id("ns", "tenant", "orders", "k1", a, NULL));
+    ASSERT_EQ(strlen(a), 64);
+    ASSERT_OK(jsd_idempotency_id("ns", "tenant", "orders", "k1", b, NULL));
+    ASSERT_STREQ(a, b); /* stable */
+    /* every part counts, and the parts are length-delimited */
+    ASSERT_OK(jsd_idempotency_id("ns", "tenant", "orders", "k2", b, NULL));
+    ASSERT_TRUE(strcmp(a, b) != 0);
+    ASSERT_OK(jsd_idempotency_id("ns", "tenant2", "orders", "k1", b, NULL));
+    ASSERT_TRUE(strcmp(a, b) != 0);
+    ASSERT_OK(jsd_idempotency_id("ns2", "tenant", "orders", "k1", b, NULL));
+    ASSERT_TRUE(strcmp(a, b) != 0);
+    ASSERT_OK(jsd_idempotency_id("ns", "tenant", "orders2", "k1", b, NULL));
+    ASSERT_TRUE(strcmp(a, b) != 0);
+    ASSERT_OK(jsd_idempotency_id("ns", "tenan", "torders", "k1", b, NULL));
+    ASSERT_TRUE(strcmp(a, b) != 0);
+    /* a known vector: sha256(be64(2)"ns" be64(1)"t" be64(1)"o" be64(1)"k") */
+    ASSERT_OK(jsd_idempotency_id("ns", "t", "o", "k", a, NULL));
+    const char *parts[] = {"ns", "t", "o", "k"};
+    jsd__ld_sha256_hex(parts, NULL, 4, b);
+    ASSERT_STREQ(a, b);
+    /* limits */
+    ASSERT_STATUS(jsd_idempotency_id("ns", "t", "o", "", a, &e), JSD_ERR_INVALID);
+    ASSERT_STATUS(jsd_idempotency_id("ns", "t", "o", NULL, a, &e), JSD_ERR_INVALID);
+    memset(key, 'k', 256);
+    key[256] = '\0';
+    ASSERT_OK(jsd_idempotency_id("ns", "t", "o", key, a, NULL));
+    key[256] = 'k';
+    key[257] = '\0';
+    ASSERT_STATUS(jsd_idempotency_id("ns", "t", "o", key, a, &e), JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(e.msg, "key is 257 bytes");
+}
+
+JSD_TEST_MAIN(cmocka_unit_test(stream_names), cmocka_unit_test(exact_subjects),
+              cmocka_unit_test(tenant_subjects), cmocka_unit_test(filters_and_matching),
+              cmocka_unit_test(header_names_and_values), cmocka_unit_test(idempotency_ids))
