@@ -1,18 +1,1174 @@
 /*
- * conn — placeholder until the connection profile lands.
+ * conn — the connection profile: explicit settings (jsd_conn_opts) become one
+ * natsConnection and one jsCtx (CONN-1..5).
+ *
+ * Open validates the whole profile first (URLs, one auth method, ranges), then
+ * connects with nats.c's own retry-on-failed-connect off: the start-up budget
+ * is ours, so a definitive refusal (authorization, TLS) ends the attempt at
+ * once while an unreachable server is retried with backoff until the budget
+ * is spent. With require_jetstream the JetStream API must answer; there is no
+ * fallback to core NATS. At run time nats.c reconnects for ever by default;
+ * callbacks keep an atomic "connected" flag and a reconnect counter, and one
+ * asynchronous error handler installed at open fans server errors out to the
+ * listeners of conn_int.h.
+ *
+ * Credentials. The profile's token, user, password and file names are copied
+ * at open and wiped at close; no error, log line or status text ever contains
+ * them, and URLs are shown with their user-info replaced by "***" (nats.c's
+ * own error texts pass through the same redaction). The token is handed to
+ * nats.c through a token callback so the library keeps no copy of it in its
+ * options. Limits we cannot fix from outside: nats.c copies user and password
+ * (natsOptions_SetUserInfo) and URLs carrying user-info into its options and
+ * its server pool, and builds the CONNECT line (which holds the token or the
+ * password) in its own buffers; it frees those with plain free() at close,
+ * without overwriting them, so the bytes may remain in freed heap memory
+ * until reused. Creds and NKey seed files are read by nats.c itself at each
+ * connect and their contents are handled the same way.
+ *
+ * Callbacks and lifetime. nats.c runs connection callbacks on its own thread
+ * and may deliver the closed callback after natsConnection_Destroy returned,
+ * so callbacks get a separate state block (struct conn_shared) that close
+ * frees only once the closed callback has run.
  */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "jsd_int.h"
+#include "conn_int.h"
+
+#define CONN_MAX_URLS      32
+#define CONN_MAX_LISTENERS 16
+#define CONN_CLOSE_WAIT_MS 5000
+
+typedef struct conn_listener {
+    jsd__conn_error_fn fn;
+    void *user;
+} conn_listener;
+
+/* State shared with nats.c's callback thread. */
+typedef struct conn_shared {
+    pthread_mutex_t lk;
+    pthread_cond_t cv;
+    atomic_int connected;
+    atomic_uint_least64_t reconnects;
+    atomic_int version_stale;
+    atomic_int closing; /* jsd_conn_close started: a disconnect is expected */
+    bool closed;        /* the closed callback ran */
+    bool have_nc;       /* a connection exists, so a closed callback will come */
+    conn_listener listeners[CONN_MAX_LISTENERS];
+} conn_shared;
+
+typedef struct conn_url {
+    char *raw;      /* as given (may hold credentials) */
+    char *redacted; /* user-info replaced by *** */
+    char scheme[8];
+    char host[256];
+    int port;
+} conn_url;
+
+struct jsd_conn {
+    natsConnection *nc;
+    jsCtx *js;
+    conn_shared *sh;
+
+    conn_url urls[CONN_MAX_URLS];
+    int nurls;
+    char *servers_redacted;
+
+    /* secrets and profile copies (wiped at close) */
+    char *token;
+    char *user;
+    char *password;
+    char *creds_file;
+    char *nkey_seed_file;
+    char *name;
+
+    int connect_timeout_ms;
+    int request_timeout_ms;
+    int require_jetstream;
+
+    char server_version[64];
+    jsd_error last;
+};
+
+/* ---- library init ------------------------------------------------------------ */
+
+static pthread_once_t nats_once = PTHREAD_ONCE_INIT;
+static natsStatus nats_open_status = NATS_OK;
+
+static void nats_open_once(void)
+{
+    /* Never paired with nats_Close(): other connections (and other users of
+     * nats.c in the process) may exist at any time. */
+    nats_open_status = nats_Open(-1);
+}
+
+/* ---- defaults ---------------------------------------------------------------- */
 
 void jsd_conn_opts_init(jsd_conn_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof(*o));
+    o->name = "jsdurable";
+    o->connect_timeout_ms = 2000;
+    o->request_timeout_ms = 5000;
+    o->startup_budget_ms = 10000;
+    o->reconnect_attempts = -1;
+    o->reconnect_wait_ms = 250;
+    o->reconnect_jitter_ms = 100;
+    o->reconnect_buffer_bytes = 8 * 1024 * 1024;
+    o->max_pending_msgs = 65536;
+    o->max_pending_bytes = 64 * 1024 * 1024;
+    o->require_jetstream = 1;
+}
+
+/* ---- redaction --------------------------------------------------------------- */
+
+/* Copy src into dst replacing the user-info of every "scheme://user-info@"
+ * with "***". */
+static void redact_urls(char *dst, size_t cap, const char *src)
+{
+    size_t o = 0;
+    if (cap == 0)
+        return;
+    if (!src)
+        src = "";
+    for (size_t i = 0; src[i] && o + 1 < cap;) {
+        if (src[i] == ':' && src[i + 1] == '/' && src[i + 2] == '/') {
+            for (int k = 0; k < 3 && o + 1 < cap; k++)
+                dst[o++] = src[i++];
+            /* user-info: up to '@' before any '/', space, ',' or quote */
+            size_t j = i;
+            while (src[j] && src[j] != '@' && src[j] != '/' && src[j] != ' ' && src[j] != ',' &&
+                   src[j] != '"' && src[j] != '\'' && src[j] != '\n')
+                j++;
+            if (src[j] == '@') {
+                const char *stars = "***@";
+                for (int k = 0; stars[k] && o + 1 < cap; k++)
+                    dst[o++] = stars[k];
+                i = j + 1;
+            }
+            continue;
+        }
+        dst[o++] = src[i++];
+    }
+    dst[o] = '\0';
+}
+
+/* Replace every occurrence of secret in buf (in place) with "***". */
+static void scrub_secret(char *buf, size_t cap, const char *secret)
+{
+    size_t sl;
+    char *p;
+    if (!secret || (sl = strlen(secret)) < 3)
+        return;
+    while ((p = strstr(buf, secret)) != NULL) {
+        size_t tail = strlen(p + sl);
+        if (sl >= 3) {
+            memcpy(p, "***", 3);
+            memmove(p + 3, p + sl, tail + 1);
+        }
+        (void)cap;
+    }
+}
+
+static void conn_scrub(const jsd_conn *c, char *buf, size_t cap)
+{
+    if (!c)
+        return;
+    scrub_secret(buf, cap, c->token);
+    scrub_secret(buf, cap, c->password);
+    for (int i = 0; i < c->nurls; i++) {
+        /* the raw URL's user-info, in case a text quotes it without scheme */
+        const char *r = c->urls[i].raw;
+        const char *s = strstr(r, "://");
+        const char *at = s ? strchr(s + 3, '@') : NULL;
+        if (s && at) {
+            char ui[256];
+            size_t n = (size_t)(at - (s + 3));
+            if (n > 0 && n < sizeof(ui)) {
+                memcpy(ui, s + 3, n);
+                ui[n] = '\0';
+                scrub_secret(buf, cap, ui);
+                char *colon = strchr(ui, ':');
+                if (colon)
+                    scrub_secret(buf, cap, colon + 1);
+                jsd__wipe(ui, sizeof(ui));
+            }
+        }
+    }
+}
+
+/* ---- error mapping ----------------------------------------------------------- */
+
+/* nats.c prefixes its texts with the source location, "(conn.c:1905): ";
+ * drop those in place. */
+static void strip_locations(char *t)
+{
+    char *p = t;
+    while ((p = strchr(p, '(')) != NULL) {
+        char *q = p + 1;
+        while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_' || *q == '/')
+            q++;
+        if (strncmp(q, ".c:", 3) == 0) {
+            q += 3;
+            while (*q >= '0' && *q <= '9')
+                q++;
+            if (q[0] == ')' && q[1] == ':' && q[2] == ' ') {
+                memmove(p, q + 3, strlen(q + 3) + 1);
+                continue;
+            }
+        }
+        p++;
+    }
+}
+
+static bool text_has(const char *t, const char *needle)
+{
+    return t && strcasestr(t, needle) != NULL;
+}
+
+jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const char *what)
+{
+    jsd_status st;
+    natsStatus ls = NATS_OK;
+    const char *lt = nats_GetLastError(&ls);
+    char text[384];
+
+    redact_urls(text, sizeof(text), (lt && *lt && ls == s) ? lt : "");
+    strip_locations(text);
+    switch (s) {
+    case NATS_OK:
+        st = JSD_OK;
+        break;
+    case NATS_CONNECTION_AUTH_FAILED:
+    case NATS_NOT_PERMITTED:
+        st = text_has(text, "Permissions Violation") ? JSD_ERR_NATS : JSD_ERR_AUTH;
+        if (s == NATS_CONNECTION_AUTH_FAILED)
+            st = JSD_ERR_AUTH;
+        break;
+    case NATS_SSL_ERROR:
+    case NATS_SECURE_CONNECTION_WANTED:
+    case NATS_SECURE_CONNECTION_REQUIRED:
+        st = JSD_ERR_TLS;
+        break;
+    case NATS_TIMEOUT:
+        st = JSD_ERR_TIMEOUT;
+        break;
+    case NATS_NO_MEMORY:
+        st = JSD_ERR_NOMEM;
+        break;
+    case NATS_NOT_FOUND:
+        st = JSD_ERR_NOT_FOUND;
+        break;
+    case NATS_NO_SERVER:
+    case NATS_IO_ERROR:
+    case NATS_CONNECTION_CLOSED:
+    case NATS_CONNECTION_DISCONNECTED:
+    case NATS_STALE_CONNECTION:
+    case NATS_NOT_YET_CONNECTED:
+        st = JSD_ERR_CONNECT;
+        break;
+    case NATS_NO_RESPONDERS:
+        st = JSD_ERR_NO_JETSTREAM;
+        break;
+    case NATS_INVALID_ARG:
+    case NATS_INVALID_SUBJECT:
+    case NATS_ADDRESS_MISSING:
+        st = JSD_ERR_INVALID;
+        break;
+    case NATS_MAX_PAYLOAD:
+        st = JSD_ERR_LIMIT;
+        break;
+    default:
+        st = JSD_ERR_NATS;
+        break;
+    }
+    if (text_has(text, "Authorization Violation") || text_has(text, "Authentication"))
+        st = JSD_ERR_AUTH;
+    if (jerr == JSNotEnabledErr || jerr == JSNotEnabledForAccountErr)
+        st = JSD_ERR_NO_JETSTREAM;
+    else if (jerr == JSStreamNotFoundErr || jerr == JSConsumerNotFoundErr)
+        st = JSD_ERR_NOT_FOUND;
+    if (!err)
+        return st;
+    if (text[0] && jerr)
+        jsd__err(err, st, "%s: %s (%s, JetStream error %d)", what ? what : "NATS",
+                 natsStatus_GetText(s), text, (int)jerr);
+    else if (text[0])
+        jsd__err(err, st, "%s: %s (%s)", what ? what : "NATS", natsStatus_GetText(s), text);
+    else if (jerr)
+        jsd__err(err, st, "%s: %s (JetStream error %d)", what ? what : "NATS",
+                 natsStatus_GetText(s), (int)jerr);
+    else
+        jsd__err(err, st, "%s: %s", what ? what : "NATS", natsStatus_GetText(s));
+    err->nats_status = (int)s;
+    err->js_err_code = (int)jerr;
+    return st;
+}
+
+/* ---- URL validation ---------------------------------------------------------- */
+
+static jsd_status parse_url(const char *raw, conn_url *u, jsd_error *err)
+{
+    char red[512];
+    const char *p, *hs, *he, *at, *end;
+
+    redact_urls(red, sizeof(red), raw);
+    p = strstr(raw, "://");
+    if (!p)
+        return jsd__err(
+            err, JSD_ERR_CONFIG,
+            "server URL \"%s\" has no scheme; write nats://host:port or tls://host:port", red);
+    if ((size_t)(p - raw) >= sizeof(u->scheme) || p == raw)
+        return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\" has an unknown scheme", red);
+    memcpy(u->scheme, raw, (size_t)(p - raw));
+    u->scheme[p - raw] = '\0';
+    for (char *q = u->scheme; *q; q++)
+        if (*q >= 'A' && *q <= 'Z')
+            *q = (char)(*q - 'A' + 'a');
+    if (strcmp(u->scheme, "ws") == 0 || strcmp(u->scheme, "wss") == 0)
+        return jsd__err(err, JSD_ERR_NOT_SUPPORTED,
+                        "server URL \"%s\": WebSocket URLs are not supported by nats.c %s; use "
+                        "nats:// or tls://",
+                        red, nats_GetVersion());
+    if (strcmp(u->scheme, "nats") != 0 && strcmp(u->scheme, "tls") != 0)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "server URL \"%s\" has scheme \"%s\"; use nats:// or tls://", red,
+                        u->scheme);
+    hs = p + 3;
+    end = hs + strcspn(hs, "/?#");
+    if (*end && !(end[0] == '/' && end[1] == '\0'))
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "server URL \"%s\" has a path or query; give only scheme://host:port", red);
+    at = NULL;
+    for (const char *q = hs; q < end; q++)
+        if (*q == '@')
+            at = q;
+    if (at)
+        hs = at + 1;
+    if (hs < end && *hs == '[') {
+        he = memchr(hs, ']', (size_t)(end - hs));
+        if (!he)
+            return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\": unclosed '[' in host", red);
+        if ((size_t)(he - hs - 1) >= sizeof(u->host) || he == hs + 1)
+            return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\" has a bad host", red);
+        memcpy(u->host, hs + 1, (size_t)(he - hs - 1));
+        u->host[he - hs - 1] = '\0';
+        he++;
+    } else {
+        he = hs;
+        while (he < end && *he != ':')
+            he++;
+        if (he == hs)
+            return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\" has no host", red);
+        if ((size_t)(he - hs) >= sizeof(u->host))
+            return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\": host name too long", red);
+        memcpy(u->host, hs, (size_t)(he - hs));
+        u->host[he - hs] = '\0';
+    }
+    for (const char *q = u->host; *q; q++) {
+        char ch = *q;
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '-' || ch == ':' || ch == '_' || ch == '%'))
+            return jsd__err(err, JSD_ERR_CONFIG,
+                            "server URL \"%s\": invalid character '%c' in host", red, ch);
+    }
+    u->port = 4222;
+    if (he < end) {
+        char portbuf[16];
+        int64_t port;
+        if (*he != ':')
+            return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\": junk after host", red);
+        he++;
+        if ((size_t)(end - he) >= sizeof(portbuf) || end == he)
+            return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\" has a bad port", red);
+        memcpy(portbuf, he, (size_t)(end - he));
+        portbuf[end - he] = '\0';
+        if (!jsd__parse_i64(portbuf, 1, 65535, &port))
+            return jsd__err(err, JSD_ERR_CONFIG,
+                            "server URL \"%s\": port \"%s\" is not a number in 1..65535", red,
+                            portbuf);
+        u->port = (int)port;
+    }
+    u->raw = jsd__strdup(raw);
+    u->redacted = jsd__strdup(red);
+    if (!u->raw || !u->redacted)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory copying server URLs");
+    return JSD_OK;
+}
+
+static jsd_status parse_servers(jsd_conn *c, const char *servers, jsd_error *err)
+{
+    const char *p = servers;
+    size_t total = 0;
+
+    if (!servers || !*servers)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "no NATS server given; set servers, e.g. \"nats://127.0.0.1:4222\"");
+    while (*p) {
+        const char *s = p, *e;
+        char one[512];
+        size_t n;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        e = s + strcspn(s, ",");
+        p = *e ? e + 1 : e;
+        n = (size_t)(e - s);
+        while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+            n--;
+        if (n == 0)
+            return jsd__err(err, JSD_ERR_CONFIG,
+                            "server list has an empty entry; separate URLs with single commas");
+        if (n >= sizeof(one))
+            return jsd__err(err, JSD_ERR_CONFIG, "a server URL is longer than %zu bytes",
+                            sizeof(one) - 1);
+        if (c->nurls >= CONN_MAX_URLS)
+            return jsd__err(err, JSD_ERR_CONFIG, "more than %d server URLs", CONN_MAX_URLS);
+        memcpy(one, s, n);
+        one[n] = '\0';
+        jsd_status st = parse_url(one, &c->urls[c->nurls], err);
+        c->nurls++; /* so a partial entry is freed */
+        jsd__wipe(one, sizeof(one));
+        if (st != JSD_OK)
+            return st;
+        total += strlen(c->urls[c->nurls - 1].redacted) + 1;
+    }
+    c->servers_redacted = jsd__malloc(total + 1);
+    if (!c->servers_redacted)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory");
+    c->servers_redacted[0] = '\0';
+    size_t off = 0;
+    for (int i = 0; i < c->nurls; i++) {
+        size_t l = strlen(c->urls[i].redacted);
+        if (i)
+            c->servers_redacted[off++] = ',';
+        memcpy(c->servers_redacted + off, c->urls[i].redacted, l);
+        off += l;
+        c->servers_redacted[off] = '\0';
+    }
+    return JSD_OK;
+}
+
+static bool url_has_userinfo(const conn_url *u)
+{
+    const char *s = strstr(u->raw, "://");
+    return s && strchr(s + 3, '@') != NULL;
+}
+
+/* ---- validation -------------------------------------------------------------- */
+
+static bool set(const char *s)
+{
+    return s && *s;
+}
+
+static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
+{
+    int methods = 0;
+    jsd_status st;
+
+    if ((st = parse_servers(c, o->servers, err)) != JSD_OK)
+        return st;
+    methods += set(o->token);
+    methods += set(o->user) || set(o->password);
+    methods += set(o->creds_file);
+    methods += set(o->nkey_seed_file);
+    if (methods > 1)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "more than one authentication method set; use only one of token, "
+                        "user+password, creds_file, nkey_seed_file");
+    if (set(o->user) != set(o->password))
+        return jsd__err(err, JSD_ERR_CONFIG, "%s",
+                        set(o->user) ? "user given without password"
+                                     : "password given without user");
+    for (int i = 0; i < c->nurls; i++)
+        if (methods > 0 && url_has_userinfo(&c->urls[i]))
+            return jsd__err(err, JSD_ERR_CONFIG,
+                            "server URL \"%s\" carries credentials and an authentication method "
+                            "is also set; use only one",
+                            c->urls[i].redacted);
+    if (set(o->tls_cert_file) != set(o->tls_key_file))
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "a TLS client certificate needs both tls_cert_file and tls_key_file");
+    if (o->tls_handshake_first) {
+#if defined(JSD_HAVE_NATS_TLS_HANDSHAKE_FIRST)
+        /* A nats.c that offers natsOptions_TLSHandshakeFirst: used in
+         * build_options(). Not compiled with nats.c 3.4.1. */
+#else
+        return jsd__err(err, JSD_ERR_NOT_SUPPORTED,
+                        "TLS handshake-first is not supported by nats.c %s (needs a newer client "
+                        "and nats-server >= 2.10.4)",
+                        nats_GetVersion());
+#endif
+    }
+#define RANGE(field, lo, hi, what)                                                                 \
+    do {                                                                                           \
+        if ((int64_t)o->field < (int64_t)(lo) || (int64_t)o->field > (int64_t)(hi))                \
+            return jsd__err(err, JSD_ERR_CONFIG, "%s is %lld; it must be in %lld..%lld", what,     \
+                            (long long)o->field, (long long)(lo), (long long)(hi));                \
+    } while (0)
+    RANGE(connect_timeout_ms, 1, 600000, "connect_timeout_ms");
+    RANGE(request_timeout_ms, 1, 600000, "request_timeout_ms");
+    RANGE(startup_budget_ms, 0, 86400000, "startup_budget_ms");
+    RANGE(reconnect_attempts, -1, 1000000000, "reconnect_attempts (-1 = for ever)");
+    RANGE(reconnect_wait_ms, 0, 3600000, "reconnect_wait_ms");
+    RANGE(reconnect_jitter_ms, 0, 3600000, "reconnect_jitter_ms");
+    RANGE(reconnect_buffer_bytes, 0, 1024 * 1024 * 1024, "reconnect_buffer_bytes");
+    RANGE(max_pending_msgs, 1, 100000000, "max_pending_msgs");
+    RANGE(max_pending_bytes, 1, INT64_C(1) << 40, "max_pending_bytes");
+#undef RANGE
+    if (o->name && strlen(o->name) > 256)
+        return jsd__err(err, JSD_ERR_CONFIG, "connection name is longer than 256 bytes");
+    return JSD_OK;
+}
+
+/* ---- callbacks --------------------------------------------------------------- */
+
+static void on_disconnected(natsConnection *nc, void *closure)
+{
+    conn_shared *sh = closure;
+    (void)nc;
+    atomic_store(&sh->connected, 0);
+    if (!atomic_load(&sh->closing))
+        JSD_WARN("conn", "disconnected from NATS; reconnecting");
+}
+
+static void on_reconnected(natsConnection *nc, void *closure)
+{
+    conn_shared *sh = closure;
+    (void)nc;
+    atomic_fetch_add(&sh->reconnects, 1);
+    atomic_store(&sh->version_stale, 1);
+    atomic_store(&sh->connected, 1);
+    JSD_INFO("conn", "reconnected to NATS");
+}
+
+static void on_closed(natsConnection *nc, void *closure)
+{
+    conn_shared *sh = closure;
+    (void)nc;
+    atomic_store(&sh->connected, 0);
+    pthread_mutex_lock(&sh->lk);
+    sh->closed = true;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->lk);
+}
+
+static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus s, void *closure)
+{
+    conn_shared *sh = closure;
+    const char *t = NULL;
+    char text[384];
+    (void)sub;
+    if (natsConnection_GetLastError(nc, &t) == NATS_OK || !t)
+        t = "";
+    redact_urls(text, sizeof(text), t && *t ? t : natsStatus_GetText(s));
+    strip_locations(text);
+    pthread_mutex_lock(&sh->lk);
+    for (int i = 0; i < CONN_MAX_LISTENERS; i++)
+        if (sh->listeners[i].fn)
+            sh->listeners[i].fn(s, text, sh->listeners[i].user);
+    pthread_mutex_unlock(&sh->lk);
+    if (s != NATS_SLOW_CONSUMER)
+        JSD_DEBUG("conn", "asynchronous NATS error: %s (%s)", natsStatus_GetText(s), text);
+}
+
+/* nats.c asks for the token at each (re)connect and does not keep it. */
+static const char *token_cb(void *closure)
+{
+    const jsd_conn *c = closure;
+    return c->token ? c->token : "";
+}
+
+/* ---- options ----------------------------------------------------------------- */
+
+static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions **out,
+                                jsd_error *err)
+{
+    natsOptions *no = NULL;
+    natsStatus s;
+    const char *urls[CONN_MAX_URLS];
+    bool secure = o->tls_required != 0;
+    const char *step = "creating NATS options";
+
+    *out = NULL;
+    for (int i = 0; i < c->nurls; i++) {
+        urls[i] = c->urls[i].raw;
+        if (strcmp(c->urls[i].scheme, "tls") == 0)
+            secure = true;
+    }
+    if ((s = natsOptions_Create(&no)) != NATS_OK)
+        goto fail;
+    step = "setting the server URLs";
+    if ((s = natsOptions_SetServers(no, urls, c->nurls)) != NATS_OK)
+        goto fail;
+    step = "setting options";
+    if ((s = natsOptions_SetNoRandomize(no, c->nurls <= 1)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetName(no, c->name)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetTimeout(no, o->connect_timeout_ms)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetSendAsap(no, true)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetAllowReconnect(no, true)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetMaxReconnect(
+             no, o->reconnect_attempts < 0 ? -1 : o->reconnect_attempts)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetReconnectWait(no, o->reconnect_wait_ms)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetReconnectJitter(no, o->reconnect_jitter_ms, o->reconnect_jitter_ms)) !=
+        NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetReconnectBufSize(no, o->reconnect_buffer_bytes)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetMaxPendingMsgs(no, o->max_pending_msgs)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetRetryOnFailedConnect(no, false, NULL, NULL)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetDisconnectedCB(no, on_disconnected, c->sh)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetReconnectedCB(no, on_reconnected, c->sh)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetClosedCB(no, on_closed, c->sh)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetErrorHandler(no, on_async_error, c->sh)) != NATS_OK)
+        goto fail;
+    step = "setting credentials";
+    if (c->token && (s = natsOptions_SetTokenHandler(no, token_cb, c)) != NATS_OK)
+        goto fail;
+    if (c->user && (s = natsOptions_SetUserInfo(no, c->user, c->password)) != NATS_OK)
+        goto fail;
+    if (c->creds_file) {
+        step = "loading the credentials file";
+        if ((s = natsOptions_SetUserCredentialsFromFiles(no, c->creds_file, NULL)) != NATS_OK)
+            goto fail;
+    }
+    if (c->nkey_seed_file) {
+        step = "loading the NKey seed file";
+        if ((s = natsOptions_SetNKeyFromSeed(no, NULL, c->nkey_seed_file)) != NATS_OK)
+            goto fail;
+    }
+    if (secure) {
+        step = "enabling TLS";
+        if ((s = natsOptions_SetSecure(no, true)) != NATS_OK)
+            goto fail;
+    }
+    if (set(o->tls_ca_file)) {
+        step = "loading the TLS CA file";
+        if ((s = natsOptions_LoadCATrustedCertificates(no, o->tls_ca_file)) != NATS_OK)
+            goto fail;
+    }
+    if (set(o->tls_cert_file)) {
+        step = "loading the TLS client certificate and key";
+        if ((s = natsOptions_LoadCertificatesChain(no, o->tls_cert_file, o->tls_key_file)) !=
+            NATS_OK)
+            goto fail;
+    }
+    if (set(o->tls_hostname)) {
+        step = "setting the expected TLS host name";
+        if ((s = natsOptions_SetExpectedHostname(no, o->tls_hostname)) != NATS_OK)
+            goto fail;
+    }
+    *out = no;
+    return JSD_OK;
+fail:
+    natsOptions_Destroy(no);
+    {
+        jsd_status st = jsd__err_nats(err, s, 0, step);
+        if (st == JSD_ERR_TLS || st == JSD_ERR_INVALID || st == JSD_ERR_NATS ||
+            s == NATS_SSL_ERROR || s == NATS_ERR || s == NATS_NOT_FOUND || s == NATS_IO_ERROR ||
+            s == NATS_SYS_ERROR)
+            st = (err ? (err->status = JSD_ERR_CONFIG) : JSD_ERR_CONFIG);
+        if (err)
+            conn_scrub(c, err->msg, sizeof(err->msg));
+        return st;
+    }
+}
+
+/* ---- connect ------------------------------------------------------------------- */
+
+/* true when a failed connect will not get better by retrying */
+static bool definitive(jsd_status st)
+{
+    return st == JSD_ERR_AUTH || st == JSD_ERR_TLS || st == JSD_ERR_CONFIG || st == JSD_ERR_NOMEM ||
+           st == JSD_ERR_INVALID;
+}
+
+static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStatus s,
+                                   jsd_error *err)
+{
+    jsd_error e;
+    jsd_status st;
+
+    jsd_error_clear(&e);
+    st = jsd__err_nats(&e, s, 0, "connect");
+    conn_scrub(c, e.msg, sizeof(e.msg));
+    if (s == NATS_SECURE_CONNECTION_WANTED) {
+        jsd__err(err, JSD_ERR_TLS,
+                 "TLS: server %s does not offer TLS but TLS is required; refusing a plaintext "
+                 "connection",
+                 c->servers_redacted);
+    } else if (s == NATS_SECURE_CONNECTION_REQUIRED) {
+        jsd__err(err, JSD_ERR_TLS,
+                 "TLS: server %s requires TLS; use a tls:// URL or set tls_required (with "
+                 "tls_ca_file)",
+                 c->servers_redacted);
+    } else if (st == JSD_ERR_AUTH) {
+        jsd__err(err, JSD_ERR_AUTH,
+                 "authorization failed at %s: the server rejected the credentials (%s); check "
+                 "the token, user/password or credentials file",
+                 c->servers_redacted, e.msg);
+    } else if (st == JSD_ERR_TLS) {
+        jsd__err(err, JSD_ERR_TLS, "TLS handshake with %s failed: %s", c->servers_redacted, e.msg);
+    } else {
+        jsd__err_copy(err, &e);
+    }
+    (void)o;
+    if (err) {
+        err->nats_status = (int)s;
+        conn_scrub(c, err->msg, sizeof(err->msg));
+    }
+    return err ? err->status : st;
+}
+
+static jsd_status connect_with_budget(jsd_conn *c, const jsd_conn_opts *o, natsOptions *no,
+                                      jsd_error *err)
+{
+    int64_t start = jsd__mono_ms(), deadline = start + o->startup_budget_ms;
+    int64_t backoff = 50;
+    int attempts = 0;
+    jsd_error last;
+    jsd_status st;
+
+    jsd_error_clear(&last);
+    for (;;) {
+        natsStatus s;
+        attempts++;
+        s = natsConnection_Connect(&c->nc, no);
+        if (s == NATS_OK)
+            return JSD_OK;
+        c->nc = NULL;
+        st = classify_connect(c, o, s, &last);
+        if (definitive(st)) {
+            jsd__err_copy(err, &last);
+            return st;
+        }
+        int64_t now = jsd__mono_ms();
+        if (now >= deadline)
+            break;
+        int64_t nap = JSD_MIN(backoff, deadline - now);
+        JSD_DEBUG("conn", "connect attempt %d to %s failed (%s); retrying in %lld ms", attempts,
+                  c->servers_redacted, last.msg, (long long)nap);
+        jsd__sleep_ms(nap);
+        backoff = JSD_MIN(backoff * 2, 1000);
+        if (jsd__mono_ms() >= deadline)
+            break;
+    }
+    jsd__err(err, JSD_ERR_CONNECT,
+             "cannot connect to NATS at %s within the start-up budget of %d ms (%d attempts); "
+             "last cause: %s",
+             c->servers_redacted, o->startup_budget_ms, attempts, last.msg);
+    if (err) {
+        err->nats_status = last.nats_status;
+        conn_scrub(c, err->msg, sizeof(err->msg));
+    }
+    return JSD_ERR_CONNECT;
+}
+
+static void connected_url(jsd_conn *c, char *out, size_t cap)
+{
+    char buf[512];
+    if (c->nc && natsConnection_GetConnectedUrl(c->nc, buf, sizeof(buf)) == NATS_OK && buf[0]) {
+        redact_urls(out, cap, buf);
+        jsd__wipe(buf, sizeof(buf));
+    } else {
+        jsd__strlcpy(out, c->servers_redacted ? c->servers_redacted : "", cap);
+    }
+}
+
+static jsd_status check_jetstream(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
+{
+    jsOptions jo;
+    jsAccountInfo *ai = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s;
+    char where[512];
+    int64_t deadline = jsd__mono_ms() + JSD_MAX(o->startup_budget_ms, o->request_timeout_ms);
+
+    jsOptions_Init(&jo);
+    jo.Wait = o->request_timeout_ms;
+    for (;;) {
+        jerr = 0;
+        s = js_GetAccountInfo(&ai, c->js, &jo, &jerr);
+        if (s == NATS_OK) {
+            jsAccountInfo_Destroy(ai);
+            return JSD_OK;
+        }
+        /* JetStream starting up (cluster without a leader yet): retry. */
+        if (!(jerr == JSClusterNotAvailErr || jerr == JSClusterNoPeersErr) ||
+            jsd__mono_ms() >= deadline)
+            break;
+        jsd__sleep_ms(100);
+    }
+    connected_url(c, where, sizeof(where));
+    if (s == NATS_NO_RESPONDERS || jerr == JSNotEnabledErr || jerr == JSNotEnabledForAccountErr) {
+        jsd__err(err, JSD_ERR_NO_JETSTREAM,
+                 "JetStream is not enabled on NATS server %s%s; jsdurable needs it and does not "
+                 "fall back to core NATS: start nats-server with -js (or a jetstream {} block in "
+                 "its configuration)%s",
+                 where, jerr == JSNotEnabledForAccountErr ? " for this account" : "",
+                 jerr == JSNotEnabledForAccountErr ? " and enable JetStream for the account" : "");
+        if (err) {
+            err->nats_status = (int)s;
+            err->js_err_code = (int)jerr;
+        }
+        return JSD_ERR_NO_JETSTREAM;
+    }
+    if (s == NATS_TIMEOUT) {
+        jsd__err(err, JSD_ERR_TIMEOUT,
+                 "JetStream on NATS server %s did not answer within request_timeout_ms=%d", where,
+                 o->request_timeout_ms);
+        if (err)
+            err->nats_status = (int)s;
+        return JSD_ERR_TIMEOUT;
+    }
+    jsd_status st = jsd__err_nats(err, s, jerr, "checking JetStream");
+    if (err)
+        conn_scrub(c, err->msg, sizeof(err->msg));
+    return st;
+}
+
+/* ---- server version (read from the server's INFO line) ------------------------ */
+
+/* Read the INFO line a NATS server sends on accept (in plain text, also on TLS
+ * servers that do not require the handshake first) and copy "version". */
+static bool probe_version(const char *host, int port, int timeout_ms, char *out, size_t cap)
+{
+    struct addrinfo hints, *res = NULL;
+    char portstr[16], buf[4096];
+    size_t len = 0;
+    int fd = -1;
+    bool ok = false;
+    int64_t deadline = jsd__mono_ms() + timeout_ms;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    jsd__snprintf(portstr, sizeof(portstr), "%d", port);
+    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
+        return false;
+    fd = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, res->ai_protocol);
+    if (fd < 0)
+        goto done;
+    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS)
+        goto done;
+    while (len + 1 < sizeof(buf)) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int64_t left = deadline - jsd__mono_ms();
+        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+            goto done;
+        ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+        if (n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                continue;
+            goto done;
+        }
+        len += (size_t)n;
+        buf[len] = '\0';
+        if (strstr(buf, "\r\n"))
+            break;
+    }
+    buf[len] = '\0';
+    if (strncmp(buf, "INFO ", 5) == 0) {
+        const char *v = strstr(buf, "\"version\":\"");
+        if (v) {
+            v += 11;
+            size_t n = strcspn(v, "\"");
+            if (n > 0 && n < cap) {
+                memcpy(out, v, n);
+                out[n] = '\0';
+                ok = true;
+            }
+        }
+    }
+done:
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    return ok;
+}
+
+static void refresh_version(jsd_conn *c)
+{
+    char url[512];
+    conn_url u;
+    jsd_error e;
+
+    c->server_version[0] = '\0';
+    if (!c->nc || natsConnection_GetConnectedUrl(c->nc, url, sizeof(url)) != NATS_OK || !url[0])
+        return;
+    memset(&u, 0, sizeof(u));
+    if (parse_url(url, &u, &e) == JSD_OK)
+        probe_version(u.host, u.port, c->connect_timeout_ms, c->server_version,
+                      sizeof(c->server_version));
+    jsd__free_secret(u.raw);
+    jsd__free(u.redacted);
+    jsd__wipe(url, sizeof(url));
+}
+
+/* ---- open / close ---------------------------------------------------------------- */
+
+static void conn_free(jsd_conn *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->nurls; i++) {
+        jsd__free_secret(c->urls[i].raw);
+        jsd__free(c->urls[i].redacted);
+    }
+    jsd__free(c->servers_redacted);
+    jsd__free_secret(c->token);
+    jsd__free_secret(c->user);
+    jsd__free_secret(c->password);
+    jsd__free_secret(c->creds_file);
+    jsd__free_secret(c->nkey_seed_file);
+    jsd__free(c->name);
+    if (c->sh) {
+        pthread_mutex_destroy(&c->sh->lk);
+        pthread_cond_destroy(&c->sh->cv);
+        jsd__free(c->sh);
+    }
+    jsd__wipe(c, sizeof(*c));
+    jsd__free(c);
+}
+
+static jsd_status copy_secret(char **dst, const char *src)
+{
+    if (!set(src))
+        return JSD_OK;
+    *dst = jsd__strdup(src);
+    return *dst ? JSD_OK : JSD_ERR_NOMEM;
 }
 
 jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
 {
-    (void)o;
+    jsd_conn *c = NULL;
+    natsOptions *no = NULL;
+    jsd_status st;
+
+    if (!out)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd_conn_open: out is NULL");
     *out = NULL;
-    return jsd__err(err, JSD_ERR_NOT_SUPPORTED, "connections are not implemented yet");
+    if (!o)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd_conn_open: options are NULL");
+    pthread_once(&nats_once, nats_open_once);
+    if (nats_open_status != NATS_OK)
+        return jsd__err(err, JSD_ERR_INTERNAL, "cannot initialise the nats.c library: %s",
+                        natsStatus_GetText(nats_open_status));
+
+    c = jsd__calloc(1, sizeof(*c));
+    if (!c)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening a connection");
+    c->sh = jsd__calloc(1, sizeof(*c->sh));
+    if (!c->sh) {
+        jsd__free(c);
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening a connection");
+    }
+    pthread_mutex_init(&c->sh->lk, NULL);
+    pthread_cond_init(&c->sh->cv, NULL);
+
+    if ((st = validate(c, o, err)) != JSD_OK)
+        goto fail;
+    if (copy_secret(&c->token, o->token) || copy_secret(&c->user, o->user) ||
+        copy_secret(&c->password, o->password) || copy_secret(&c->creds_file, o->creds_file) ||
+        copy_secret(&c->nkey_seed_file, o->nkey_seed_file) ||
+        !(c->name = jsd__strdup(set(o->name) ? o->name : "jsdurable"))) {
+        st = jsd__err(err, JSD_ERR_NOMEM, "out of memory copying the connection profile");
+        goto fail;
+    }
+    c->connect_timeout_ms = o->connect_timeout_ms;
+    c->request_timeout_ms = o->request_timeout_ms;
+    c->require_jetstream = o->require_jetstream;
+
+    if ((st = build_options(c, o, &no, err)) != JSD_OK)
+        goto fail;
+    if ((st = connect_with_budget(c, o, no, err)) != JSD_OK)
+        goto fail;
+    c->sh->have_nc = true;
+    atomic_store(&c->sh->connected, 1);
+    natsOptions_Destroy(no);
+    no = NULL;
+
+    {
+        jsOptions jo;
+        natsStatus s;
+        jsOptions_Init(&jo);
+        jo.Wait = c->request_timeout_ms;
+        if ((s = natsConnection_JetStream(&c->js, c->nc, &jo)) != NATS_OK) {
+            st = jsd__err_nats(err, s, 0, "creating the JetStream context");
+            goto fail;
+        }
+    }
+    if (c->require_jetstream && (st = check_jetstream(c, o, err)) != JSD_OK)
+        goto fail;
+    refresh_version(c);
+    JSD_INFO("conn", "connected to NATS %s (server %s)", c->servers_redacted,
+             c->server_version[0] ? c->server_version : "?");
+    *out = c;
+    return JSD_OK;
+fail:
+    natsOptions_Destroy(no);
+    jsd_conn_close(c);
+    return st;
+}
+
+void jsd_conn_close(jsd_conn *c)
+{
+    if (!c)
+        return;
+    if (c->js) {
+        jsCtx_Destroy(c->js);
+        c->js = NULL;
+    }
+    if (c->nc) {
+        atomic_store(&c->sh->closing, 1);
+        natsConnection_Destroy(c->nc);
+        c->nc = NULL;
+        if (c->sh->have_nc) {
+            /* wait for nats.c's closed callback, the last one that touches sh */
+            struct timespec until;
+            bool done;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += CONN_CLOSE_WAIT_MS / 1000;
+            pthread_mutex_lock(&c->sh->lk);
+            while (!(done = c->sh->closed))
+                if (pthread_cond_timedwait(&c->sh->cv, &c->sh->lk, &until) == ETIMEDOUT) {
+                    done = c->sh->closed;
+                    break;
+                }
+            pthread_mutex_unlock(&c->sh->lk);
+            if (!done) {
+                JSD_WARN("conn",
+                         "nats.c did not report the connection closed within %d ms; "
+                         "keeping its callback state allocated",
+                         CONN_CLOSE_WAIT_MS);
+                c->sh = NULL; /* leaked on purpose: a late callback may still use it */
+            }
+        }
+    }
+    conn_free(c);
+}
+
+/* ---- accessors ------------------------------------------------------------------- */
+
+const char *jsd_conn_errmsg(const jsd_conn *c)
+{
+    return c ? c->last.msg : "";
+}
+
+const jsd_error *jsd_conn_error(const jsd_conn *c)
+{
+    return c ? &c->last : NULL;
+}
+
+int jsd_conn_is_connected(jsd_conn *c)
+{
+    return c && c->sh ? atomic_load(&c->sh->connected) : 0;
+}
+
+uint64_t jsd_conn_reconnects(jsd_conn *c)
+{
+    return c && c->sh ? (uint64_t)atomic_load(&c->sh->reconnects) : 0;
+}
+
+const char *jsd_conn_server_version(jsd_conn *c)
+{
+    if (!c)
+        return "";
+    if (atomic_exchange(&c->sh->version_stale, 0) && atomic_load(&c->sh->connected))
+        refresh_version(c);
+    return c->server_version;
+}
+
+const char *jsd_conn_servers_redacted(const jsd_conn *c)
+{
+    return c && c->servers_redacted ? c->servers_redacted : "";
+}
+
+jsd_status jsd_conn_publish_core(jsd_conn *c, const char *subject, const void *data, size_t len)
+{
+    natsStatus s;
+    if (!c)
+        return JSD_ERR_INVALID;
+    jsd_error_clear(&c->last);
+    if (!subject || !*subject)
+        return jsd__err(&c->last, JSD_ERR_INVALID, "core publish: empty subject");
+    if (len > (size_t)INT32_MAX)
+        return jsd__err(&c->last, JSD_ERR_LIMIT, "core publish to \"%s\": %zu bytes is too large",
+                        subject, len);
+    s = natsConnection_Publish(c->nc, subject, data, (int)len);
+    if (s != NATS_OK) {
+        char what[300];
+        jsd__snprintf(what, sizeof(what), "core publish to \"%s\"", subject);
+        return jsd__err_nats(&c->last, s, 0, what);
+    }
+    return JSD_OK;
+}
+
+/* ---- internal API (conn_int.h) ------------------------------------------------- */
+
+natsConnection *jsd__conn_nats(jsd_conn *c)
+{
+    return c ? c->nc : NULL;
+}
+
+jsCtx *jsd__conn_js(jsd_conn *c)
+{
+    return c ? c->js : NULL;
+}
+
+int jsd__conn_request_timeout_ms(const jsd_conn *c)
+{
+    return c ? c->request_timeout_ms : 5000;
+}
+
+int jsd__conn_add_error_listener(jsd_conn *c, jsd__conn_error_fn fn, void *user)
+{
+    int h = -1;
+    if (!c || !c->sh || !fn)
+        return -1;
+    pthread_mutex_lock(&c->sh->lk);
+    for (int i = 0; i < CONN_MAX_LISTENERS; i++) {
+        if (!c->sh->listeners[i].fn) {
+            c->sh->listeners[i].fn = fn;
+            c->sh->listeners[i].user = user;
+            h = i;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->sh->lk);
+    if (h < 0)
+        JSD_ERROR("conn", "more than %d error listeners on one connection", CONN_MAX_LISTENERS);
+    return h;
+}
+
+void jsd__conn_remove_error_listener(jsd_conn *c, int handle)
+{
+    if (!c || !c->sh || handle < 0 || handle >= CONN_MAX_LISTENERS)
+        return;
+    pthread_mutex_lock(&c->sh->lk);
+    c->sh->listeners[handle].fn = NULL;
+    c->sh->listeners[handle].user = NULL;
+    pthread_mutex_unlock(&c->sh->lk);
 }
