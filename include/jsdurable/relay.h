@@ -1,14 +1,130 @@
 /*
- * relay — DRAFT placeholder; the public API of this part is written by its issue.
+ * The outbox relay (RELAY-1..4): publishes committed outbox effects to
+ * JetStream and records the broker's receipt.
+ *
+ * A relay claims due effects in batches under a lease, publishes each one
+ * asynchronously with its stable Nats-Msg-Id (derived from owner and effect
+ * id, the same on every retry) and the stream that captures its subject as
+ * Nats-Expected-Stream, waits for the PubAcks, and then writes the receipts of
+ * the whole batch (stream, sequence, duplicate flag) in one transaction that
+ * still holds the lease. Publish first, receipt second: a crash in between
+ * leaves the lease to expire, and the retry with the same id is collapsed by
+ * JetStream's duplicate window (the receipt then says duplicate=true).
+ *
+ * A failed publication stores no receipt: the attempt count and last error
+ * grow, the next attempt waits by capped exponential backoff, and when the
+ * attempt budget is spent the effect is dead-lettered (it stays in the store,
+ * visible to `jsdurable status`). Effects that share an ordering key are
+ * published one at a time in commit order; a failing one holds back the rest
+ * of its key until it is published or dead-lettered. While NATS is down the
+ * relay keeps running and claims nothing; the backlog drains on recovery.
+ *
+ * Several relays (processes) may share one PostgreSQL database without a
+ * leader; on SQLite run one relay per database file.
  */
 #ifndef JSDURABLE_RELAY_H
 #define JSDURABLE_RELAY_H
 
-#include "status.h"
+#include "conn.h"
+#include "store.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct jsd_relay jsd_relay;
+
+/* What on_published receives for each effect whose receipt was committed.
+ * Pointers are valid only during the call. */
+typedef struct jsd_relay_published {
+    const char *owner;
+    const char *id;
+    const char *msg_id; /* the Nats-Msg-Id it carried */
+    const char *subject;
+    const char *stream;
+    uint64_t seq;          /* stream sequence from the PubAck */
+    int duplicate;         /* the broker had it already (a retry was collapsed) */
+    int64_t acked_mono_us; /* monotonic clock (CLOCK_MONOTONIC, µs) when the PubAck arrived */
+} jsd_relay_published;
+
+typedef void (*jsd_relay_published_fn)(const jsd_relay_published *p, void *user);
+
+typedef struct jsd_relay_opts {
+    int batch_size;          /* effects per claim, 1..4096; default 256 */
+    int max_in_flight;       /* publications awaiting a PubAck, 1..1024; default 1024 */
+    int lease_ms;            /* claim lease; default 30000; must exceed publish_deadline_ms
+                                by at least 1000 (the lease covers publish + receipt) */
+    int poll_interval_ms;    /* query at least this often when idle; default 1000 */
+    int publish_deadline_ms; /* per publication, PubAck included; (0, 300000]; default 5000 */
+    int backoff_base_ms;     /* first retry delay after a failure; default 500 */
+    int backoff_cap_ms;      /* longest retry delay; default 60000 */
+    int attempt_budget;      /* failed attempts before dead-lettering, 1..100000; default 50 */
+    /* Optional observer, called on the relay's thread after a batch's receipts
+     * are committed, once per effect retired. It must not call back into the
+     * relay (except jsd_relay_stop and jsd_relay_stats). */
+    jsd_relay_published_fn on_published;
+    void *on_published_user;
+} jsd_relay_opts;
+
+/* Fill defaults. */
+void jsd_relay_opts_init(jsd_relay_opts *o);
+
+/*
+ * Make a relay. store and conn are borrowed and must outlive the relay. The
+ * relay uses store from its own thread for its whole life: pass a store
+ * handle opened for the relay alone (jsd_store_open again on the same URL),
+ * not one the application also uses. The options are copied and validated
+ * (JSD_ERR_CONFIG names the bad one). On failure *out is NULL and err says why.
+ */
+jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
+                            const jsd_relay_opts *opts, jsd_error *err);
+
+/*
+ * Run until jsd_relay_stop(): claim, publish, record receipts and failures,
+ * wait for wake-ups when idle. A NATS outage never ends it; a store failure
+ * is logged, counted and retried after the poll interval. On stop it claims
+ * nothing new, settles the publications in flight (each within its deadline)
+ * and writes their receipts, then returns JSD_OK. Returns an error only for a
+ * misuse (JSD_ERR_INVALID, JSD_ERR_BUSY when already running).
+ */
+jsd_status jsd_relay_run(jsd_relay *r);
+
+/*
+ * Run until nothing is due and nothing is in flight, then return JSD_OK
+ * (also after jsd_relay_stop()). Effects whose not-before time or backoff lies
+ * in the future are not waited for. While NATS is down it keeps waiting (a
+ * backlog is due work). Useful for batch jobs and tests.
+ */
+jsd_status jsd_relay_run_until_idle(jsd_relay *r);
+
+/*
+ * Ask a running relay to stop. Thread-safe and async-signal-safe: it only
+ * stores to a lock-free atomic flag, so a signal handler may call it. The
+ * relay notices within 100 ms.
+ */
+void jsd_relay_stop(jsd_relay *r);
+
+/* Destroy a relay that is not running. Accepts NULL. Publications still in
+ * flight (a run that returned early on an error) keep their leases, which
+ * expire. */
+void jsd_relay_destroy(jsd_relay *r);
+
+typedef struct jsd_relay_stats {
+    uint64_t published;     /* receipts committed (duplicates included) */
+    uint64_t duplicates;    /* of those, duplicate=true */
+    uint64_t errors;        /* failed attempts recorded (failed, denied, unknown, no stream) */
+    uint64_t dead_lettered; /* effects whose budget this relay spent */
+    uint64_t in_flight;     /* publications awaiting a PubAck right now */
+    uint64_t batches;       /* claims that returned at least one effect */
+    uint64_t lease_lost;    /* receipts refused because the lease had been taken over */
+    uint64_t store_errors;  /* store calls that failed and were retried */
+} jsd_relay_stats;
+
+/* A snapshot of the counters. Thread-safe. */
+void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out);
+
+/* Last error text of this handle ("" if none). */
+const char *jsd_relay_errmsg(const jsd_relay *r);
 
 #ifdef __cplusplus
 }

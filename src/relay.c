@@ -1,0 +1,882 @@
+/*
+ * relay — the outbox relay (RELAY-1..4): claims due effects from the store
+ * under a lease, publishes them through the publication engine with their
+ * stable Nats-Msg-Id and expected stream, and records the PubAck receipts.
+ * It owns its store handle (one thread), borrows the NATS connection, and
+ * keeps many publications in flight: while the acks of one batch are
+ * outstanding, the next batch is already claimed and submitted, so the
+ * throughput approaches raw asynchronous publishing. The receipts of a batch
+ * are written in one transaction; failures in a second one.
+ *
+ * DESIGN (crash ordering; see also src/store/store.h and docs/RELAY.md)
+ *
+ *   claim(token T, lease L)            -- crash point relay.after_claim
+ *   submit each effect (msg id M)      -- crash point relay.after_publish
+ *   PubAck for every effect of batch   -- crash point relay.before_receipt_commit
+ *   record_receipts(T) one transaction -- crash point relay.after_receipt_commit
+ *   record_failures(T) / release(T)
+ *
+ * 1. M is derived by the store from (owner, effect id) and never changes: a
+ *    retry, by this relay or by another after a crash, carries the same M.
+ * 2. Publish first, receipt second. A crash after the claim leaves effects
+ *    leased and unpublished: the lease expires and they are claimed again. A
+ *    crash after submission or after the PubAck, before the receipt commit,
+ *    leaves the message maybe or surely stored with no receipt: after the
+ *    lease expires the next claim republishes M, JetStream's duplicate window
+ *    collapses it and answers duplicate=true with the original sequence, and
+ *    that receipt retires the effect. A crash after the receipt commit loses
+ *    nothing: the effect is retired. So every effect gets exactly one receipt
+ *    and the stream exactly one message per M, as long as a retry comes
+ *    within the stream's duplicate window (lease << window; documented).
+ * 3. The lease must outlive the publication: lease_ms > publish deadline +
+ *    1 s is enforced at create. A relay that stalls past its lease anyway (a
+ *    zombie) cannot overwrite the new holder's result: receipts and failures
+ *    are written only WHERE lease_token = T; the refused ones are counted
+ *    (lease_lost) and the new holder's duplicate receipt stands.
+ * 4. A publication that fails stores no receipt. FAILED, DENIED and UNKNOWN
+ *    count an attempt (with the reason) and back off; at the budget the effect
+ *    is dead-lettered. REJECTED (cannot ever be published) is dead-lettered at
+ *    once. UNAVAILABLE and RETRYABLE prove nothing was sent: the lease is
+ *    released without counting an attempt, so an outage never spends budgets.
+ *    UNKNOWN may have been stored: the retry uses the same M.
+ * 5. Order: the store claims an effect with an ordering key only when no
+ *    earlier effect of its key is unpublished (and not dead-lettered), so at
+ *    most one per key is in flight, and a failed one holds its key back until
+ *    it is published or dead-lettered.
+ * 6. Wake-ups (NOTIFY / in-process signal) only prompt a claim; the relay also
+ *    claims at least every poll interval and when the store's next due time
+ *    (durable timers, backoff) arrives.
+ */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conn_int.h"
+#include "jsd_int.h"
+#include "pubengine.h"
+#include "store/store.h"
+#include "subject.h"
+
+#define COMP "relay"
+
+#define STREAM_CACHE_BUCKETS 256
+#define STREAM_CACHE_MAX     4096
+#define STREAM_NEG_TTL_MS    1000  /* "no stream captures" is re-checked after this */
+#define STREAM_POS_TTL_MS    60000 /* a found stream is re-checked after this */
+#define STOP_SLICE_MS        100   /* the longest a wait ignores jsd_relay_stop */
+#define UNAVAILABLE_PAUSE_MS 250   /* claims pause after a publication found NATS down */
+#define RECEIPT_RETRIES      5     /* store retries of a batch's receipt commit */
+#define DRAIN_MAX            512
+
+/* ---- stream lookup cache ------------------------------------------------------ */
+
+typedef struct scache_entry {
+    struct scache_entry *next;
+    char *subject;
+    char stream[JSD_STREAM_NAME_MAX + 1]; /* "" = no stream captures it */
+    int64_t expires_ms;                   /* monotonic */
+} scache_entry;
+
+typedef struct scache {
+    scache_entry *b[STREAM_CACHE_BUCKETS];
+    size_t n;
+} scache;
+
+/* ---- batches in flight ------------------------------------------------------------ */
+
+enum slot_state { SLOT_UNSENT = 0, SLOT_PENDING, SLOT_DONE };
+
+typedef enum slot_fate {
+    FATE_RECEIPT = 1, /* ACCEPTED */
+    FATE_FAILURE,     /* an attempt is counted */
+    FATE_DEAD,        /* dead-letter now */
+    FATE_RELEASE      /* nothing sent: release without an attempt */
+} slot_fate;
+
+typedef struct rbatch rbatch;
+
+typedef struct slot {
+    rbatch *b;
+    uint32_t idx;
+    uint8_t state;
+    uint8_t fate;
+    bool duplicate;
+    uint64_t seq;
+    int64_t acked_us;
+    int64_t acked_ms;
+    char stream[JSD_STREAM_NAME_MAX + 1];
+    char reason[256];
+} slot;
+
+struct rbatch {
+    rbatch *next;
+    char token[JSD__LEASE_TOKEN_MAX];
+    jsd__effect_batch eb;
+    slot *slots;
+    size_t pending; /* submitted, not completed */
+    int64_t claimed_mono_ms;
+};
+
+struct jsd_relay {
+    jsd_store *store;
+    jsd_conn *conn;
+    jsd_relay_opts o;
+    jsd__backoff backoff;
+    jsd__pubengine *eng;
+    scache cache;
+
+    rbatch *head, *tail; /* batches in flight, oldest first */
+    rbatch *spare;       /* one recycled batch */
+    size_t in_flight;    /* slots PENDING */
+
+    atomic_int stop;
+    atomic_int running;
+
+    /* counters (read from any thread) */
+    atomic_uint_fast64_t n_published, n_duplicates, n_errors, n_dead, n_inflight, n_batches,
+        n_lease_lost, n_store_errors;
+
+    int64_t last_store_warn_ms;
+    jsd_error err;
+};
+
+/* ---- metrics: the one place relay counters reach the metrics module ----------- */
+
+typedef enum relay_counter {
+    RC_PUBLISHED,
+    RC_DUPLICATES,
+    RC_ERRORS,
+    RC_DEAD,
+    RC_LEASE_LOST,
+    RC_STORE_ERRORS,
+    RC_BATCHES
+} relay_counter;
+
+static void count(jsd_relay *r, relay_counter c, uint64_t n)
+{
+    if (n == 0)
+        return;
+    switch (c) {
+    case RC_PUBLISHED:
+        atomic_fetch_add(&r->n_published, n);
+        break;
+    case RC_DUPLICATES:
+        atomic_fetch_add(&r->n_duplicates, n);
+        break;
+    case RC_ERRORS:
+        atomic_fetch_add(&r->n_errors, n);
+        break;
+    case RC_DEAD:
+        atomic_fetch_add(&r->n_dead, n);
+        break;
+    case RC_LEASE_LOST:
+        atomic_fetch_add(&r->n_lease_lost, n);
+        break;
+    case RC_STORE_ERRORS:
+        atomic_fetch_add(&r->n_store_errors, n);
+        break;
+    case RC_BATCHES:
+        atomic_fetch_add(&r->n_batches, n);
+        break;
+    }
+    /* METRICS HOOK: jsd_relay_published_total, jsd_relay_duplicates_total,
+     * jsd_relay_errors_total, jsd_relay_dead_lettered_total, ... are fed from
+     * here once include/jsdurable/metrics.h offers process-wide counters. */
+}
+
+/* ---- options ------------------------------------------------------------------- */
+
+void jsd_relay_opts_init(jsd_relay_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->batch_size = 256;
+    o->max_in_flight = 1024;
+    o->lease_ms = 30000;
+    o->poll_interval_ms = 1000;
+    o->publish_deadline_ms = 5000;
+    o->backoff_base_ms = 1000;
+    o->backoff_cap_ms = 300000;
+    o->attempt_budget = JSD__DEFAULT_BUDGET;
+}
+
+static jsd_status check_opts(const jsd_relay_opts *o, jsd_error *err)
+{
+    if (o->batch_size < 1 || o->batch_size > 4096)
+        return jsd__err(err, JSD_ERR_CONFIG, "relay batch_size %d is outside 1..4096",
+                        o->batch_size);
+    if (o->max_in_flight < 1 || o->max_in_flight > JSD_ADMISSION_MAX)
+        return jsd__err(err, JSD_ERR_CONFIG, "relay max_in_flight %d is outside 1..%d",
+                        o->max_in_flight, JSD_ADMISSION_MAX);
+    if (o->publish_deadline_ms < 1 || o->publish_deadline_ms > JSD_DEADLINE_MAX_MS)
+        return jsd__err(err, JSD_ERR_CONFIG, "relay publish_deadline_ms %d is outside 1..%d",
+                        o->publish_deadline_ms, JSD_DEADLINE_MAX_MS);
+    if ((int64_t)o->lease_ms < (int64_t)o->publish_deadline_ms + 1000)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "relay lease_ms %d must exceed publish_deadline_ms %d by at least 1000 "
+                        "(the lease covers the publication and the receipt)",
+                        o->lease_ms, o->publish_deadline_ms);
+    if (o->poll_interval_ms < 1 || o->poll_interval_ms > 3600000)
+        return jsd__err(err, JSD_ERR_CONFIG, "relay poll_interval_ms %d is outside 1..3600000",
+                        o->poll_interval_ms);
+    if (o->backoff_base_ms < 1 || o->backoff_cap_ms < o->backoff_base_ms)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "relay backoff base %d ms / cap %d ms: need 1 <= base <= cap",
+                        o->backoff_base_ms, o->backoff_cap_ms);
+    if (o->attempt_budget < 1 || o->attempt_budget > 100000)
+        return jsd__err(err, JSD_ERR_CONFIG, "relay attempt_budget %d is outside 1..100000",
+                        o->attempt_budget);
+    return JSD_OK;
+}
+
+/* ---- stream cache ------------------------------------------------------------------ */
+
+static uint32_t hash_str(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void scache_clear(scache *c)
+{
+    for (size_t i = 0; i < STREAM_CACHE_BUCKETS; i++) {
+        scache_entry *e = c->b[i];
+        while (e) {
+            scache_entry *n = e->next;
+            jsd__free(e->subject);
+            jsd__free(e);
+            e = n;
+        }
+        c->b[i] = NULL;
+    }
+    c->n = 0;
+}
+
+static scache_entry *scache_find(scache *c, const char *subject)
+{
+    for (scache_entry *e = c->b[hash_str(subject) % STREAM_CACHE_BUCKETS]; e; e = e->next)
+        if (!strcmp(e->subject, subject))
+            return e;
+    return NULL;
+}
+
+static void scache_forget(scache *c, const char *subject)
+{
+    scache_entry **pp = &c->b[hash_str(subject) % STREAM_CACHE_BUCKETS];
+    for (; *pp; pp = &(*pp)->next) {
+        if (!strcmp((*pp)->subject, subject)) {
+            scache_entry *e = *pp;
+            *pp = e->next;
+            jsd__free(e->subject);
+            jsd__free(e);
+            c->n--;
+            return;
+        }
+    }
+}
+
+/*
+ * The stream that captures subject, into stream (cap JSD_STREAM_NAME_MAX + 1):
+ * JSD_OK with a name, JSD_ERR_NOT_FOUND when no stream captures it, another
+ * status when the lookup could not be made (NATS down, timeout).
+ */
+static jsd_status stream_for(jsd_relay *r, const char *subject, char *stream, char *why,
+                             size_t why_cap)
+{
+    int64_t now = jsd__mono_ms();
+    scache_entry *e = scache_find(&r->cache, subject);
+    if (e && e->expires_ms > now) {
+        jsd__strlcpy(stream, e->stream, JSD_STREAM_NAME_MAX + 1);
+        if (!stream[0]) {
+            jsd__snprintf(why, why_cap, "no stream captures subject %s", subject);
+            return JSD_ERR_NOT_FOUND;
+        }
+        return JSD_OK;
+    }
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status s = jsd__stream_for_subject(r->conn, subject, stream, JSD_STREAM_NAME_MAX + 1, &err);
+    if (s != JSD_OK && s != JSD_ERR_NOT_FOUND) {
+        jsd__snprintf(why, why_cap, "stream lookup for %s: %s", subject, err.msg);
+        return s;
+    }
+    if (!e) {
+        if (r->cache.n >= STREAM_CACHE_MAX)
+            scache_clear(&r->cache);
+        e = jsd__calloc(1, sizeof(*e));
+        char *dup = jsd__strdup(subject);
+        if (!e || !dup) {
+            jsd__free(e);
+            jsd__free(dup);
+            jsd__snprintf(why, why_cap, "out of memory caching the stream of %s", subject);
+            return JSD_ERR_NOMEM;
+        }
+        e->subject = dup;
+        uint32_t h = hash_str(subject) % STREAM_CACHE_BUCKETS;
+        e->next = r->cache.b[h];
+        r->cache.b[h] = e;
+        r->cache.n++;
+    }
+    if (s == JSD_ERR_NOT_FOUND) {
+        e->stream[0] = '\0';
+        e->expires_ms = now + STREAM_NEG_TTL_MS;
+        jsd__snprintf(why, why_cap, "no stream captures subject %s", subject);
+        stream[0] = '\0';
+        return JSD_ERR_NOT_FOUND;
+    }
+    jsd__strlcpy(e->stream, stream, sizeof(e->stream));
+    e->expires_ms = now + STREAM_POS_TTL_MS;
+    return JSD_OK;
+}
+
+/* ---- create / destroy -------------------------------------------------------------- */
+
+jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
+                            const jsd_relay_opts *opts, jsd_error *err)
+{
+    jsd_relay *r = NULL;
+    jsd_relay_opts defaults;
+    jsd_status s;
+
+    if (!out)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd_relay_create: out is NULL");
+    *out = NULL;
+    if (!store || !conn)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd_relay_create needs a store and a connection");
+    if (!opts) {
+        jsd_relay_opts_init(&defaults);
+        opts = &defaults;
+    }
+    if ((s = check_opts(opts, err)) != JSD_OK)
+        return s;
+    r = jsd__calloc(1, sizeof(*r));
+    if (!r)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory creating the relay");
+    r->store = store;
+    r->conn = conn;
+    r->o = *opts;
+    jsd__backoff_init(&r->backoff);
+    r->backoff.base_ms = opts->backoff_base_ms;
+    r->backoff.cap_ms = opts->backoff_cap_ms;
+    jsd__pubengine_opts eo = {.admission = opts->max_in_flight,
+                              .deadline_ms = opts->publish_deadline_ms};
+    s = jsd__pubengine_create(&r->eng, conn, &eo, err);
+    if (s != JSD_OK)
+        goto fail;
+    jsd_error_clear(&r->err);
+    *out = r;
+    return JSD_OK;
+fail:
+    jsd_relay_destroy(r);
+    return s;
+}
+
+static void batch_free(rbatch *b)
+{
+    if (!b)
+        return;
+    jsd__effect_batch_free(&b->eb);
+    jsd__free(b->slots);
+    jsd__free(b);
+}
+
+void jsd_relay_destroy(jsd_relay *r)
+{
+    if (!r)
+        return;
+    jsd__pubengine_destroy(r->eng);
+    for (rbatch *b = r->head; b;) {
+        rbatch *n = b->next;
+        batch_free(b);
+        b = n;
+    }
+    batch_free(r->spare);
+    scache_clear(&r->cache);
+    jsd__free(r);
+}
+
+const char *jsd_relay_errmsg(const jsd_relay *r)
+{
+    return r ? r->err.msg : "";
+}
+
+void jsd_relay_stop(jsd_relay *r)
+{
+    if (r)
+        atomic_store(&r->stop, 1);
+}
+
+void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!r)
+        return;
+    out->published = atomic_load(&r->n_published);
+    out->duplicates = atomic_load(&r->n_duplicates);
+    out->errors = atomic_load(&r->n_errors);
+    out->dead_lettered = atomic_load(&r->n_dead);
+    out->in_flight = atomic_load(&r->n_inflight);
+    out->batches = atomic_load(&r->n_batches);
+    out->lease_lost = atomic_load(&r->n_lease_lost);
+    out->store_errors = atomic_load(&r->n_store_errors);
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+static void store_trouble(jsd_relay *r, const char *what)
+{
+    count(r, RC_STORE_ERRORS, 1);
+    jsd__err(&r->err, JSD_ERR_STORE, "%s: %s", what, jsd_store_errmsg(r->store));
+    int64_t now = jsd__mono_ms();
+    if (now - r->last_store_warn_ms >= 5000) {
+        r->last_store_warn_ms = now;
+        JSD_WARN(COMP, "%s failed, will retry: %s", what, jsd_store_errmsg(r->store));
+    }
+}
+
+static rbatch *batch_new(jsd_relay *r, size_t cap)
+{
+    rbatch *b = r->spare;
+    r->spare = NULL;
+    if (!b) {
+        b = jsd__calloc(1, sizeof(*b));
+        if (!b)
+            return NULL;
+        jsd__effect_batch_init(&b->eb);
+    }
+    jsd__free(b->slots);
+    b->slots = jsd__calloc(cap ? cap : 1, sizeof(slot));
+    if (!b->slots) {
+        batch_free(b);
+        return NULL;
+    }
+    b->next = NULL;
+    b->pending = 0;
+    return b;
+}
+
+static void batch_recycle(jsd_relay *r, rbatch *b)
+{
+    jsd__effect_batch_clear(&b->eb);
+    jsd__free(b->slots);
+    b->slots = NULL;
+    if (!r->spare)
+        r->spare = b;
+    else
+        batch_free(b);
+}
+
+static void slot_fail(slot *sl, slot_fate fate, const char *fmt, ...) JSD_PRINTF(3, 4);
+static void slot_fail(slot *sl, slot_fate fate, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sl->reason, sizeof(sl->reason), fmt, ap);
+    va_end(ap);
+    sl->fate = (uint8_t)fate;
+    sl->state = SLOT_DONE;
+}
+
+/* Map a publication result onto the slot. */
+static void settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, const char *subject)
+{
+    switch (res->outcome) {
+    case JSD_OUTCOME_ACCEPTED:
+        sl->fate = FATE_RECEIPT;
+        sl->state = SLOT_DONE;
+        sl->seq = res->receipt.seq;
+        sl->duplicate = res->receipt.duplicate;
+        sl->acked_ms = res->receipt.accepted_at_ms ? res->receipt.accepted_at_ms : jsd__now_ms();
+        sl->acked_us = jsd__mono_us();
+        jsd__strlcpy(sl->stream, res->receipt.stream, sizeof(sl->stream));
+        return;
+    case JSD_OUTCOME_RETRYABLE:
+    case JSD_OUTCOME_UNAVAILABLE:
+        slot_fail(sl, FATE_RELEASE, "%s: %s", jsd_outcome_str(res->outcome), res->reason);
+        return;
+    case JSD_OUTCOME_REJECTED:
+        slot_fail(sl, FATE_DEAD, "rejected: %s", res->reason);
+        return;
+    case JSD_OUTCOME_FAILED:
+        /* A stream that no longer captures the subject, or another stream now
+         * does (10060 wrong expected stream): look it up again next time. */
+        scache_forget(&r->cache, subject);
+        /* fall through */
+    default:
+        if (res->js_err_code)
+            slot_fail(sl, FATE_FAILURE, "%s: %s (jetstream error %d)",
+                      jsd_outcome_str(res->outcome), res->reason, res->js_err_code);
+        else
+            slot_fail(sl, FATE_FAILURE, "%s: %s", jsd_outcome_str(res->outcome), res->reason);
+        return;
+    }
+}
+
+/* Claim and submit one batch. Returns the number claimed (0 when nothing was
+ * due), -1 on a store error. *saw_unavailable is set when a publication found
+ * NATS down. */
+static int claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
+{
+    rbatch *b = batch_new(r, (size_t)want);
+    if (!b) {
+        jsd__err(&r->err, JSD_ERR_NOMEM, "out of memory claiming a batch");
+        return -1;
+    }
+    if (!jsd__random_hex(b->token, 16)) {
+        batch_recycle(r, b);
+        jsd__err(&r->err, JSD_ERR_INTERNAL, "cannot draw a lease token");
+        return -1;
+    }
+    jsd_status s = jsd__store_claim(r->store, want, r->o.lease_ms, b->token, jsd__now_ms(), &b->eb);
+    if (s != JSD_OK) {
+        store_trouble(r, "claim");
+        batch_recycle(r, b);
+        return -1;
+    }
+    if (b->eb.n == 0) {
+        batch_recycle(r, b);
+        return 0;
+    }
+    JSD_CRASH_POINT("relay.after_claim");
+    count(r, RC_BATCHES, 1);
+    b->claimed_mono_ms = jsd__mono_ms();
+    if (r->tail)
+        r->tail->next = b;
+    else
+        r->head = b;
+    r->tail = b;
+
+    for (size_t i = 0; i < b->eb.n; i++) {
+        const jsd__claimed *e = &b->eb.items[i];
+        slot *sl = &b->slots[i];
+        sl->b = b;
+        sl->idx = (uint32_t)i;
+        if (atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+            slot_fail(sl, FATE_RELEASE, "relay stopping");
+            continue;
+        }
+        char stream[JSD_STREAM_NAME_MAX + 1], why[256];
+        s = stream_for(r, e->subject, stream, why, sizeof(why));
+        if (s == JSD_ERR_NOT_FOUND) {
+            slot_fail(sl, FATE_FAILURE, "failed: %s", why);
+            continue;
+        }
+        if (s != JSD_OK) {
+            slot_fail(sl, FATE_RELEASE, "unavailable: %s", why);
+            *saw_unavailable = true;
+            continue;
+        }
+        jsd__pub_req req = {
+            .subject = e->subject,
+            .msg_id = e->msg_id,
+            .expected_stream = stream,
+            .headers = e->headers,
+            .n_headers = e->n_headers,
+            .payload = e->payload,
+            .len = e->len,
+            .user = sl,
+        };
+        jsd_publish_result res;
+        if (jsd__pubengine_submit(r->eng, &req, &res)) {
+            sl->state = SLOT_PENDING;
+            b->pending++;
+            r->in_flight++;
+        } else {
+            settle(r, sl, &res, e->subject);
+            if (res.outcome == JSD_OUTCOME_UNAVAILABLE)
+                *saw_unavailable = true;
+        }
+    }
+    atomic_store(&r->n_inflight, r->in_flight);
+    JSD_CRASH_POINT("relay.after_publish");
+    return (int)b->eb.n;
+}
+
+/* Write the outcome of a batch whose publications are all settled. */
+static void finish_batch(jsd_relay *r, rbatch *b)
+{
+    size_t n = b->eb.n, nr = 0, nf = 0, nrel = 0;
+    jsd__receipt *rc = jsd__calloc(n, sizeof(*rc));
+    jsd__failure *fl = jsd__calloc(n, sizeof(*fl));
+    int64_t *rel = jsd__calloc(n, sizeof(*rel));
+    if (!rc || !fl || !rel) {
+        /* Nothing is written: the leases expire and the effects are published
+         * again with the same ids (duplicates), which is safe. */
+        JSD_ERROR(COMP, "out of memory writing %zu receipts; they will be retried", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const slot *sl = &b->slots[i];
+        const jsd__claimed *e = &b->eb.items[i];
+        switch (sl->fate) {
+        case FATE_RECEIPT:
+            rc[nr].row_id = e->row_id;
+            rc[nr].stream = sl->stream;
+            rc[nr].seq = sl->seq;
+            rc[nr].duplicate = sl->duplicate;
+            rc[nr].published_at_ms = sl->acked_ms;
+            nr++;
+            break;
+        case FATE_FAILURE:
+        case FATE_DEAD:
+            fl[nf].row_id = e->row_id;
+            fl[nf].error = sl->reason;
+            fl[nf].dead_letter_now = sl->fate == FATE_DEAD;
+            nf++;
+            break;
+        default:
+            rel[nrel++] = e->row_id;
+            break;
+        }
+    }
+
+    if (nr) {
+        JSD_CRASH_POINT("relay.before_receipt_commit");
+        size_t applied = 0;
+        jsd_status s = JSD_ERR_STORE;
+        for (int tryno = 0; tryno < RECEIPT_RETRIES; tryno++) {
+            s = jsd__store_record_receipts(r->store, b->token, rc, nr, &applied);
+            if (s == JSD_OK)
+                break;
+            store_trouble(r, "record receipts");
+            jsd__sleep_ms(100 << tryno);
+        }
+        if (s == JSD_OK) {
+            JSD_CRASH_POINT("relay.after_receipt_commit");
+            size_t dups = 0;
+            for (size_t i = 0; i < nr; i++)
+                dups += rc[i].duplicate;
+            count(r, RC_PUBLISHED, applied);
+            count(r, RC_DUPLICATES, applied == nr ? dups : 0);
+            if (applied < nr) {
+                count(r, RC_LEASE_LOST, nr - applied);
+                JSD_WARN(COMP,
+                         "%zu of %zu receipts refused: their lease was taken over by another "
+                         "relay, whose receipt stands",
+                         nr - applied, nr);
+            }
+            if (r->o.on_published) {
+                for (size_t i = 0; i < n; i++) {
+                    const slot *sl = &b->slots[i];
+                    const jsd__claimed *e = &b->eb.items[i];
+                    if (sl->fate != FATE_RECEIPT)
+                        continue;
+                    jsd_relay_published p = {.owner = e->owner,
+                                             .id = e->effect_id,
+                                             .msg_id = e->msg_id,
+                                             .subject = e->subject,
+                                             .stream = sl->stream,
+                                             .seq = sl->seq,
+                                             .duplicate = sl->duplicate,
+                                             .acked_mono_us = sl->acked_us};
+                    r->o.on_published(&p, r->o.on_published_user);
+                }
+            }
+        } else {
+            JSD_ERROR(COMP,
+                      "cannot record %zu receipts (%s); the effects will be published again "
+                      "with the same ids after their lease expires",
+                      nr, jsd_store_errmsg(r->store));
+        }
+    }
+    if (nf) {
+        size_t applied = 0, dead = 0;
+        jsd_status s =
+            jsd__store_record_failures(r->store, b->token, fl, nf, &r->backoff, r->o.attempt_budget,
+                                       jsd__now_ms(), &applied, &dead);
+        if (s != JSD_OK) {
+            store_trouble(r, "record failures");
+        } else {
+            count(r, RC_ERRORS, applied);
+            count(r, RC_DEAD, dead);
+            if (applied < nf)
+                count(r, RC_LEASE_LOST, nf - applied);
+            JSD_WARN(COMP, "%zu publication(s) failed (first: %s)%s", nf, fl[0].error,
+                     dead ? "; some reached their attempt budget and were dead-lettered" : "");
+            if (dead)
+                JSD_WARN(COMP, "%zu effect(s) dead-lettered", dead);
+        }
+    }
+    if (nrel) {
+        size_t released = 0;
+        if (jsd__store_release(r->store, b->token, rel, nrel, &released) != JSD_OK)
+            store_trouble(r, "release leases");
+    }
+out:
+    jsd__free(rc);
+    jsd__free(fl);
+    jsd__free(rel);
+}
+
+/* Collect finished publications (waiting up to timeout_ms for the first) and
+ * write every batch that is complete. Returns the number of batches written. */
+static int drain(jsd_relay *r, int timeout_ms)
+{
+    jsd_publish_done done[64];
+    size_t got, total = 0;
+    int wait = timeout_ms;
+    while ((got = jsd__pubengine_poll(r->eng, done, JSD_ARRAY_LEN(done), wait)) > 0) {
+        for (size_t i = 0; i < got; i++) {
+            slot *sl = done[i].user;
+            rbatch *b = sl->b;
+            settle(r, sl, &done[i].result, b->eb.items[sl->idx].subject);
+            b->pending--;
+            r->in_flight--;
+        }
+        total += got;
+        wait = 0;
+        if (got < JSD_ARRAY_LEN(done) || total >= DRAIN_MAX)
+            break;
+    }
+    atomic_store(&r->n_inflight, r->in_flight);
+
+    /* Batches finish in any order (acks arrive out of order); write each one
+     * as soon as all its publications are settled. */
+    int finished = 0;
+    rbatch **pp = &r->head, *prev = NULL;
+    while (*pp) {
+        rbatch *b = *pp;
+        if (b->pending == 0) {
+            *pp = b->next;
+            if (r->tail == b)
+                r->tail = prev;
+            finish_batch(r, b);
+            batch_recycle(r, b);
+            finished++;
+            continue;
+        }
+        prev = b;
+        pp = &b->next;
+    }
+    return finished;
+}
+
+/* Wait for a wake-up, the next due time or the poll interval, whichever comes
+ * first, in slices so that jsd_relay_stop is noticed. */
+static void idle_wait(jsd_relay *r)
+{
+    int64_t now_wall = jsd__now_ms();
+    int64_t wait = r->o.poll_interval_ms;
+    bool found = false;
+    int64_t next_due = 0;
+    if (jsd__store_next_due(r->store, &found, &next_due) == JSD_OK) {
+        if (found)
+            wait = JSD_MIN(wait, JSD_MAX(next_due - now_wall, 0));
+    } else {
+        store_trouble(r, "next due time");
+    }
+    int64_t end = jsd__mono_ms() + wait;
+    for (;;) {
+        if (atomic_load(&r->stop))
+            return;
+        int64_t left = end - jsd__mono_ms();
+        if (left <= 0)
+            return;
+        bool woken = false;
+        if (jsd__store_wait_wakeup(r->store, (int)JSD_MIN(left, STOP_SLICE_MS), &woken) != JSD_OK) {
+            store_trouble(r, "wait for wake-up");
+            jsd__sleep_ms(JSD_MIN(left, STOP_SLICE_MS));
+        }
+        if (woken)
+            return;
+    }
+}
+
+static jsd_status run(jsd_relay *r, bool until_idle)
+{
+    if (!r)
+        return JSD_ERR_INVALID;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&r->running, &expected, 1))
+        return jsd__err(&r->err, JSD_ERR_BUSY, "the relay is already running");
+
+    bool want_claim = true;  /* a claim may find work */
+    int64_t pause_until = 0; /* monotonic: no claims before this */
+    bool warned_down = false;
+    JSD_INFO(COMP, "relay started: batch %d, in flight %d, lease %d ms, poll %d ms",
+             r->o.batch_size, r->o.max_in_flight, r->o.lease_ms, r->o.poll_interval_ms);
+
+    while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+        int64_t now = jsd__mono_ms();
+        bool connected = jsd_conn_is_connected(r->conn);
+        if (!connected && !warned_down) {
+            JSD_WARN(COMP, "NATS is down: claims pause, the backlog waits in the store");
+            warned_down = true;
+        } else if (connected && warned_down) {
+            JSD_INFO(COMP, "NATS is back: draining the backlog");
+            warned_down = false;
+            want_claim = true;
+        }
+
+        size_t room = (size_t)r->o.max_in_flight - r->in_flight;
+        bool claimed_full = false;
+        if (want_claim && connected && now >= pause_until && room > 0) {
+            int ask = (int)JSD_MIN(room, (size_t)r->o.batch_size);
+            bool unavailable = false;
+            int got = claim_and_submit(r, ask, &unavailable);
+            if (got < 0) {
+                pause_until = now + r->o.poll_interval_ms;
+            } else {
+                want_claim = got == ask;
+                claimed_full = want_claim;
+            }
+            if (unavailable)
+                pause_until = jsd__mono_ms() + UNAVAILABLE_PAUSE_MS;
+        }
+
+        bool busy = r->head != NULL;
+        if (busy) {
+            /* Keep the pipeline full: do not wait for acks while there is room
+             * and a claim may find more work. */
+            int t = (claimed_full && r->in_flight < (size_t)r->o.max_in_flight) ? 0 : 2;
+            if (drain(r, t) > 0)
+                want_claim = true; /* room again; and ordered keys may be unblocked */
+            if (!want_claim && r->in_flight > 0) {
+                bool woken = false;
+                if (jsd__store_wait_wakeup(r->store, 0, &woken) == JSD_OK && woken)
+                    want_claim = true;
+            }
+            continue;
+        }
+        if (want_claim && connected && jsd__mono_ms() >= pause_until)
+            continue;
+        /* Nothing in flight and the last claim found nothing (or we cannot
+         * claim right now). */
+        if (until_idle && connected && !want_claim)
+            break;
+        idle_wait(r);
+        want_claim = true;
+    }
+
+    /* Stopping (or idle): settle what is in flight and write its receipts. */
+    while (r->head) {
+        if (r->in_flight == 0) {
+            drain(r, 0);
+            continue;
+        }
+        drain(r, STOP_SLICE_MS);
+    }
+    jsd_relay_stats st;
+    jsd_relay_stats_get(r, &st);
+    JSD_INFO(COMP,
+             "relay stopped: published %llu (duplicates %llu), failed attempts %llu, "
+             "dead-lettered %llu",
+             (unsigned long long)st.published, (unsigned long long)st.duplicates,
+             (unsigned long long)st.errors, (unsigned long long)st.dead_lettered);
+    atomic_store(&r->running, 0);
+    return JSD_OK;
+}
+
+jsd_status jsd_relay_run(jsd_relay *r)
+{
+    return run(r, false);
+}
+
+jsd_status jsd_relay_run_until_idle(jsd_relay *r)
+{
+    return run(r, true);
+}
