@@ -19,6 +19,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 typedef enum jsd_fx_variant {
@@ -33,19 +34,28 @@ typedef struct jsd_fx_nats {
     char url[256];      /* nats://127.0.0.1:PORT (tls://... for TLS) */
     int port;
     pid_t pid;
-    char version[32];   /* server version, e.g. "2.10.27" */
-    bool fsync_always;  /* sync_interval: always is on */
+    char version[32];  /* server version, e.g. "2.10.27" */
+    bool fsync_always; /* sync_interval: always is on */
 
     /* JSD_FX_TLS */
-    char token[80];             /* the server's auth token */
-    char ca_file[PATH_MAX];     /* CA that signed the server certificate */
+    char token[80];               /* the server's auth token */
+    char ca_file[PATH_MAX];       /* CA that signed the server certificate */
     char other_ca_file[PATH_MAX]; /* an unrelated CA */
-    char wrong_host_url[256];   /* same server, reached under a name its cert lacks */
+    char wrong_host_url[256];     /* same server, reached under a name its cert lacks */
+    /* The certificate's SAN is IP:127.0.0.1 and DNS:localhost. A client that
+     * connects to wrong_host_url with wrong_host ("wronghost.invalid") as its
+     * expected host name (natsOptions_SetExpectedHostname) must fail the
+     * name check although the chain is trusted. */
+    char wrong_host[64];
+    char client_cert_file[PATH_MAX]; /* a client pair signed by ca_file (mTLS) */
+    char client_key_file[PATH_MAX];
 
     /* JSD_FX_USERPASS: "pub" may publish to everything; "limited" may not
      * publish to subjects under "denied.>"; both may use JetStream. */
     char user[32], password[80];
     char limited_user[32], limited_password[80];
+
+    int monitor_port; /* HTTP monitoring port (/varz, /jsz, /healthz) */
 } jsd_fx_nats;
 
 /* Start a server of the given variant on a free loopback port. 0 on success;
@@ -78,6 +88,27 @@ const char *jsd_fx_shared_nats_url(void);
 int jsd_fx_pg_database(char *url, size_t cap);
 /* A fresh SQLite store URL ("sqlite:<test dir>/<name>.db"). */
 void jsd_fx_sqlite_url(char *url, size_t cap);
+
+/* A private PostgreSQL server (for tests that stop, kill or pause it); the
+ * superuser "jsd" connects without a password over 127.0.0.1. */
+typedef struct jsd_fx_pg {
+    char dir[PATH_MAX];
+    char url[256]; /* postgresql://jsd@127.0.0.1:PORT/postgres */
+    int port;
+    pid_t pid;
+} jsd_fx_pg;
+int jsd_fx_pg_start(jsd_fx_pg *out);
+int jsd_fx_pg_stop(jsd_fx_pg *pg);
+int jsd_fx_pg_kill(jsd_fx_pg *pg);
+int jsd_fx_pg_restart(jsd_fx_pg *pg);
+int jsd_fx_pg_pause(jsd_fx_pg *pg);
+int jsd_fx_pg_resume(jsd_fx_pg *pg);
+/* A fresh database on the given server (url as in jsd_fx_pg.url); dropped
+ * at exit. */
+int jsd_fx_pg_database_on(const char *server_url, char *url, size_t cap);
+
+/* Read KEY from a fixture folder's fixture.env into buf; 0 if found. */
+int jsd_fx_env(const char *dir, const char *key, char *buf, size_t cap);
 
 /* Path to a built program: "jsdurable" -> $BUILD/jsdurable,
  * "faultproxy" -> $BUILD/tests/tools/faultproxy. */

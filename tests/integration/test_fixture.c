@@ -1,0 +1,278 @@
+/*
+ * The fixtures themselves (FIX-1): each server variant answers as promised,
+ * kill/restart keeps the port and the store, pause stalls clients and resume
+ * frees them, stop leaves nothing behind, and a PostgreSQL database can be
+ * created, written and read. Raw nats.c and libpq, so that the fixtures are
+ * checked independently of the library.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+#include <nats/nats.h>
+
+#include "fixture.h"
+#include "test.h"
+
+/* Connect with a short timeout and no reconnects; NULL and *st on failure. */
+static natsConnection *connect_url(const char *url, int64_t timeout_ms, natsStatus *st)
+{
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    natsStatus s = natsOptions_Create(&o);
+    if (s == NATS_OK)
+        s = natsOptions_SetURL(o, url);
+    if (s == NATS_OK)
+        s = natsOptions_SetTimeout(o, timeout_ms);
+    if (s == NATS_OK)
+        s = natsOptions_SetAllowReconnect(o, false);
+    if (s == NATS_OK)
+        s = natsConnection_Connect(&nc, o);
+    natsOptions_Destroy(o);
+    if (st)
+        *st = s;
+    return s == NATS_OK ? nc : NULL;
+}
+
+static natsStatus account_info(natsConnection *nc, jsErrCode *jerr)
+{
+    jsCtx *js = NULL;
+    jsAccountInfo *ai = NULL;
+    natsStatus s = natsConnection_JetStream(&js, nc, NULL);
+    if (s == NATS_OK)
+        s = js_GetAccountInfo(&ai, js, NULL, jerr);
+    jsAccountInfo_Destroy(ai);
+    jsCtx_Destroy(js);
+    return s;
+}
+
+/* true if something accepts TCP connections on 127.0.0.1:port */
+static bool port_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return true;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
+    close(fd);
+    return rc == 0;
+}
+
+static bool pid_gone(pid_t pid)
+{
+    char path[64], st = '?';
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    if (fscanf(f, "%*d (%*[^)]) %c", &st) != 1)
+        st = '?';
+    fclose(f);
+    return st == 'Z' || st == 'X';
+}
+
+static void add_stream(natsConnection *nc, const char *name, const char *subject)
+{
+    jsCtx *js = NULL;
+    jsStreamInfo *si = NULL;
+    jsStreamConfig cfg;
+    jsErrCode jerr = 0;
+    const char *subjects[] = {subject};
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = name;
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    natsStatus s = js_AddStream(&si, js, &cfg, NULL, &jerr);
+    if (s != NATS_OK)
+        fail_msg("js_AddStream %s: %s (jsErrCode %d)", name, natsStatus_GetText(s), (int)jerr);
+    jsStreamInfo_Destroy(si);
+    jsCtx_Destroy(js);
+}
+
+static uint64_t stream_msgs(natsConnection *nc, const char *name)
+{
+    jsCtx *js = NULL;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    uint64_t n = UINT64_MAX;
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    if (js_GetStreamInfo(&si, js, name, NULL, &jerr) == NATS_OK)
+        n = si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    jsCtx_Destroy(js);
+    return n;
+}
+
+static void publish(natsConnection *nc, const char *subject, const char *data)
+{
+    jsCtx *js = NULL;
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    natsStatus s = js_Publish(&pa, js, subject, data, (int)strlen(data), NULL, &jerr);
+    if (s != NATS_OK)
+        fail_msg("js_Publish %s: %s (jsErrCode %d)", subject, natsStatus_GetText(s), (int)jerr);
+    jsPubAck_Destroy(pa);
+    jsCtx_Destroy(js);
+}
+
+static void plain_kill_restart_keeps_port_and_store(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    natsStatus s;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    ASSERT_TRUE(jsd_fx_nats_alive(&fx));
+    ASSERT_TRUE(fx.port > 0);
+    ASSERT_TRUE(fx.version[0] != '\0');
+    if (!strncmp(fx.version, "2.10", 4))
+        ASSERT_TRUE(fx.fsync_always);
+
+    natsConnection *nc = connect_url(fx.url, 2000, &s);
+    if (!nc)
+        fail_msg("connect %s: %s", fx.url, natsStatus_GetText(s));
+    jsErrCode jerr = 0;
+    ASSERT_EQ(account_info(nc, &jerr), NATS_OK);
+    add_stream(nc, "FXKEEP", "fxkeep.>");
+    publish(nc, "fxkeep.a", "one");
+    natsConnection_Destroy(nc);
+
+    int port = fx.port;
+    pid_t old = fx.pid;
+    ASSERT_EQ(jsd_fx_nats_kill(&fx), 0);
+    ASSERT_TRUE(pid_gone(old));
+    ASSERT_TRUE(!jsd_fx_nats_alive(&fx));
+    ASSERT_TRUE(!port_open(port));
+
+    ASSERT_EQ(jsd_fx_nats_restart(&fx), 0);
+    ASSERT_EQ(fx.port, port);
+    ASSERT_NE(fx.pid, old);
+    ASSERT_TRUE(jsd_fx_nats_alive(&fx));
+    nc = connect_url(fx.url, 2000, &s);
+    if (!nc)
+        fail_msg("connect after restart %s: %s", fx.url, natsStatus_GetText(s));
+    ASSERT_EQ(stream_msgs(nc, "FXKEEP"), 1);
+    natsConnection_Destroy(nc);
+
+    pid_t last = fx.pid;
+    ASSERT_EQ(jsd_fx_nats_stop(&fx), 0);
+    ASSERT_TRUE(pid_gone(last));
+    ASSERT_TRUE(!port_open(port));
+    ASSERT_TRUE(!jsd_fx_nats_alive(&fx));
+}
+
+static void plain_pause_stalls_resume_frees(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    natsStatus s;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    natsConnection *live = connect_url(fx.url, 2000, &s);
+    ASSERT_TRUE(live != NULL);
+
+    ASSERT_EQ(jsd_fx_nats_pause(&fx), 0);
+    ASSERT_TRUE(jsd_fx_nats_alive(&fx)); /* stopped, not dead */
+    int64_t t0 = jsd_test_mono_ms();
+    natsConnection *nc = connect_url(fx.url, 300, &s);
+    ASSERT_TRUE(nc == NULL);
+    ASSERT_TRUE(jsd_test_mono_ms() - t0 >= 250); /* it waited: the server did not answer */
+    ASSERT_NE(natsConnection_FlushTimeout(live, 300), NATS_OK);
+
+    ASSERT_EQ(jsd_fx_nats_resume(&fx), 0);
+    nc = connect_url(fx.url, 2000, &s);
+    if (!nc)
+        fail_msg("connect after resume: %s", natsStatus_GetText(s));
+    ASSERT_EQ(natsConnection_FlushTimeout(nc, 2000), NATS_OK);
+    ASSERT_EQ(natsConnection_FlushTimeout(live, 2000), NATS_OK);
+    natsConnection_Destroy(nc);
+    natsConnection_Destroy(live);
+}
+
+/* A paused server is found and killed by the runner's sweep of its folder. */
+static void sweep_kills_paused_fixture(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    char out[4096], cmd[PATH_MAX * 2];
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    ASSERT_EQ(jsd_fx_nats_pause(&fx), 0);
+    const char *top = getenv("JSD_TOP");
+    snprintf(cmd, sizeof(cmd), "bash '%s/scripts/fixture.sh' sweep '%s'", top ? top : ".",
+             jsd_test_dir());
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_TRUE(pid_gone(fx.pid));
+    ASSERT_TRUE(!port_open(fx.port));
+}
+
+static void pg_database_create_write_read(void **state)
+{
+    (void)state;
+    char url[512];
+    ASSERT_EQ(jsd_fx_pg_database(url, sizeof(url)), 0);
+    ASSERT_CONTAINS(url, "/jsd_t_");
+    PGconn *c = PQconnectdb(url);
+    if (PQstatus(c) != CONNECTION_OK)
+        fail_msg("connect %s: %s", url, PQerrorMessage(c));
+    PGresult *r = PQexec(c, "CREATE TABLE t (k int primary key, v text);"
+                            "INSERT INTO t VALUES (1, 'one'), (2, 'two')");
+    ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    r = PQexec(c, "SELECT v FROM t WHERE k = 2");
+    ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+    ASSERT_EQ(PQntuples(r), 1);
+    ASSERT_STREQ(PQgetvalue(r, 0, 0), "two");
+    PQclear(r);
+    r = PQexec(c, "SHOW fsync");
+    ASSERT_STREQ(PQgetvalue(r, 0, 0), "on");
+    PQclear(r);
+    PQfinish(c);
+
+    /* a second database is a different, empty one */
+    char url2[512];
+    ASSERT_EQ(jsd_fx_pg_database(url2, sizeof(url2)), 0);
+    ASSERT_TRUE(strcmp(url, url2) != 0);
+    c = PQconnectdb(url2);
+    ASSERT_EQ(PQstatus(c), CONNECTION_OK);
+    r = PQexec(c, "SELECT count(*) FROM pg_tables WHERE tablename = 't'");
+    ASSERT_STREQ(PQgetvalue(r, 0, 0), "0");
+    PQclear(r);
+    PQfinish(c);
+}
+
+static void pg_private_kill_restart(void **state)
+{
+    (void)state;
+    jsd_fx_pg pg;
+    char url[512];
+    ASSERT_EQ(jsd_fx_pg_start(&pg), 0);
+    ASSERT_EQ(jsd_fx_pg_database_on(pg.url, url, sizeof(url)), 0);
+    PGconn *c = PQconnectdb(url);
+    ASSERT_EQ(PQstatus(c), CONNECTION_OK);
+    PQclear(PQexec(c, "CREATE TABLE t (k int); INSERT INTO t VALUES (7)"));
+    PQfinish(c);
+    int port = pg.port;
+    ASSERT_EQ(jsd_fx_pg_kill(&pg), 0);
+    ASSERT_TRUE(!port_open(port));
+    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
+    ASSERT_EQ(pg.port, port);
+    c = PQconnectdb(url);
+    ASSERT_EQ(PQstatus(c), CONNECTION_OK);
+    PGresult *r = PQexec(c, "SELECT k FROM t");
+    ASSERT_STREQ(PQgetvalue(r, 0, 0), "7"); /* committed before the kill */
+    PQclear(r);
+    PQfinish(c);
+}
+
+JSD_TEST_MAIN(cmocka_unit_test(plain_kill_restart_keeps_port_and_store),
+              cmocka_unit_test(plain_pause_stalls_resume_frees),
+              cmocka_unit_test(sweep_kills_paused_fixture),
+              cmocka_unit_test(pg_database_create_write_read),
+              cmocka_unit_test(pg_private_kill_restart))
