@@ -42,6 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "conn_int.h"
 
 #define CONN_MAX_URLS      32
@@ -94,6 +96,8 @@ struct jsd_conn {
     int connect_timeout_ms;
     int request_timeout_ms;
     int require_jetstream;
+    int max_pending_msgs;
+    int64_t max_pending_bytes;
 
     char server_version[64];
     jsd_error last;
@@ -423,6 +427,9 @@ static jsd_status parse_servers(jsd_conn *c, const char *servers, jsd_error *err
             s++;
         e = s + strcspn(s, ",");
         p = *e ? e + 1 : e;
+        if (*e == ',' && e[1] == '\0')
+            return jsd__err(err, JSD_ERR_CONFIG,
+                            "server list ends with a comma (an empty entry); remove it");
         n = (size_t)(e - s);
         while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
             n--;
@@ -465,12 +472,149 @@ static bool url_has_userinfo(const conn_url *u)
     return s && strchr(s + 3, '@') != NULL;
 }
 
-/* ---- validation -------------------------------------------------------------- */
-
 static bool set(const char *s)
 {
     return s && *s;
 }
+
+/* ---- NKey: the public key of a user seed -------------------------------------
+ * nats.c 3.4.1 signs with the seed file itself but must be told the public
+ * key (natsOptions_SetNKeyFromSeed), so derive it: a seed is base32 of two
+ * prefix bytes, the 32-byte Ed25519 seed and a CRC-16 (XMODEM, little endian);
+ * a user public key is base32 of the byte 'U' type (20 << 3), the 32-byte
+ * public key and its CRC-16. */
+
+static uint16_t nkey_crc16(const unsigned char *p, size_t n)
+{
+    uint16_t crc = 0;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= (uint16_t)(p[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+static const char b32_alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+static bool b32_decode(const char *in, size_t n, unsigned char *out, size_t cap, size_t *outlen)
+{
+    uint32_t buf = 0;
+    int bits = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *q = strchr(b32_alpha, in[i]);
+        if (!q || !in[i])
+            return false;
+        buf = (buf << 5) | (uint32_t)(q - b32_alpha);
+        bits += 5;
+        if (bits >= 8) {
+            if (o >= cap)
+                return false;
+            out[o++] = (unsigned char)(buf >> (bits - 8));
+            bits -= 8;
+        }
+    }
+    *outlen = o;
+    return true;
+}
+
+static void b32_encode(const unsigned char *in, size_t n, char *out, size_t cap)
+{
+    uint32_t buf = 0;
+    int bits = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        buf = (buf << 8) | in[i];
+        bits += 8;
+        while (bits >= 5 && o + 1 < cap) {
+            out[o++] = b32_alpha[(buf >> (bits - 5)) & 31];
+            bits -= 5;
+        }
+    }
+    if (bits > 0 && o + 1 < cap)
+        out[o++] = b32_alpha[(buf << (5 - bits)) & 31];
+    out[o] = '\0';
+}
+
+/* Public user key ("U...", 56 characters) of the seed text "SU..." (58). */
+jsd_status jsd__nkey_public_from_seed(const char *seed, size_t n, char *out, size_t cap)
+{
+    unsigned char raw[64], pub[35], pk[32];
+    size_t rawlen = 0, pklen = sizeof(pk);
+    EVP_PKEY *key = NULL;
+    jsd_status st = JSD_ERR_CONFIG;
+
+    if (n != 58 || cap < 57 || !b32_decode(seed, n, raw, sizeof(raw), &rawlen) || rawlen != 36)
+        goto done;
+    if (nkey_crc16(raw, 34) != (uint16_t)(raw[34] | (raw[35] << 8)))
+        goto done;
+    /* seed prefix 18 << 3, then the key type: user (20 << 3) */
+    if ((raw[0] & 0xf8) != (18 << 3) ||
+        (unsigned char)(((raw[0] & 7) << 5) | (raw[1] >> 3)) != (20 << 3))
+        goto done;
+    key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, raw + 2, 32);
+    if (!key || EVP_PKEY_get_raw_public_key(key, pk, &pklen) != 1 || pklen != 32)
+        goto done;
+    pub[0] = 20 << 3;
+    memcpy(pub + 1, pk, 32);
+    uint16_t crc = nkey_crc16(pub, 33);
+    pub[33] = (unsigned char)(crc & 0xff);
+    pub[34] = (unsigned char)(crc >> 8);
+    b32_encode(pub, sizeof(pub), out, cap);
+    st = JSD_OK;
+done:
+    EVP_PKEY_free(key);
+    jsd__wipe(raw, sizeof(raw));
+    return st;
+}
+
+/* Read a seed file and derive its public key; the file may hold only the seed
+ * or a creds-style block with it. */
+static jsd_status nkey_public_from_file(const char *path, char *out, size_t cap, jsd_error *err)
+{
+    char buf[4096];
+    size_t len;
+    FILE *f = fopen(path, "re");
+    jsd_status st;
+
+    if (!f)
+        return jsd__err(err, JSD_ERR_CONFIG, "cannot read the NKey seed file \"%s\": %s", path,
+                        strerror(errno));
+    len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    st = JSD_ERR_CONFIG;
+    for (char *p = buf; (p = strstr(p, "SU")) != NULL; p++) {
+        size_t n = strspn(p, b32_alpha);
+        if (n == 58 && jsd__nkey_public_from_seed(p, n, out, cap) == JSD_OK) {
+            st = JSD_OK;
+            break;
+        }
+    }
+    jsd__wipe(buf, sizeof(buf));
+    if (st != JSD_OK)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "the NKey seed file \"%s\" holds no valid user seed (a 58-character "
+                        "\"SU...\" key)",
+                        path);
+    return JSD_OK;
+}
+
+static jsd_status check_readable(const char *path, const char *what, jsd_error *err)
+{
+    FILE *f;
+    if (!set(path))
+        return JSD_OK;
+    f = fopen(path, "re");
+    if (!f)
+        return jsd__err(err, JSD_ERR_CONFIG, "cannot read the %s \"%s\": %s", what, path,
+                        strerror(errno));
+    fclose(f);
+    return JSD_OK;
+}
+
+/* ---- validation -------------------------------------------------------------- */
 
 static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
 {
@@ -500,6 +644,12 @@ static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
     if (set(o->tls_cert_file) != set(o->tls_key_file))
         return jsd__err(err, JSD_ERR_CONFIG,
                         "a TLS client certificate needs both tls_cert_file and tls_key_file");
+    if ((st = check_readable(o->creds_file, "credentials file", err)) != JSD_OK ||
+        (st = check_readable(o->nkey_seed_file, "NKey seed file", err)) != JSD_OK ||
+        (st = check_readable(o->tls_ca_file, "TLS CA file", err)) != JSD_OK ||
+        (st = check_readable(o->tls_cert_file, "TLS certificate file", err)) != JSD_OK ||
+        (st = check_readable(o->tls_key_file, "TLS key file", err)) != JSD_OK)
+        return st;
     if (o->tls_handshake_first) {
 #if defined(JSD_HAVE_NATS_TLS_HANDSHAKE_FIRST)
         /* A nats.c that offers natsOptions_TLSHandshakeFirst: used in
@@ -525,7 +675,7 @@ static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
     RANGE(reconnect_jitter_ms, 0, 3600000, "reconnect_jitter_ms");
     RANGE(reconnect_buffer_bytes, 0, 1024 * 1024 * 1024, "reconnect_buffer_bytes");
     RANGE(max_pending_msgs, 1, 100000000, "max_pending_msgs");
-    RANGE(max_pending_bytes, 1, INT64_C(1) << 40, "max_pending_bytes");
+    RANGE(max_pending_bytes, 1, INT32_MAX, "max_pending_bytes");
 #undef RANGE
     if (o->name && strlen(o->name) > 256)
         return jsd__err(err, JSD_ERR_CONFIG, "connection name is longer than 256 bytes");
@@ -657,7 +807,13 @@ static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions
     }
     if (c->nkey_seed_file) {
         step = "loading the NKey seed file";
-        if ((s = natsOptions_SetNKeyFromSeed(no, NULL, c->nkey_seed_file)) != NATS_OK)
+        char pub[64];
+        jsd_status kst = nkey_public_from_file(c->nkey_seed_file, pub, sizeof(pub), err);
+        if (kst != JSD_OK) {
+            natsOptions_Destroy(no);
+            return kst;
+        }
+        if ((s = natsOptions_SetNKeyFromSeed(no, pub, c->nkey_seed_file)) != NATS_OK)
             goto fail;
     }
     if (secure) {
@@ -699,11 +855,85 @@ fail:
 
 /* ---- connect ------------------------------------------------------------------- */
 
-/* true when a failed connect will not get better by retrying */
-static bool definitive(jsd_status st)
+/* Only an unreachable or unresponsive server is worth another attempt; an
+ * authorization or TLS refusal, a bad credentials file and the like are
+ * definitive and end the start-up at once. */
+static bool retryable(jsd_status st)
 {
-    return st == JSD_ERR_AUTH || st == JSD_ERR_TLS || st == JSD_ERR_CONFIG || st == JSD_ERR_NOMEM ||
-           st == JSD_ERR_INVALID;
+    return st == JSD_ERR_CONNECT || st == JSD_ERR_TIMEOUT;
+}
+
+/* The host name nats.c checks the certificate against: the profile's
+ * tls_hostname, else the URL's host (nats.c 3.4.1 is built with forced host
+ * verification). With several URLs of different hosts it cannot be known
+ * which one was tried last. */
+static void expected_host(const jsd_conn *c, const jsd_conn_opts *o, char *out, size_t cap)
+{
+    if (set(o->tls_hostname)) {
+        jsd__strlcpy(out, o->tls_hostname, cap);
+        return;
+    }
+    for (int i = 1; i < c->nurls; i++)
+        if (strcmp(c->urls[i].host, c->urls[0].host) != 0) {
+            jsd__strlcpy(out, "(the host of the server URL)", cap);
+            return;
+        }
+    jsd__snprintf(out, cap, "%s", c->nurls > 0 ? c->urls[0].host : "");
+}
+
+/* Turn nats.c's "SSL handshake error: <code>:<reason>:..." into a diagnostic
+ * that says what to fix. */
+static void tls_diagnostic(const jsd_conn *c, const jsd_conn_opts *o, const char *text,
+                           jsd_error *err)
+{
+    const char *p = strstr(text, "SSL handshake error: ");
+    const char *cert = strstr(text, "cert=");
+    const char *issuer = strstr(text, "issuer=");
+    char subject[160] = "", iss[160] = "", host[300];
+    long code = 0;
+
+    if (p) {
+        p += strlen("SSL handshake error: ");
+        char *endp;
+        code = strtol(p, &endp, 10);
+        if (endp == p || *endp != ':')
+            code = 0;
+    }
+    if (cert) {
+        cert += 5;
+        size_t n = JSD_MIN(strcspn(cert, ":)"), sizeof(subject) - 1);
+        memcpy(subject, cert, n);
+        subject[n] = '\0';
+    }
+    if (issuer) {
+        issuer += 7;
+        size_t n = JSD_MIN(strcspn(issuer, ":)"), sizeof(iss) - 1);
+        memcpy(iss, issuer, n);
+        iss[n] = '\0';
+    }
+    expected_host(c, o, host, sizeof(host));
+    if (code == 62 /* X509_V_ERR_HOSTNAME_MISMATCH */ || code == 64 /* IP_ADDRESS_MISMATCH */ ||
+        code == 63 /* EMAIL */) {
+        jsd__err(err, JSD_ERR_TLS,
+                 "TLS: server certificate does not match expected host name \"%s\" (server %s, "
+                 "certificate %s); connect with a name the certificate lists, or set "
+                 "tls_hostname",
+                 host, c->servers_redacted, subject[0] ? subject : "?");
+    } else if (code == 20 || code == 21 || code == 2 || code == 19 || code == 18) {
+        jsd__err(err, JSD_ERR_TLS,
+                 "TLS: the server certificate of %s is not trusted: %s (certificate %s issued by "
+                 "%s); set tls_ca_file to the CA that signed it",
+                 c->servers_redacted,
+                 code == 18 || code == 19 ? "self-signed certificate"
+                                          : "unable to get local issuer certificate",
+                 subject[0] ? subject : "?", iss[0] ? iss : "?");
+    } else if (code == 10 || code == 9) {
+        jsd__err(err, JSD_ERR_TLS, "TLS: the server certificate of %s is %s (certificate %s)",
+                 c->servers_redacted, code == 10 ? "expired" : "not yet valid",
+                 subject[0] ? subject : "?");
+    } else {
+        jsd__err(err, JSD_ERR_TLS, "TLS handshake with %s failed: %s", c->servers_redacted, text);
+    }
 }
 
 static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStatus s,
@@ -731,7 +961,7 @@ static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStat
                  "the token, user/password or credentials file",
                  c->servers_redacted, e.msg);
     } else if (st == JSD_ERR_TLS) {
-        jsd__err(err, JSD_ERR_TLS, "TLS handshake with %s failed: %s", c->servers_redacted, e.msg);
+        tls_diagnostic(c, o, e.msg, err);
     } else {
         jsd__err_copy(err, &e);
     }
@@ -761,7 +991,7 @@ static jsd_status connect_with_budget(jsd_conn *c, const jsd_conn_opts *o, natsO
             return JSD_OK;
         c->nc = NULL;
         st = classify_connect(c, o, s, &last);
-        if (definitive(st)) {
+        if (!retryable(st)) {
             jsd__err_copy(err, &last);
             return st;
         }
@@ -1000,6 +1230,8 @@ jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
     c->connect_timeout_ms = o->connect_timeout_ms;
     c->request_timeout_ms = o->request_timeout_ms;
     c->require_jetstream = o->require_jetstream;
+    c->max_pending_msgs = o->max_pending_msgs;
+    c->max_pending_bytes = o->max_pending_bytes;
 
     if ((st = build_options(c, o, &no, err)) != JSD_OK)
         goto fail;
@@ -1171,4 +1403,12 @@ void jsd__conn_remove_error_listener(jsd_conn *c, int handle)
     c->sh->listeners[handle].fn = NULL;
     c->sh->listeners[handle].user = NULL;
     pthread_mutex_unlock(&c->sh->lk);
+}
+
+void jsd__conn_pending_limits(const jsd_conn *c, int *msgs, int64_t *bytes)
+{
+    if (msgs)
+        *msgs = c ? c->max_pending_msgs : 65536;
+    if (bytes)
+        *bytes = c ? c->max_pending_bytes : 64 * 1024 * 1024;
 }

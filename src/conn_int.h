@@ -29,4 +29,12 @@ void jsd__conn_remove_error_listener(jsd_conn *c, int handle);
  * jsd_status. */
 jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const char *what);
 
+/* The public user NKey ("U...") of a user seed ("SU...", n = 58 bytes) into
+ * out (cap >= 57). JSD_ERR_CONFIG if the seed is not a valid user seed. */
+jsd_status jsd__nkey_public_from_seed(const char *seed, size_t n, char *out, size_t cap);
+
+/* Per-subscription pending limits of the profile, for natsSubscription_
+ * SetPendingLimits (nats.c has no connection-wide setting for bytes). */
+void jsd__conn_pending_limits(const jsd_conn *c, int *msgs, int64_t *bytes);
+
 #endif
