@@ -1,14 +1,245 @@
 /*
- * consumer — DRAFT placeholder; the public API of this part is written by its issue.
+ * Durable ingress (IN-1..5, DLQ-1..3): a JetStream durable pull consumer whose
+ * deliveries are applied inside a store transaction and acknowledged only
+ * after that transaction committed.
+ *
+ * For every delivery the application's handler runs inside a jsd_tx (its own
+ * SQL through jsd_tx_sqlite()/jsd_tx_pg(), new outbox effects through
+ * jsd_tx_emit()). In the same transaction the library records the delivery's
+ * inbox row: (stream, consumer, stream sequence) with the envelope's message
+ * id and the outcome. Only after COMMIT is the delivery ACKed, and the
+ * server's confirmation awaited. A redelivery whose inbox row exists is not
+ * handed to the handler again: it gets the recorded outcome and the ACK.
+ *
+ * There is no public ACK. A handler returns a disposition:
+ *   jsd_disposition_commit()          keep its work; ACK after the commit;
+ *   jsd_disposition_retry(delay_ms)   undo its work; NAK with that delay;
+ *   jsd_disposition_poison(reason)    undo its work; persist a poison record,
+ *                                     publish a death envelope, then TERM.
+ * Envelopes that fail to decode (unknown Jsd-Type, malformed JSON) are poison
+ * on their first delivery without reaching the handler. A delivery that
+ * reaches the park threshold (see max_deliver below) is parked as a death
+ * envelope and ACKed once the dead-letter stream confirmed it.
+ *
+ * Threads: a consumer is driven by one thread (jsd_consumer_run); handlers run
+ * on that thread. jsd_consumer_begin_drain and jsd_consumer_stats_get are
+ * thread-safe. Many processes may bind the same durable: the server balances
+ * deliveries between them, and the inbox keeps their effects once-only.
  */
 #ifndef JSDURABLE_CONSUMER_H
 #define JSDURABLE_CONSUMER_H
 
-#include "status.h"
+#include <stdbool.h>
+
+#include "conn.h"
+#include "store.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct jsd_consumer jsd_consumer;
+typedef struct jsd_delivery jsd_delivery;
+
+/* ---- dispositions ------------------------------------------------------------ */
+typedef enum jsd_disposition_kind {
+    JSD_DISPOSITION_COMMIT = 0,
+    JSD_DISPOSITION_RETRY,
+    JSD_DISPOSITION_POISON
+} jsd_disposition_kind;
+
+typedef struct jsd_disposition {
+    jsd_disposition_kind kind;
+    int64_t delay_ms;   /* RETRY: redelivery delay (0: the consumer's retry_delay_ms) */
+    const char *reason; /* RETRY/POISON: why; copied before the handler's frame is gone */
+} jsd_disposition;
+
+jsd_disposition jsd_disposition_commit(void);
+jsd_disposition jsd_disposition_retry(int64_t delay_ms, const char *reason);
+jsd_disposition jsd_disposition_poison(const char *reason);
+
+/* The handler. Runs inside tx (a savepoint of the batch transaction): any SQL
+ * it runs on the native handle and any jsd_tx_emit are kept only when it
+ * returns COMMIT. It must not commit or roll back tx itself. */
+typedef jsd_disposition (*jsd_handler)(jsd_tx *tx, const jsd_delivery *d, void *user);
+
+/* ---- the delivery object ----------------------------------------------------
+ * Valid only during the handler call. Strings are NUL-terminated; the payload
+ * is not (use its length). */
+const char *jsd_delivery_subject(const jsd_delivery *d);
+const void *jsd_delivery_payload(const jsd_delivery *d, size_t *len);
+/* First value of a header, NULL when absent. */
+const char *jsd_delivery_header(const jsd_delivery *d, const char *name);
+const char *jsd_delivery_stream(const jsd_delivery *d);
+const char *jsd_delivery_consumer(const jsd_delivery *d);
+uint64_t jsd_delivery_stream_seq(const jsd_delivery *d);
+/* How many times the server delivered it (1 on the first delivery). */
+uint64_t jsd_delivery_deliveries(const jsd_delivery *d);
+/* Nats-Msg-Id, "" when the publisher gave none. */
+const char *jsd_delivery_msg_id(const jsd_delivery *d);
+/* Jsd-Type, "" when absent (accepted only when no type list is configured). */
+const char *jsd_delivery_type(const jsd_delivery *d);
+/* Tell the server the delivery is still being worked on (+WPI): extends its
+ * ack wait without changing any durable state. */
+jsd_status jsd_delivery_progress(const jsd_delivery *d);
+
+/* ---- consumer settings ------------------------------------------------------- */
+typedef enum jsd_payload_format {
+    JSD_PAYLOAD_RAW = 0, /* any bytes */
+    JSD_PAYLOAD_JSON     /* one JSON value, nesting <= JSD_JSON_DEPTH_MAX */
+} jsd_payload_format;
+
+#define JSD_JSON_DEPTH_MAX 8
+#define JSD_BACKOFF_MAX    16
+
+/*
+ * The durable's server-side settings (IN-5), used by jsd_consumer_ensure to
+ * create it when missing. Defaults (jsd_durable_config_init): explicit ack,
+ * deliver all, ack_wait 30 s, max_deliver 6 (so the handler gets 5 attempts
+ * before parking and one spare delivery absorbs a failed park), backoff
+ * 1s/2s/5s/10s then 30s, max_ack_pending 1024, inactive threshold 0 (never
+ * reaped), no filter.
+ */
+typedef struct jsd_durable_config {
+    const char *filter_subject; /* NULL: the whole stream */
+    int64_t ack_wait_ms;
+    int max_deliver; /* >= 2, or -1 for unlimited */
+    int64_t backoff_ms[JSD_BACKOFF_MAX];
+    int n_backoff;
+    int max_ack_pending;
+    int64_t inactive_threshold_ms; /* 0: never */
+} jsd_durable_config;
+
+void jsd_durable_config_init(jsd_durable_config *c);
+
+/* Create the durable pull consumer `durable` on `stream` with cfg when it
+ * does not exist (an existing one is left exactly as it is; *created says
+ * which). */
+jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *durable,
+                               const jsd_durable_config *cfg, bool *created, jsd_error *err);
+
+typedef struct jsd_consumer_opts {
+    const char *stream;  /* required */
+    const char *durable; /* required: an existing durable pull consumer, explicit ack */
+    /* Deliveries fetched and committed per transaction; default 256, capped by
+     * the durable's max_ack_pending. */
+    int batch;
+    int fetch_wait_ms;      /* how long one fetch waits for the first message; default 500 */
+    int ack_timeout_ms;     /* deadline for the batch's ACK confirmations; default 5000 */
+    int64_t retry_delay_ms; /* NAK delay after a failed commit or handler; default 1000 */
+
+    /* Envelope: accepted Jsd-Type values (NULL/0: any, including none). */
+    const char *const *accept_types;
+    size_t n_accept_types;
+    jsd_payload_format payload_format;
+
+    /* Dead letters: subject of death envelopes (default jsd.dlq.<stream>.<durable>).
+     * A stream other than `stream` must capture it, or create fails. */
+    const char *dlq_subject;
+    /* Park threshold: a delivery whose handler failed on its max_deliver-th
+     * delivery, or that arrives for a later time, is parked. 0: the
+     * durable's max_deliver - 1 (the spare delivery retries a failed park).
+     * Must be below the durable's max_deliver when that is bounded. */
+    int max_deliver;
+
+    /* The inbox retention the operator runs jsd_store_gc with (0: inbox rows
+     * are never removed). Create refuses a retention shorter than
+     * ack_wait x max_deliver + the backoff schedule, or than the stream's
+     * duplicate window. Default 7 days. */
+    int64_t inbox_retention_ms;
+} jsd_consumer_opts;
+
+void jsd_consumer_opts_init(jsd_consumer_opts *o);
+
+/*
+ * Bind to the durable (it must exist: see jsd_consumer_ensure) and check the
+ * configuration: explicit ack, a pull consumer, the dead-letter stream, the
+ * retention guard. The store and connection are borrowed (they must outlive
+ * the consumer; the store is used only by the consumer's thread). Options are
+ * copied. Errors: JSD_ERR_CONFIG (with the reason), JSD_ERR_NOT_FOUND
+ * (stream or durable missing), JSD_ERR_NATS.
+ */
+jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *conn,
+                               const jsd_consumer_opts *o, jsd_error *err);
+/* Unbinds without deleting the durable. Accepts NULL. */
+void jsd_consumer_destroy(jsd_consumer *c);
+const char *jsd_consumer_errmsg(const jsd_consumer *c);
+const jsd_error *jsd_consumer_error(const jsd_consumer *c);
+
+/*
+ * One batch: fetch up to `batch` deliveries (waiting at most fetch_wait_ms),
+ * apply them in one transaction, then settle them (ACK with confirmation,
+ * NAK with delay, dead letters, TERM). *n (may be NULL) counts deliveries.
+ * Returns JSD_OK also when a commit failed (those deliveries were NAKed and
+ * will come again); an error only for what stops the consumer (store
+ * unusable, connection closed). JSD_ERR_STOPPED after begin_drain.
+ */
+jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n);
+
+/* Loop jsd_consumer_poll until begin_drain (JSD_OK once the batch in hand is
+ * settled), or with until_idle until the durable has nothing pending and
+ * nothing in flight. Transient failures (connection loss, busy store) are
+ * logged and retried. */
+jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle);
+
+/* Stop fetching; deliveries already handed out are still applied and settled.
+ * Thread-safe; may be called from a signal-handling thread or a handler. */
+void jsd_consumer_begin_drain(jsd_consumer *c);
+
+/* Ask the server: *pending = undelivered messages, *in_flight = delivered
+ * and not yet acknowledged (all processes on the durable). */
+jsd_status jsd_consumer_backlog(jsd_consumer *c, uint64_t *pending, uint64_t *in_flight);
+
+typedef struct jsd_consumer_stats {
+    uint64_t fetched;         /* deliveries received */
+    uint64_t committed;       /* handler COMMIT, inbox row written */
+    uint64_t duplicates;      /* inbox already had the delivery: ACK only */
+    uint64_t retried;         /* NAKed (handler retry, failed commit, failed park) */
+    uint64_t poisoned;        /* TERMed after the death envelope was confirmed */
+    uint64_t parked;          /* ACKed after the death envelope was confirmed */
+    uint64_t acked;           /* ACKs the server confirmed */
+    uint64_t ack_unconfirmed; /* ACKs without a confirmation before the deadline */
+    uint64_t commit_failures;
+    uint64_t batches;
+    uint64_t max_batch;  /* largest batch handed to handlers */
+    uint64_t handler_us; /* total handler time */
+} jsd_consumer_stats;
+
+/* Thread-safe snapshot. */
+void jsd_consumer_stats_get(jsd_consumer *c, jsd_consumer_stats *out);
+
+/* The dead-letter subject and stream in use ("" before create). */
+const char *jsd_consumer_dlq_subject(const jsd_consumer *c);
+const char *jsd_consumer_dlq_stream(const jsd_consumer *c);
+
+/* ---- death envelopes (DLQ-1..3) ------------------------------------------------
+ * Header names a death envelope carries; the body is the original payload,
+ * verbatim. Its Nats-Msg-Id is derived from (stream, stream sequence), so a
+ * repeated park or poison of one delivery is one message in the DLQ stream. */
+#define JSD_HDR_TYPE           "Jsd-Type"
+#define JSD_HDR_DLQ_SUBJECT    "Jsd-Dlq-Subject"
+#define JSD_HDR_DLQ_STREAM     "Jsd-Dlq-Stream"
+#define JSD_HDR_DLQ_CONSUMER   "Jsd-Dlq-Consumer"
+#define JSD_HDR_DLQ_SEQ        "Jsd-Dlq-Stream-Seq"
+#define JSD_HDR_DLQ_DELIVERIES "Jsd-Dlq-Deliveries"
+#define JSD_HDR_DLQ_REASON     "Jsd-Dlq-Reason" /* "poison" or "max_deliver" */
+#define JSD_HDR_DLQ_ERROR      "Jsd-Dlq-Error"
+#define JSD_HDR_DLQ_TIME       "Jsd-Dlq-Time" /* RFC 3339 UTC */
+#define JSD_HDR_DLQ_MSG_ID     "Jsd-Dlq-Msg-Id"
+#define JSD_HDR_DLQ_TYPE       "Jsd-Dlq-Type"
+#define JSD_HDR_REPLAY_OF      "Jsd-Replay-Of"
+
+/* The death envelope's Nats-Msg-Id for (stream, seq); out holds 65 bytes. */
+void jsd_death_msg_id(const char *stream, uint64_t seq, char out[65]);
+
+/*
+ * Replay one dead letter: fetch message dlq_seq of dlq_stream, republish its
+ * verbatim body to its original subject (from its headers) with a new
+ * Nats-Msg-Id and Jsd-Replay-Of: "<dlq_stream>:<dlq_seq>", wait for the
+ * PubAck. *new_seq (may be NULL) receives the stream sequence it got.
+ */
+jsd_status jsd_dlq_replay(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_seq,
+                          uint64_t *new_seq, jsd_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,1101 @@
+/*
+ * consumer — durable ingress (IN-1..5): a bound JetStream pull consumer whose
+ * deliveries are applied in one store transaction per batch and settled with
+ * the broker only after that transaction is durable.
+ *
+ * DESIGN (crash ordering). One batch:
+ *   fetch up to N (N <= the durable's max_ack_pending)
+ *   BEGIN
+ *     per delivery:
+ *       inbox lookup (stream, durable, stream seq), then by Nats-Msg-Id
+ *         found        -> no handler; settle as its recorded outcome
+ *       deliveries past the park threshold -> poison record + inbox(PARK)
+ *       envelope check fails            -> poison record + inbox(POISON)
+ *       SAVEPOINT; handler
+ *         COMMIT -> inbox(COMMIT, msg id); RELEASE
+ *         RETRY  -> ROLLBACK TO; NAK(delay) after the commit
+ *                   (on the park threshold: poison record + inbox(PARK))
+ *         POISON -> ROLLBACK TO; poison record + inbox(POISON)
+ *   COMMIT                                 [crash: ingress.after_commit]
+ *   dead letters: publish death envelope (id = f(stream, seq)), wait PubAck,
+ *     mark the poison record published     [crash: poison.after_dlq_publish]
+ *     then TERM (poison) or ACK (parked); a failed publish NAKs with a delay
+ *   ACK every committed delivery: +ACK requests on the reply subjects, all
+ *   sent first, then every confirmation awaited with one deadline
+ *                                          [crash: ingress.after_ack]
+ *   NAK(delay) the rest.
+ * Why it is safe: nothing is ACKed or TERMed before the commit that records
+ * it. A crash or failed commit before COMMIT leaves every delivery to be
+ * redelivered (a failed commit NAKs with a delay: a plain NAK ignores
+ * BackOff). A crash after COMMIT redelivers deliveries whose inbox rows exist:
+ * the lookup finds them, the handler does not run again, and only the
+ * settlement is repeated: the ACK, or the death envelope (its stable id makes
+ * the dead-letter stream collapse the repeat) then TERM/ACK. The inbox, not
+ * the broker, decides "applied once": AckSync answers OK to a repeated ACK.
+ *
+ * Park threshold P (DLQ-2): the durable's max_deliver M leaves one spare
+ * delivery, P = M - 1. The handler runs on deliveries 1..P; when it fails on
+ * delivery P the message is parked with that error; delivery M (after a crash
+ * or a failed park) is parked without running the handler. Deliveries are
+ * counted by the server (message metadata), never from advisories.
+ *
+ * nats.c 3.4.1 notes: the durable is bound (jsSubOptions.Stream/Consumer),
+ * never created by the subscription, and the subscription is Destroyed, not
+ * Unsubscribed/Drained (those delete a durable the library created); consumer
+ * info comes from js_GetConsumerInfo(stream, durable).
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn_int.h"
+#include "ingress_int.h"
+#include "store/store.h"
+#include "subject.h"
+
+enum {
+    OUT_COMMIT = 1, /* inbox outcome codes, as stored */
+    OUT_POISON = 2,
+    OUT_PARK = 3,
+    OUT_DUP = 4 /* a re-published duplicate caught by its message id */
+};
+
+typedef enum dstate {
+    D_NONE = 0,
+    D_ACK,    /* committed (now or earlier): ACK */
+    D_NAK,    /* retry: NAK with delay */
+    D_POISON, /* death envelope, then TERM */
+    D_PARK    /* death envelope, then ACK */
+} dstate;
+
+struct jsd_delivery {
+    jsd_consumer *c;
+    natsMsg *msg;
+    jsMsgMetaData *meta;
+    const char *subject;
+    const char *msg_id;
+    const char *type;
+    uint64_t seq;
+    uint64_t deliveries;
+    dstate state;
+    bool fresh; /* its outcome was decided in this batch (not an inbox hit) */
+    int64_t delay_ms;
+    char reason[JSD__ERROR_TEXT_MAX + 1];
+};
+
+#define LASTERR_SLOTS 64
+
+struct jsd_consumer {
+    jsd_store *store;
+    jsd_conn *conn;
+    natsConnection *nc;
+    jsCtx *js;
+    char *stream, *durable, *dlq_subject;
+    char dlq_stream[JSD_STREAM_NAME_MAX + 1];
+    char **types;
+    size_t n_types;
+    jsd_payload_format fmt;
+    int batch, fetch_wait_ms, ack_timeout_ms;
+    int64_t retry_delay_ms;
+    int park_at;     /* P: handler attempts before parking */
+    int max_deliver; /* M from the server, -1 unlimited */
+
+    natsSubscription *sub;
+    natsSubscription *ack_sub;
+    char ack_prefix[96];
+    uint64_t ack_gen;
+
+    atomic_bool draining;
+    pthread_mutex_t mu;
+    jsd_consumer_stats stats;
+    jsd_error err;
+
+    struct {
+        uint64_t seq;
+        char text[256];
+    } lasterr[LASTERR_SLOTS];
+
+    jsd_delivery *d; /* the batch in hand */
+    size_t nd, cap;
+};
+
+/* ---- dispositions --------------------------------------------------------------- */
+
+jsd_disposition jsd_disposition_commit(void)
+{
+    jsd_disposition d = {JSD_DISPOSITION_COMMIT, 0, NULL};
+    return d;
+}
+
+jsd_disposition jsd_disposition_retry(int64_t delay_ms, const char *reason)
+{
+    jsd_disposition d = {JSD_DISPOSITION_RETRY, delay_ms < 0 ? 0 : delay_ms, reason};
+    return d;
+}
+
+jsd_disposition jsd_disposition_poison(const char *reason)
+{
+    jsd_disposition d = {JSD_DISPOSITION_POISON, 0, reason};
+    return d;
+}
+
+/* ---- delivery accessors ------------------------------------------------------------ */
+
+const char *jsd_delivery_subject(const jsd_delivery *d)
+{
+    return d ? d->subject : "";
+}
+
+const void *jsd_delivery_payload(const jsd_delivery *d, size_t *len)
+{
+    if (len)
+        *len = d ? (size_t)natsMsg_GetDataLength(d->msg) : 0;
+    return d ? natsMsg_GetData(d->msg) : NULL;
+}
+
+const char *jsd_delivery_header(const jsd_delivery *d, const char *name)
+{
+    const char *v = NULL;
+    if (!d || !name || natsMsgHeader_Get(d->msg, name, &v) != NATS_OK)
+        return NULL;
+    return v;
+}
+
+const char *jsd_delivery_stream(const jsd_delivery *d)
+{
+    return d ? d->c->stream : "";
+}
+
+const char *jsd_delivery_consumer(const jsd_delivery *d)
+{
+    return d ? d->c->durable : "";
+}
+
+uint64_t jsd_delivery_stream_seq(const jsd_delivery *d)
+{
+    return d ? d->seq : 0;
+}
+
+uint64_t jsd_delivery_deliveries(const jsd_delivery *d)
+{
+    return d ? d->deliveries : 0;
+}
+
+const char *jsd_delivery_msg_id(const jsd_delivery *d)
+{
+    return d && d->msg_id ? d->msg_id : "";
+}
+
+const char *jsd_delivery_type(const jsd_delivery *d)
+{
+    return d && d->type ? d->type : "";
+}
+
+jsd_status jsd_delivery_progress(const jsd_delivery *d)
+{
+    if (!d || !d->msg)
+        return JSD_ERR_INVALID;
+    natsStatus s = natsMsg_InProgress(d->msg, NULL);
+    return s == NATS_OK ? JSD_OK : jsd__err_nats(NULL, s, 0, "progress");
+}
+
+/* ---- options ---------------------------------------------------------------------- */
+
+void jsd_durable_config_init(jsd_durable_config *c)
+{
+    static const int64_t backoff[] = {1000, 2000, 5000, 10000, 30000};
+    memset(c, 0, sizeof(*c));
+    c->ack_wait_ms = 30000;
+    c->max_deliver = 6;
+    c->n_backoff = (int)JSD_ARRAY_LEN(backoff);
+    for (int i = 0; i < c->n_backoff; i++)
+        c->backoff_ms[i] = backoff[i];
+    c->max_ack_pending = 1024;
+}
+
+void jsd_consumer_opts_init(jsd_consumer_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->batch = 256;
+    o->fetch_wait_ms = 500;
+    o->ack_timeout_ms = 5000;
+    o->retry_delay_ms = 1000;
+    o->inbox_retention_ms = 7LL * 24 * 3600 * 1000;
+}
+
+jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *durable,
+                               const jsd_durable_config *cfg, bool *created, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    jsd_durable_config def;
+    int64_t backoff_ns[JSD_BACKOFF_MAX];
+
+    if (created)
+        *created = false;
+    if (!js)
+        return jsd__err(err, JSD_ERR_INVALID, "consumer ensure: no connection");
+    if (!jsd__stream_name_valid(stream, err) || !jsd__stream_name_valid(durable, err))
+        return JSD_ERR_INVALID;
+    if (!cfg) {
+        jsd_durable_config_init(&def);
+        cfg = &def;
+    }
+    natsStatus s = js_GetConsumerInfo(&ci, js, stream, durable, NULL, &jerr);
+    if (s == NATS_OK) {
+        jsConsumerInfo_Destroy(ci);
+        return JSD_OK;
+    }
+    if (s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr)
+        return jsd__err_nats(err, s, jerr, "consumer info");
+    if (cfg->max_deliver == 0 || cfg->max_deliver == 1 || cfg->max_deliver < -1)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "max_deliver %d: use -1 (unlimited) or >= 2 (one delivery is kept "
+                        "to retry a failed park)",
+                        cfg->max_deliver);
+    if (cfg->n_backoff < 0 || cfg->n_backoff > JSD_BACKOFF_MAX || cfg->ack_wait_ms <= 0 ||
+        cfg->max_ack_pending <= 0)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "consumer ensure: invalid ack wait, backoff or "
+                        "max_ack_pending");
+    if (cfg->filter_subject && !jsd__subject_valid_filter(cfg->filter_subject, err))
+        return JSD_ERR_INVALID;
+
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = durable;
+    cc.AckPolicy = js_AckExplicit;
+    cc.DeliverPolicy = js_DeliverAll;
+    cc.AckWait = cfg->ack_wait_ms * 1000000LL;
+    cc.MaxDeliver = cfg->max_deliver;
+    cc.MaxAckPending = cfg->max_ack_pending;
+    cc.FilterSubject = cfg->filter_subject;
+    cc.InactiveThreshold = cfg->inactive_threshold_ms * 1000000LL;
+    if (cfg->n_backoff > 0) {
+        /* The server wants max_deliver > len(backoff). */
+        int n = cfg->n_backoff;
+        if (cfg->max_deliver > 0 && n >= cfg->max_deliver)
+            n = cfg->max_deliver - 1;
+        for (int i = 0; i < n; i++)
+            backoff_ns[i] = cfg->backoff_ms[i] * 1000000LL;
+        cc.BackOff = backoff_ns;
+        cc.BackOffLen = n;
+    }
+    s = js_AddConsumer(&ci, js, stream, &cc, NULL, &jerr);
+    if (s != NATS_OK) {
+        char what[300];
+        jsd__snprintf(what, sizeof(what), "create durable \"%s\" on stream \"%s\"", durable,
+                      stream);
+        return jsd__err_nats(err, s, jerr, what);
+    }
+    jsConsumerInfo_Destroy(ci);
+    if (created)
+        *created = true;
+    return JSD_OK;
+}
+
+/* ---- create / destroy ------------------------------------------------------------- */
+
+static jsd_status cerr(jsd_consumer *c, jsd_status st, const char *fmt, ...) JSD_PRINTF(3, 4);
+static jsd_status cerr(jsd_consumer *c, jsd_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    jsd__verr(&c->err, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* The longest time a delivery can take to come back for the last time. */
+static int64_t redelivery_horizon_ms(const jsConsumerConfig *cc)
+{
+    int64_t ack_wait = cc->AckWait / 1000000LL;
+    int64_t md = cc->MaxDeliver;
+    int64_t h = ack_wait * md;
+    for (int64_t i = 0; i + 1 < md && cc->BackOffLen > 0; i++)
+        h += cc->BackOff[JSD_MIN(i, (int64_t)cc->BackOffLen - 1)] / 1000000LL;
+    return h;
+}
+
+static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
+{
+    jsConsumerInfo *ci = NULL;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    jsd_status st = JSD_OK;
+
+    natsStatus s = js_GetStreamInfo(&si, c->js, c->stream, NULL, &jerr);
+    if (s != NATS_OK) {
+        if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+            return cerr(c, JSD_ERR_NOT_FOUND, "stream \"%s\" does not exist", c->stream);
+        return jsd__err_nats(&c->err, s, jerr, "stream info");
+    }
+    s = js_GetConsumerInfo(&ci, c->js, c->stream, c->durable, NULL, &jerr);
+    if (s != NATS_OK) {
+        jsStreamInfo_Destroy(si);
+        if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)
+            return cerr(c, JSD_ERR_NOT_FOUND,
+                        "durable \"%s\" does not exist on stream \"%s\" (create it first, "
+                        "e.g. with jsd_consumer_ensure or `jsdurable provision`)",
+                        c->durable, c->stream);
+        return jsd__err_nats(&c->err, s, jerr, "consumer info");
+    }
+    const jsConsumerConfig *cc = ci->Config;
+    if (!cc || cc->AckPolicy != js_AckExplicit) {
+        st = cerr(c, JSD_ERR_CONFIG, "durable \"%s\" must use explicit acks", c->durable);
+        goto done;
+    }
+    if (cc->DeliverSubject && *cc->DeliverSubject) {
+        st = cerr(c, JSD_ERR_CONFIG, "durable \"%s\" is a push consumer; a pull consumer is needed",
+                  c->durable);
+        goto done;
+    }
+    c->max_deliver = cc->MaxDeliver > 0 ? (int)cc->MaxDeliver : -1;
+    if (c->max_deliver == 1) {
+        st = cerr(c, JSD_ERR_CONFIG,
+                  "durable \"%s\" has max_deliver 1: no delivery is left to retry a failed park "
+                  "(use >= 2)",
+                  c->durable);
+        goto done;
+    }
+    if (o->max_deliver > 0) {
+        if (c->max_deliver > 0 && o->max_deliver >= c->max_deliver) {
+            st = cerr(c, JSD_ERR_CONFIG,
+                      "park threshold %d must be below the durable's max_deliver %d (one "
+                      "spare delivery retries a failed park)",
+                      o->max_deliver, c->max_deliver);
+            goto done;
+        }
+        c->park_at = o->max_deliver;
+    } else {
+        c->park_at = c->max_deliver > 0 ? c->max_deliver - 1 : 0; /* 0: never park */
+    }
+    if (cc->MaxAckPending > 0 && c->batch > cc->MaxAckPending)
+        c->batch = (int)cc->MaxAckPending;
+
+    /* The retention guard (IN-2, DESIGN "deduplication windows are finite"). */
+    if (o->inbox_retention_ms > 0) {
+        int64_t dupw = si->Config ? si->Config->Duplicates / 1000000LL : 0;
+        if (c->max_deliver < 0) {
+            st = cerr(c, JSD_ERR_CONFIG,
+                      "durable \"%s\" redelivers without limit, so no inbox retention (%" PRId64
+                      " ms) is long enough; bound max_deliver or keep inbox rows (retention 0)",
+                      c->durable, o->inbox_retention_ms);
+            goto done;
+        }
+        int64_t h = redelivery_horizon_ms(cc);
+        if (o->inbox_retention_ms < h) {
+            st = cerr(c, JSD_ERR_CONFIG,
+                      "inbox retention %" PRId64
+                      " ms is shorter than the redelivery horizon %" PRId64
+                      " ms of durable \"%s\" (ack_wait x max_deliver + backoff); raise it",
+                      o->inbox_retention_ms, h, c->durable);
+            goto done;
+        }
+        if (o->inbox_retention_ms < dupw) {
+            st = cerr(c, JSD_ERR_CONFIG,
+                      "inbox retention %" PRId64 " ms is shorter than stream \"%s\"'s duplicate "
+                      "window %" PRId64 " ms; raise it",
+                      o->inbox_retention_ms, c->stream, dupw);
+            goto done;
+        }
+    }
+
+    /* The dead-letter stream: it must exist, and not be the stream we read. */
+    st = jsd__stream_for_subject(c->js, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream),
+                                 &c->err);
+    if (st == JSD_ERR_NOT_FOUND) {
+        st = cerr(c, JSD_ERR_CONFIG,
+                  "no stream captures the dead-letter subject \"%s\"; create a dead-letter "
+                  "stream on its own subject root (e.g. \"jsd.dlq.>\")",
+                  c->dlq_subject);
+        goto done;
+    }
+    if (st != JSD_OK)
+        goto done;
+    if (strcmp(c->dlq_stream, c->stream) == 0) {
+        st = cerr(c, JSD_ERR_CONFIG,
+                  "dead-letter subject \"%s\" is captured by the consumed stream \"%s\" itself; "
+                  "use a separate dead-letter stream",
+                  c->dlq_subject, c->stream);
+        goto done;
+    }
+done:
+    jsConsumerInfo_Destroy(ci);
+    jsStreamInfo_Destroy(si);
+    return st;
+}
+
+static jsd_status bind(jsd_consumer *c)
+{
+    jsSubOptions so;
+    jsErrCode jerr = 0;
+    natsInbox *inbox = NULL;
+    char subj[128];
+
+    jsSubOptions_Init(&so);
+    so.Stream = c->stream;
+    so.Consumer = c->durable;
+    natsStatus s = js_PullSubscribe(&c->sub, c->js, NULL, c->durable, NULL, &so, &jerr);
+    if (s != NATS_OK)
+        return jsd__err_nats(&c->err, s, jerr, "bind to the durable");
+    if ((s = natsInbox_Create(&inbox)) != NATS_OK)
+        return jsd__err_nats(&c->err, s, 0, "ack inbox");
+    jsd__strlcpy(c->ack_prefix, inbox, sizeof(c->ack_prefix));
+    natsInbox_Destroy(inbox);
+    jsd__snprintf(subj, sizeof(subj), "%s.>", c->ack_prefix);
+    s = natsConnection_SubscribeSync(&c->ack_sub, c->nc, subj);
+    if (s == NATS_OK)
+        s = natsSubscription_SetPendingLimits(c->ack_sub, -1, -1);
+    if (s != NATS_OK)
+        return jsd__err_nats(&c->err, s, 0, "ack confirmation subscription");
+    return JSD_OK;
+}
+
+jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *conn,
+                               const jsd_consumer_opts *o, jsd_error *err)
+{
+    jsd_consumer *c = NULL;
+    jsd_status st;
+
+    if (!out || !store || !conn || !o)
+        return jsd__err(err, JSD_ERR_INVALID, "consumer create: missing argument");
+    *out = NULL;
+    if (!o->stream || !jsd__stream_name_valid(o->stream, err))
+        return o->stream ? JSD_ERR_INVALID
+                         : jsd__err(err, JSD_ERR_INVALID, "consumer create: stream is required");
+    if (!o->durable || !jsd__stream_name_valid(o->durable, err))
+        return o->durable ? JSD_ERR_INVALID
+                          : jsd__err(err, JSD_ERR_INVALID, "consumer create: durable is required");
+    if (o->batch < 0 || o->batch > 4096)
+        return jsd__err(err, JSD_ERR_CONFIG, "batch %d outside 1..4096", o->batch);
+    if (o->payload_format != JSD_PAYLOAD_RAW && o->payload_format != JSD_PAYLOAD_JSON)
+        return jsd__err(err, JSD_ERR_CONFIG, "unknown payload format %d", (int)o->payload_format);
+    if (o->n_accept_types > 256)
+        return jsd__err(err, JSD_ERR_CONFIG, "at most 256 accepted types");
+    for (size_t i = 0; i < o->n_accept_types; i++)
+        if (!o->accept_types || !o->accept_types[i] || !*o->accept_types[i] ||
+            strlen(o->accept_types[i]) > 256)
+            return jsd__err(err, JSD_ERR_CONFIG, "accepted type %zu is empty or over 256 bytes", i);
+
+    if (!(c = jsd__calloc(1, sizeof(*c))))
+        return jsd__err(err, JSD_ERR_NOMEM, "consumer create: out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    atomic_init(&c->draining, false);
+    c->store = store;
+    c->conn = conn;
+    c->nc = jsd__conn_nats(conn);
+    c->js = jsd__conn_js(conn);
+    c->fmt = o->payload_format;
+    c->batch = o->batch > 0 ? o->batch : 256;
+    c->fetch_wait_ms = o->fetch_wait_ms > 0 ? o->fetch_wait_ms : 500;
+    c->ack_timeout_ms = o->ack_timeout_ms > 0 ? o->ack_timeout_ms : 5000;
+    c->retry_delay_ms = o->retry_delay_ms > 0 ? o->retry_delay_ms : 1000;
+    c->stream = jsd__strdup(o->stream);
+    c->durable = jsd__strdup(o->durable);
+    if (o->dlq_subject) {
+        c->dlq_subject = jsd__strdup(o->dlq_subject);
+    } else {
+        char def[JSD_SUBJECT_MAX + 64];
+        jsd__snprintf(def, sizeof(def), "jsd.dlq.%s.%s", o->stream, o->durable);
+        c->dlq_subject = jsd__strdup(def);
+    }
+    if (!c->stream || !c->durable || !c->dlq_subject) {
+        st = jsd__err(err, JSD_ERR_NOMEM, "consumer create: out of memory");
+        goto fail;
+    }
+    if (!jsd__subject_valid_exact(c->dlq_subject, err)) {
+        st = JSD_ERR_CONFIG;
+        if (err)
+            err->status = st;
+        goto fail;
+    }
+    if (o->n_accept_types) {
+        if (!(c->types = jsd__calloc(o->n_accept_types, sizeof(char *)))) {
+            st = jsd__err(err, JSD_ERR_NOMEM, "consumer create: out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < o->n_accept_types; i++, c->n_types++)
+            if (!(c->types[i] = jsd__strdup(o->accept_types[i]))) {
+                st = jsd__err(err, JSD_ERR_NOMEM, "consumer create: out of memory");
+                goto fail;
+            }
+    }
+    if (!c->nc || !c->js) {
+        st = jsd__err(err, JSD_ERR_INVALID, "consumer create: connection without JetStream");
+        goto fail;
+    }
+    if ((st = check_config(c, o)) != JSD_OK || (st = bind(c)) != JSD_OK) {
+        jsd__err_copy(err, &c->err);
+        goto fail;
+    }
+    JSD_INFO("ingress",
+             "bound to durable %s on stream %s (batch %d, park after %d deliveries, dead "
+             "letters to %s in %s)",
+             c->durable, c->stream, c->batch, c->park_at, c->dlq_subject, c->dlq_stream);
+    *out = c;
+    return JSD_OK;
+fail:
+    jsd_consumer_destroy(c);
+    return st;
+}
+
+static void batch_release(jsd_consumer *c)
+{
+    for (size_t i = 0; i < c->nd; i++) {
+        jsMsgMetaData_Destroy(c->d[i].meta);
+        natsMsg_Destroy(c->d[i].msg);
+    }
+    c->nd = 0;
+}
+
+void jsd_consumer_destroy(jsd_consumer *c)
+{
+    if (!c)
+        return;
+    batch_release(c);
+    jsd__free(c->d);
+    /* Destroy, never Unsubscribe/Drain: those would delete the durable. */
+    natsSubscription_Destroy(c->sub);
+    if (c->ack_sub) {
+        natsSubscription_Unsubscribe(c->ack_sub);
+        natsSubscription_Destroy(c->ack_sub);
+    }
+    for (size_t i = 0; i < c->n_types; i++)
+        jsd__free(c->types[i]);
+    jsd__free(c->types);
+    jsd__free(c->stream);
+    jsd__free(c->durable);
+    jsd__free(c->dlq_subject);
+    pthread_mutex_destroy(&c->mu);
+    jsd__free(c);
+}
+
+const char *jsd_consumer_errmsg(const jsd_consumer *c)
+{
+    return c ? c->err.msg : "";
+}
+
+const jsd_error *jsd_consumer_error(const jsd_consumer *c)
+{
+    return c ? &c->err : NULL;
+}
+
+const char *jsd_consumer_dlq_subject(const jsd_consumer *c)
+{
+    return c && c->dlq_subject ? c->dlq_subject : "";
+}
+
+const char *jsd_consumer_dlq_stream(const jsd_consumer *c)
+{
+    return c ? c->dlq_stream : "";
+}
+
+void jsd_consumer_begin_drain(jsd_consumer *c)
+{
+    if (c)
+        atomic_store(&c->draining, true);
+}
+
+void jsd_consumer_stats_get(jsd_consumer *c, jsd_consumer_stats *out)
+{
+    if (!c || !out)
+        return;
+    pthread_mutex_lock(&c->mu);
+    *out = c->stats;
+    pthread_mutex_unlock(&c->mu);
+}
+
+#define STAT_ADD(c, field, n)                                                                      \
+    do {                                                                                           \
+        pthread_mutex_lock(&(c)->mu);                                                              \
+        (c)->stats.field += (n);                                                                   \
+        pthread_mutex_unlock(&(c)->mu);                                                            \
+    } while (0)
+
+jsd_status jsd_consumer_backlog(jsd_consumer *c, uint64_t *pending, uint64_t *in_flight)
+{
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetConsumerInfo(&ci, c->js, c->stream, c->durable, NULL, &jerr);
+    if (s != NATS_OK)
+        return jsd__err_nats(&c->err, s, jerr, "consumer info");
+    if (pending)
+        *pending = ci->NumPending;
+    if (in_flight)
+        *in_flight = ci->NumAckPending > 0 ? (uint64_t)ci->NumAckPending : 0;
+    jsConsumerInfo_Destroy(ci);
+    return JSD_OK;
+}
+
+/* ---- the last error of a delivery, for its death envelope ------------------------- */
+
+static void lasterr_put(jsd_consumer *c, uint64_t seq, const char *text)
+{
+    size_t k = (size_t)(seq % LASTERR_SLOTS);
+    c->lasterr[k].seq = seq;
+    jsd__strlcpy(c->lasterr[k].text, text ? text : "", sizeof(c->lasterr[k].text));
+}
+
+static const char *lasterr_get(jsd_consumer *c, uint64_t seq)
+{
+    size_t k = (size_t)(seq % LASTERR_SLOTS);
+    return c->lasterr[k].seq == seq && c->lasterr[k].text[0] ? c->lasterr[k].text : NULL;
+}
+
+/* ---- one batch -------------------------------------------------------------------- */
+
+/* Reconstruct the header block ("NATS/1.0\r\nName: value\r\n...\r\n") for the
+ * poison record; nats.c does not expose the raw bytes. */
+static char *header_block(natsMsg *m, size_t *len)
+{
+    const char **keys = NULL;
+    int nk = 0;
+    *len = 0;
+    if (natsMsgHeader_Keys(m, &keys, &nk) != NATS_OK || nk == 0) {
+        free((void *)keys);
+        return NULL;
+    }
+    size_t cap = 12, used = 0;
+    char *buf = NULL;
+    for (int i = 0; i < nk; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        if (natsMsgHeader_Values(m, keys[i], &vals, &nv) != NATS_OK)
+            continue;
+        for (int k = 0; k < nv; k++)
+            cap += strlen(keys[i]) + strlen(vals[k]) + 4;
+        free((void *)vals);
+    }
+    cap += 3;
+    if (!(buf = jsd__malloc(cap)))
+        goto out;
+    used = (size_t)snprintf(buf, cap, "NATS/1.0\r\n");
+    for (int i = 0; i < nk; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        if (natsMsgHeader_Values(m, keys[i], &vals, &nv) != NATS_OK)
+            continue;
+        for (int k = 0; k < nv && used < cap; k++)
+            used += (size_t)snprintf(buf + used, cap - used, "%s: %s\r\n", keys[i], vals[k]);
+        free((void *)vals);
+    }
+    if (used < cap)
+        used += (size_t)snprintf(buf + used, cap - used, "\r\n");
+    *len = JSD_MIN(used, cap - 1);
+out:
+    free((void *)keys);
+    return buf;
+}
+
+static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int code)
+{
+    size_t hlen = 0;
+    char *hdr = header_block(d->msg, &hlen);
+    jsd__poison p = {
+        .stream = c->stream,
+        .consumer = c->durable,
+        .stream_seq = d->seq,
+        .msg_id = d->msg_id && *d->msg_id ? d->msg_id : NULL,
+        .subject = d->subject,
+        .diagnostic = d->reason,
+        .headers = hdr,
+        .headers_len = hlen,
+        .payload = natsMsg_GetData(d->msg),
+        .len = (size_t)natsMsg_GetDataLength(d->msg),
+    };
+    jsd_status st = jsd__tx_poison_insert(tx, &p, NULL);
+    jsd__free(hdr);
+    if (st == JSD_OK)
+        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, p.msg_id, code, d->reason);
+    if (st == JSD_OK) {
+        d->state = code == OUT_POISON ? D_POISON : D_PARK;
+        d->fresh = true;
+    }
+    return st;
+}
+
+static bool parse_meta(jsd_delivery *d)
+{
+    if (natsMsg_GetMetaData(&d->meta, d->msg) != NATS_OK || !d->meta)
+        return false;
+    d->seq = d->meta->Sequence.Stream;
+    d->deliveries = d->meta->NumDelivered;
+    d->subject = natsMsg_GetSubject(d->msg);
+    if (natsMsgHeader_Get(d->msg, "Nats-Msg-Id", &d->msg_id) != NATS_OK)
+        d->msg_id = NULL;
+    if (natsMsgHeader_Get(d->msg, JSD_HDR_TYPE, &d->type) != NATS_OK)
+        d->type = NULL;
+    return true;
+}
+
+/* Decide one delivery inside the open transaction. A non-OK return means the
+ * transaction can no longer be trusted (the batch is abandoned). */
+static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h, void *user)
+{
+    jsd__inbox_outcome prev;
+    bool found = false;
+    jsd_status st;
+
+    st = jsd__tx_inbox_lookup(tx, c->stream, c->durable, d->seq, &found, &prev);
+    if (st != JSD_OK)
+        return st;
+    if (!found && d->msg_id && *d->msg_id && strlen(d->msg_id) <= 256) {
+        st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, d->msg_id, &found, &prev);
+        if (st != JSD_OK)
+            return st;
+        if (found && prev.stream_seq != d->seq) {
+            /* A re-published duplicate past the broker's window: record its
+             * identity too, apply nothing. */
+            char why[64];
+            jsd__snprintf(why, sizeof(why), "duplicate of stream seq %" PRIu64, prev.stream_seq);
+            st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_DUP, why);
+            if (st != JSD_OK && st != JSD_ERR_EXISTS)
+                return st;
+            d->state = D_ACK;
+            STAT_ADD(c, duplicates, 1);
+            return JSD_OK;
+        }
+    }
+    if (found) {
+        STAT_ADD(c, duplicates, 1);
+        jsd__strlcpy(d->reason, prev.detail, sizeof(d->reason));
+        d->state = prev.code == OUT_POISON ? D_POISON : prev.code == OUT_PARK ? D_PARK : D_ACK;
+        return JSD_OK;
+    }
+
+    /* Past the park threshold: bury it without running the handler. */
+    if (c->park_at > 0 && d->deliveries > (uint64_t)c->park_at) {
+        const char *le = lasterr_get(c, d->seq);
+        jsd__snprintf(d->reason, sizeof(d->reason), "max deliveries reached (%" PRIu64 "): %s",
+                      d->deliveries, le ? le : "last error not known to this process");
+        return record_dead(c, tx, d, OUT_PARK);
+    }
+    /* Envelope: poison on first sight. */
+    if (!jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
+                             (size_t)natsMsg_GetDataLength(d->msg), (const char *const *)c->types,
+                             c->n_types, c->fmt, d->reason, sizeof(d->reason)))
+        return record_dead(c, tx, d, OUT_POISON);
+
+    if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
+        return st;
+    int64_t t0 = jsd__mono_us();
+    jsd_disposition disp = h(tx, d, user);
+    STAT_ADD(c, handler_us, (uint64_t)(jsd__mono_us() - t0));
+
+    if (disp.kind == JSD_DISPOSITION_COMMIT) {
+        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL);
+        if (st == JSD_OK) {
+            if ((st = jsd__tx_release(tx)) != JSD_OK)
+                return st;
+            d->state = D_ACK;
+            d->fresh = true;
+            return JSD_OK;
+        }
+        if ((st == JSD_ERR_EXISTS)) {
+            /* Another process committed it meanwhile: its effects stand. */
+            if ((st = jsd__tx_rollback_to(tx)) != JSD_OK)
+                return st;
+            STAT_ADD(c, duplicates, 1);
+            d->state = D_ACK;
+            return JSD_OK;
+        }
+        /* The inbox row could not be written: undo, and come again. */
+        jsd__snprintf(d->reason, sizeof(d->reason), "inbox insert failed: %s",
+                      jsd_store_errmsg(c->store));
+        if ((st = jsd__tx_rollback_to(tx)) != JSD_OK)
+            return st;
+        disp = jsd_disposition_retry(0, d->reason);
+    } else if ((st = jsd__tx_rollback_to(tx)) != JSD_OK) {
+        return st;
+    }
+
+    if (disp.kind == JSD_DISPOSITION_POISON) {
+        jsd__snprintf(d->reason, sizeof(d->reason), "handler: %s",
+                      disp.reason && *disp.reason ? disp.reason : "poison");
+        return record_dead(c, tx, d, OUT_POISON);
+    }
+    /* RETRY */
+    if (d->reason != disp.reason)
+        jsd__strlcpy(d->reason,
+                     disp.reason && *disp.reason ? disp.reason : "handler asked to retry",
+                     sizeof(d->reason));
+    lasterr_put(c, d->seq, d->reason);
+    if (c->park_at > 0 && d->deliveries >= (uint64_t)c->park_at) {
+        char last[sizeof(d->reason)];
+        jsd__strlcpy(last, d->reason, sizeof(last));
+        jsd__snprintf(d->reason, sizeof(d->reason), "max deliveries reached (%" PRIu64 "): %s",
+                      d->deliveries, last);
+        return record_dead(c, tx, d, OUT_PARK);
+    }
+    d->state = D_NAK;
+    d->delay_ms = disp.delay_ms > 0 ? disp.delay_ms : c->retry_delay_ms;
+    return JSD_OK;
+}
+
+static void nak(jsd_consumer *c, jsd_delivery *d, int64_t delay_ms)
+{
+    natsStatus s = natsMsg_NakWithDelay(
+        d->msg, (delay_ms > 0 ? delay_ms : c->retry_delay_ms) * 1000000LL, NULL);
+    if (s != NATS_OK)
+        JSD_WARN("ingress", "NAK of %s:%" PRIu64 " failed (%s); it comes back after ack_wait",
+                 c->stream, d->seq, natsStatus_GetText(s));
+    STAT_ADD(c, retried, 1);
+}
+
+/* Send +ACK for every delivery in acks with a reply subject of our own, then
+ * wait once for all confirmations. */
+static void ack_pipelined(jsd_consumer *c, jsd_delivery **acks, size_t n)
+{
+    if (n == 0)
+        return;
+    uint64_t gen = ++c->ack_gen;
+    char reply[160];
+    bool *got = jsd__calloc(n, sizeof(bool));
+    size_t sent = 0, confirmed = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const char *to = natsMsg_GetReply(acks[i]->msg);
+        if (!to || !*to)
+            continue;
+        jsd__snprintf(reply, sizeof(reply), "%s.%" PRIu64 ".%zu", c->ack_prefix, gen, i);
+        natsStatus s = natsConnection_PublishRequest(c->nc, to, reply, "+ACK", 4);
+        if (s != NATS_OK) {
+            JSD_WARN("ingress",
+                     "ACK of %s:%" PRIu64 " not sent (%s); it will be redelivered "
+                     "and found in the inbox",
+                     c->stream, acks[i]->seq, natsStatus_GetText(s));
+            if (got)
+                got[i] = true; /* nothing to wait for */
+            continue;
+        }
+        sent++;
+    }
+    int64_t deadline = jsd__mono_ms() + c->ack_timeout_ms;
+    size_t plen = strlen(c->ack_prefix);
+    while (confirmed < sent) {
+        int64_t left = deadline - jsd__mono_ms();
+        if (left <= 0)
+            break;
+        natsMsg *m = NULL;
+        natsStatus s = natsSubscription_NextMsg(&m, c->ack_sub, left);
+        if (s != NATS_OK)
+            break;
+        const char *subj = natsMsg_GetSubject(m);
+        if (strncmp(subj, c->ack_prefix, plen) == 0 && subj[plen] == '.') {
+            char *end = NULL;
+            unsigned long long g = strtoull(subj + plen + 1, &end, 10);
+            if (end && *end == '.' && g == gen) {
+                unsigned long long k = strtoull(end + 1, NULL, 10);
+                if (k < n && got && !got[k]) {
+                    got[k] = true;
+                    confirmed++;
+                }
+            }
+        }
+        natsMsg_Destroy(m);
+    }
+    STAT_ADD(c, acked, confirmed);
+    if (confirmed < sent) {
+        STAT_ADD(c, ack_unconfirmed, sent - confirmed);
+        JSD_WARN("ingress",
+                 "%zu of %zu ACKs on %s/%s unconfirmed after %d ms; those deliveries will be "
+                 "redelivered and answered from the inbox",
+                 sent - confirmed, sent, c->stream, c->durable, c->ack_timeout_ms);
+    }
+    jsd__free(got);
+}
+
+static bool reserve(jsd_consumer *c, size_t n)
+{
+    if (n <= c->cap)
+        return true;
+    jsd_delivery *d = jsd__realloc(c->d, n * sizeof(*d));
+    if (!d)
+        return false;
+    c->d = d;
+    c->cap = n;
+    return true;
+}
+
+jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
+{
+    natsMsgList list = {0};
+    jsd_tx *tx = NULL;
+    jsd_status st = JSD_OK;
+    bool committed = false;
+
+    if (n)
+        *n = 0;
+    if (!c || !h)
+        return JSD_ERR_INVALID;
+    if (atomic_load(&c->draining))
+        return JSD_ERR_STOPPED;
+
+    natsStatus s = natsSubscription_Fetch(&list, c->sub, c->batch, c->fetch_wait_ms, NULL);
+    if (s == NATS_TIMEOUT || (s == NATS_OK && list.Count == 0)) {
+        natsMsgList_Destroy(&list);
+        return JSD_OK;
+    }
+    if (s != NATS_OK) {
+        natsMsgList_Destroy(&list);
+        return jsd__err_nats(&c->err, s, 0, "fetch");
+    }
+    if (!reserve(c, (size_t)list.Count)) {
+        for (int i = 0; i < list.Count; i++)
+            natsMsg_NakWithDelay(list.Msgs[i], c->retry_delay_ms * 1000000LL, NULL);
+        natsMsgList_Destroy(&list);
+        return cerr(c, JSD_ERR_NOMEM, "out of memory for a batch of %d", list.Count);
+    }
+    c->nd = 0;
+    for (int i = 0; i < list.Count; i++) {
+        jsd_delivery *d = &c->d[c->nd];
+        memset(d, 0, sizeof(*d));
+        d->c = c;
+        d->msg = list.Msgs[i];
+        list.Msgs[i] = NULL;
+        if (!parse_meta(d)) {
+            /* Not a JetStream delivery (a status message): nothing to settle. */
+            natsMsg_Destroy(d->msg);
+            continue;
+        }
+        c->nd++;
+    }
+    natsMsgList_Destroy(&list);
+    if (n)
+        *n = (int)c->nd;
+    pthread_mutex_lock(&c->mu);
+    c->stats.fetched += c->nd;
+    c->stats.batches++;
+    if (c->nd > c->stats.max_batch)
+        c->stats.max_batch = c->nd;
+    pthread_mutex_unlock(&c->mu);
+    if (c->nd == 0)
+        return JSD_OK;
+
+    /* ---- apply: one transaction, a savepoint per handler ---- */
+    st = jsd_tx_begin(c->store, &tx);
+    for (size_t i = 0; st == JSD_OK && i < c->nd; i++)
+        st = apply_one(c, tx, &c->d[i], h, user);
+    if (st == JSD_OK) {
+        st = jsd_tx_commit(tx);
+        tx = NULL;
+        committed = st == JSD_OK;
+    }
+    if (!committed) {
+        jsd__err_copy(&c->err, jsd_store_error(c->store));
+        JSD_WARN("ingress", "batch of %zu on %s/%s not committed (%s); NAK, they come again", c->nd,
+                 c->stream, c->durable, jsd_store_errmsg(c->store));
+        jsd_tx_rollback(tx);
+        STAT_ADD(c, commit_failures, 1);
+        for (size_t i = 0; i < c->nd; i++)
+            nak(c, &c->d[i], c->retry_delay_ms);
+        batch_release(c);
+        return JSD_OK;
+    }
+    JSD_CRASH_POINT("ingress.after_commit");
+
+    /* ---- settle ---- */
+    size_t n_commit = 0;
+    bool any_dead = false;
+    for (size_t i = 0; i < c->nd; i++) {
+        if (c->d[i].state == D_ACK && c->d[i].fresh)
+            n_commit++;
+        if (c->d[i].state == D_POISON || c->d[i].state == D_PARK)
+            any_dead = true;
+    }
+    STAT_ADD(c, committed, n_commit);
+    if (any_dead)
+        JSD_CRASH_POINT("poison.after_store_commit");
+
+    jsd_delivery **acks = jsd__calloc(c->nd, sizeof(*acks));
+    size_t na = 0;
+    for (size_t i = 0; i < c->nd; i++) {
+        jsd_delivery *d = &c->d[i];
+        if (d->state == D_POISON || d->state == D_PARK) {
+            const char *reason = d->state == D_POISON ? "poison" : "max_deliver";
+            jsd__death death = {.subject = d->subject,
+                                .stream = c->stream,
+                                .consumer = c->durable,
+                                .stream_seq = d->seq,
+                                .deliveries = d->deliveries,
+                                .reason = reason,
+                                .error = d->reason,
+                                .msg_id = d->msg_id,
+                                .type = d->type,
+                                .payload = natsMsg_GetData(d->msg),
+                                .len = (size_t)natsMsg_GetDataLength(d->msg),
+                                .time_ms = jsd__now_ms()};
+            uint64_t dseq = 0;
+            jsd_error e;
+            jsd_error_clear(&e);
+            jsd_status ds = jsd__death_publish(c->js, c->dlq_subject, c->dlq_stream, &death,
+                                               c->ack_timeout_ms, &dseq, &e);
+            if (ds != JSD_OK) {
+                JSD_WARN("ingress", "dead letter for %s:%" PRIu64 " not confirmed (%s); NAK",
+                         c->stream, d->seq, e.msg);
+                jsd__err_copy(&c->err, &e);
+                nak(c, d, c->retry_delay_ms);
+                continue;
+            }
+            if (jsd__store_poison_mark_published(c->store, c->stream, c->durable, d->seq,
+                                                 c->dlq_stream, dseq) != JSD_OK)
+                JSD_WARN("ingress", "poison record %s:%" PRIu64 " not marked published: %s",
+                         c->stream, d->seq, jsd_store_errmsg(c->store));
+            JSD_CRASH_POINT("poison.after_dlq_publish");
+            if (d->state == D_POISON) {
+                natsStatus ts = natsMsg_Term(d->msg, NULL);
+                if (ts != NATS_OK)
+                    JSD_WARN("ingress", "TERM of %s:%" PRIu64 " failed (%s); it will come again",
+                             c->stream, d->seq, natsStatus_GetText(ts));
+                STAT_ADD(c, poisoned, 1);
+            } else {
+                STAT_ADD(c, parked, 1);
+                if (acks)
+                    acks[na++] = d;
+            }
+        } else if (d->state == D_ACK) {
+            if (acks)
+                acks[na++] = d;
+        } else if (d->state == D_NAK) {
+            nak(c, d, d->delay_ms);
+        }
+    }
+    ack_pipelined(c, acks, na);
+    jsd__free(acks);
+    JSD_CRASH_POINT("ingress.after_ack");
+    batch_release(c);
+    return JSD_OK;
+}
+
+jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle)
+{
+    if (!c || !h)
+        return JSD_ERR_INVALID;
+    int64_t backoff = 50;
+    while (!atomic_load(&c->draining)) {
+        int got = 0;
+        jsd_status st = jsd_consumer_poll(c, h, user, &got);
+        if (st == JSD_ERR_STOPPED)
+            break;
+        if (st != JSD_OK) {
+            if (st == JSD_ERR_INVALID || st == JSD_ERR_NOMEM)
+                return st;
+            JSD_WARN("ingress", "%s/%s: %s; retrying", c->stream, c->durable, c->err.msg);
+            jsd__sleep_ms(backoff);
+            backoff = JSD_MIN(backoff * 2, 2000);
+            continue;
+        }
+        backoff = 50;
+        if (got == 0 && until_idle) {
+            uint64_t pending = 1, in_flight = 1;
+            if (jsd_consumer_backlog(c, &pending, &in_flight) == JSD_OK && pending == 0 &&
+                in_flight == 0)
+                return JSD_OK;
+        }
+    }
+    return JSD_OK;
+}

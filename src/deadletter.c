@@ -1,0 +1,225 @@
+/*
+ * deadletter — death envelopes and the dead-letter stream (DLQ-1..3).
+ *
+ * A death envelope is the original payload, verbatim, published to the
+ * consumer's dead-letter subject with headers that say where it came from
+ * (subject, stream, stream sequence, consumer), how many deliveries it had,
+ * why it died ("poison" or "max_deliver"), the last error and when. Its
+ * Nats-Msg-Id is derived from (stream, stream sequence) only, so every attempt
+ * to bury one delivery — a retry after a failed PubAck, a redelivery after a
+ * crash before TERM/ACK — is collapsed by the dead-letter stream's duplicate
+ * window into one stored message. The caller settles the original delivery
+ * (TERM for poison, ACK for a parked message) only after jsd__death_publish
+ * returned JSD_OK.
+ *
+ * Replay (tools) takes a dead letter back to its original subject with a new
+ * message id derived from its place in the dead-letter stream (so running the
+ * same replay twice stores it once) and a Jsd-Replay-Of header.
+ */
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#include "conn_int.h"
+#include "ingress_int.h"
+#include "subject.h"
+
+void jsd_death_msg_id(const char *stream, uint64_t seq, char out[65])
+{
+    char num[24];
+    jsd__snprintf(num, sizeof(num), "%" PRIu64, seq);
+    const char *parts[] = {"jsd.death", stream ? stream : "", num};
+    size_t lens[] = {9, strlen(parts[1]), strlen(num)};
+    jsd__ld_sha256_hex(parts, lens, 3, out);
+}
+
+static void rfc3339(int64_t ms, char *out, size_t cap)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    jsd__snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
+/* Header values must not carry CR/LF; cut and sanitise free text. */
+static void header_text(const char *in, char *out, size_t cap)
+{
+    size_t j = 0;
+    for (size_t i = 0; in && in[i] && j + 1 < cap; i++) {
+        unsigned char ch = (unsigned char)in[i];
+        out[j++] = (ch < 0x20 || ch == 0x7f) ? ' ' : (char)ch;
+    }
+    out[j] = '\0';
+}
+
+jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dlq_stream,
+                              const jsd__death *d, int timeout_ms, uint64_t *dlq_seq,
+                              jsd_error *err)
+{
+    natsMsg *m = NULL;
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s;
+    jsd_status st = JSD_OK;
+    char id[65], seq[24], dlv[24], when[40], errtext[257];
+
+    jsd_death_msg_id(d->stream, d->stream_seq, id);
+    jsd__snprintf(seq, sizeof(seq), "%" PRIu64, d->stream_seq);
+    jsd__snprintf(dlv, sizeof(dlv), "%" PRIu64, d->deliveries);
+    rfc3339(d->time_ms ? d->time_ms : jsd__now_ms(), when, sizeof(when));
+    header_text(d->error ? d->error : "", errtext, sizeof(errtext));
+
+    s = natsMsg_Create(&m, dlq_subject, NULL, d->payload, (int)d->len);
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_SUBJECT, d->subject ? d->subject : "");
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_STREAM, d->stream ? d->stream : "");
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_CONSUMER, d->consumer ? d->consumer : "");
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_SEQ, seq);
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_DELIVERIES, dlv);
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_REASON, d->reason ? d->reason : "poison");
+    if (s == NATS_OK && errtext[0])
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_ERROR, errtext);
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_TIME, when);
+    if (s == NATS_OK && d->msg_id && *d->msg_id) {
+        header_text(d->msg_id, errtext, sizeof(errtext));
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_MSG_ID, errtext);
+    }
+    if (s == NATS_OK && d->type && *d->type) {
+        header_text(d->type, errtext, sizeof(errtext));
+        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_TYPE, errtext);
+    }
+    if (s != NATS_OK) {
+        st = jsd__err_nats(err, s, 0, "death envelope: build message");
+        goto done;
+    }
+
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MsgId = id;
+    po.ExpectStream = dlq_stream;
+    po.MaxWait = timeout_ms > 0 ? timeout_ms : 5000;
+    s = js_PublishMsg(&pa, js, m, &po, &jerr);
+    if (s != NATS_OK) {
+        char what[400];
+        jsd__snprintf(what, sizeof(what), "publish death envelope of %s:%" PRIu64 " to \"%s\"",
+                      d->stream ? d->stream : "", d->stream_seq, dlq_subject);
+        st = jsd__err_nats(err, s, jerr, what);
+        goto done;
+    }
+    if (!pa || !pa->Stream || (dlq_stream && *dlq_stream && strcmp(pa->Stream, dlq_stream) != 0) ||
+        pa->Sequence == 0) {
+        st = jsd__err(err, JSD_ERR_NATS, "death envelope: unexpected PubAck from stream \"%s\"",
+                      pa && pa->Stream ? pa->Stream : "");
+        goto done;
+    }
+    if (dlq_seq)
+        *dlq_seq = pa->Sequence;
+done:
+    jsPubAck_Destroy(pa);
+    natsMsg_Destroy(m);
+    return st;
+}
+
+jsd_status jsd__stream_for_subject(jsCtx *js, const char *subject, char *out, size_t cap,
+                                   jsd_error *err)
+{
+    jsStreamNamesList *names = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_StreamNames(&names, js, NULL, &jerr);
+    if (s == NATS_NOT_FOUND) {
+        return jsd__err(err, JSD_ERR_NOT_FOUND, "no stream captures \"%s\" (there are no streams)",
+                        subject);
+    }
+    if (s != NATS_OK)
+        return jsd__err_nats(err, s, jerr, "list streams");
+    jsd_status st = JSD_ERR_NOT_FOUND;
+    for (int i = 0; names && i < names->Count && st == JSD_ERR_NOT_FOUND; i++) {
+        jsStreamInfo *si = NULL;
+        if (js_GetStreamInfo(&si, js, names->List[i], NULL, &jerr) != NATS_OK || !si)
+            continue;
+        for (int k = 0; si->Config && k < si->Config->SubjectsLen; k++) {
+            const char *f = si->Config->Subjects[k];
+            if (f && jsd__subject_valid_filter(f, NULL) && jsd__subject_matches(f, subject)) {
+                st = jsd__strlcpy(out, names->List[i], cap) ? JSD_OK : JSD_ERR_LIMIT;
+                break;
+            }
+        }
+        jsStreamInfo_Destroy(si);
+    }
+    jsStreamNamesList_Destroy(names);
+    if (st == JSD_ERR_NOT_FOUND)
+        return jsd__err(err, st, "no stream captures \"%s\"", subject);
+    return st;
+}
+
+jsd_status jsd_dlq_replay(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_seq,
+                          uint64_t *new_seq, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    natsMsg *dead = NULL, *m = NULL;
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    jsd_status st = JSD_OK;
+    const char *subject = NULL, *type = NULL;
+    char origin[200], id[65];
+
+    if (!js || !dlq_stream || !jsd__stream_name_valid(dlq_stream, err))
+        return js ? JSD_ERR_INVALID : jsd__err(err, JSD_ERR_INVALID, "replay: no connection");
+    natsStatus s = js_GetMsg(&dead, js, dlq_stream, dlq_seq, NULL, &jerr);
+    if (s != NATS_OK) {
+        char what[200];
+        jsd__snprintf(what, sizeof(what), "dead letter %s:%" PRIu64, dlq_stream, dlq_seq);
+        st = jsd__err_nats(err, s, jerr, what);
+        if (s == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr)
+            st =
+                jsd__err(err, JSD_ERR_NOT_FOUND, "no dead letter %s:%" PRIu64, dlq_stream, dlq_seq);
+        goto done;
+    }
+    if (natsMsgHeader_Get(dead, JSD_HDR_DLQ_SUBJECT, &subject) != NATS_OK || !subject ||
+        !jsd__subject_valid_exact(subject, NULL)) {
+        st = jsd__err(err, JSD_ERR_INVALID,
+                      "%s:%" PRIu64 " is not a death envelope (no valid " JSD_HDR_DLQ_SUBJECT
+                      " header)",
+                      dlq_stream, dlq_seq);
+        goto done;
+    }
+    if (natsMsgHeader_Get(dead, JSD_HDR_DLQ_TYPE, &type) != NATS_OK)
+        type = NULL;
+    jsd__snprintf(origin, sizeof(origin), "%s:%" PRIu64, dlq_stream, dlq_seq);
+    {
+        const char *parts[] = {"jsd.replay", origin};
+        size_t lens[] = {10, strlen(origin)};
+        jsd__ld_sha256_hex(parts, lens, 2, id);
+    }
+    s = natsMsg_Create(&m, subject, NULL, natsMsg_GetData(dead), natsMsg_GetDataLength(dead));
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, JSD_HDR_REPLAY_OF, origin);
+    if (s == NATS_OK && type && *type)
+        s = natsMsgHeader_Set(m, JSD_HDR_TYPE, type);
+    if (s == NATS_OK) {
+        jsPubOptions po;
+        jsPubOptions_Init(&po);
+        po.MsgId = id;
+        s = js_PublishMsg(&pa, js, m, &po, &jerr);
+    }
+    if (s != NATS_OK) {
+        char what[400];
+        jsd__snprintf(what, sizeof(what), "replay %s to \"%s\"", origin, subject);
+        st = jsd__err_nats(err, s, jerr, what);
+        goto done;
+    }
+    if (new_seq)
+        *new_seq = pa ? pa->Sequence : 0;
+done:
+    jsPubAck_Destroy(pa);
+    natsMsg_Destroy(m);
+    natsMsg_Destroy(dead);
+    return st;
+}
