@@ -1,0 +1,1500 @@
+/*
+ * topology — the declarative topology file (JSON, via jansson) and its
+ * application to JetStream (TOPO-1,2, DLQ-3).
+ *
+ * Parsing validates the whole file into plain structs (include/jsdurable/
+ * topology.h) before any server is contacted; every refusal starts with the
+ * key path in the file. Applying reads the server's streams and consumers,
+ * builds a plan (create / keep / update per object), refuses the plan as a
+ * whole when one object cannot be brought to the file without deleting it,
+ * and only then acts. An update starts from the server's own configuration and
+ * overwrites only the fields the file declares, so settings the file does not
+ * know (deny-delete, placement, ...) survive.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "conn_int.h"
+#include "jsd_int.h"
+#include "subject.h"
+
+#define NS_PER_MS 1000000LL
+#define DAY_MS    (24LL * 3600 * 1000)
+
+#define PATH_CAP 128
+
+typedef struct topo_stream {
+    jsd_topo_stream pub;
+    const char **subjects;
+    char path[PATH_CAP]; /* "streams[2]" or "dead_letter" */
+} topo_stream;
+
+typedef struct topo_consumer {
+    jsd_topo_consumer pub;
+    int64_t *backoff;
+    size_t stream_index;
+    char path[PATH_CAP];
+} topo_consumer;
+
+struct jsd_topology {
+    json_t *root; /* owns every string the structs point at */
+    topo_stream *streams;
+    size_t n_streams;
+    topo_consumer *consumers;
+    size_t n_consumers;
+    int dead_letter; /* index into streams, -1 if none */
+};
+
+/* ---- subjects ---------------------------------------------------------------- */
+
+static bool tok_is(const char *p, size_t n, char c)
+{
+    return n == 1 && p[0] == c;
+}
+
+bool jsd_subjects_overlap(const char *a, const char *b)
+{
+    const char *p = a, *q = b;
+    if (!a || !b)
+        return false;
+    for (;;) {
+        size_t la = strcspn(p, "."), lb = strcspn(q, ".");
+        if (tok_is(p, la, '>') || tok_is(q, lb, '>'))
+            return true;
+        if (!tok_is(p, la, '*') && !tok_is(q, lb, '*') && (la != lb || memcmp(p, q, la) != 0))
+            return false;
+        bool ea = p[la] == '\0', eb = q[lb] == '\0';
+        if (ea || eb)
+            return ea && eb;
+        p += la + 1;
+        q += lb + 1;
+    }
+}
+
+/* Every subject matching a also matches b. */
+static bool subject_within(const char *a, const char *b)
+{
+    const char *p = a, *q = b;
+    for (;;) {
+        size_t la = strcspn(p, "."), lb = strcspn(q, ".");
+        if (tok_is(q, lb, '>'))
+            return true;
+        if (tok_is(p, la, '>'))
+            return false;
+        if (!tok_is(q, lb, '*')) {
+            if (tok_is(p, la, '*') || la != lb || memcmp(p, q, la) != 0)
+                return false;
+        }
+        bool ea = p[la] == '\0', eb = q[lb] == '\0';
+        if (ea || eb)
+            return ea && eb;
+        p += la + 1;
+        q += lb + 1;
+    }
+}
+
+/* The literal tokens before the first wildcard: "jsd.dlq.>" -> "jsd.dlq". */
+static size_t subject_root_len(const char *s)
+{
+    size_t n = 0;
+    const char *p = s;
+    for (;;) {
+        size_t l = strcspn(p, ".");
+        if (tok_is(p, l, '*') || tok_is(p, l, '>'))
+            return n ? n - 1 : 0;
+        n += l + 1;
+        if (p[l] == '\0')
+            return n - 1;
+        p += l + 1;
+    }
+}
+
+/* Roots a and b where one is a whole-token prefix of the other (or equal). */
+static bool roots_nested(const char *a, size_t la, const char *b, size_t lb)
+{
+    if (la == 0 || lb == 0)
+        return true;
+    size_t n = JSD_MIN(la, lb);
+    if (memcmp(a, b, n) != 0)
+        return false;
+    if (la == lb)
+        return true;
+    return (la > lb ? a[n] : b[n]) == '.';
+}
+
+/* A subject pattern: tokens [A-Za-z0-9_-]+ separated by single dots, "*" a
+ * whole token, ">" only as the whole last token, 1..256 bytes. why receives
+ * the rule broken. */
+static bool pattern_check(const char *s, char *why, size_t cap)
+{
+    size_t len = strlen(s);
+    if (len == 0) {
+        jsd__snprintf(why, cap, "subject is empty");
+        return false;
+    }
+    if (len > JSD_SUBJECT_MAX) {
+        jsd__snprintf(why, cap, "subject is %zu bytes; the limit is %d", len, JSD_SUBJECT_MAX);
+        return false;
+    }
+    const char *p = s;
+    for (;;) {
+        size_t l = strcspn(p, ".");
+        if (l == 0) {
+            jsd__snprintf(why, cap, "empty token at byte %zu (a leading, trailing or double dot)",
+                          (size_t)(p - s));
+            return false;
+        }
+        if (tok_is(p, l, '>')) {
+            if (p[l] != '\0') {
+                jsd__snprintf(why, cap, "wildcard \">\" must be the last token");
+                return false;
+            }
+            return true;
+        }
+        if (!tok_is(p, l, '*')) {
+            for (size_t i = 0; i < l; i++) {
+                unsigned char ch = (unsigned char)p[i];
+                if (ch == '*' || ch == '>') {
+                    jsd__snprintf(why, cap, "wildcard \"%c\" must be a whole token", ch);
+                    return false;
+                }
+                if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
+                    if (ch > 0x20 && ch < 0x7f)
+                        jsd__snprintf(why, cap,
+                                      "character '%c' at byte %zu; tokens use A-Z a-z 0-9 _ -", ch,
+                                      (size_t)(p - s) + i);
+                    else
+                        jsd__snprintf(why, cap,
+                                      "byte 0x%02x at byte %zu; tokens use A-Z a-z 0-9 _ -", ch,
+                                      (size_t)(p - s) + i);
+                    return false;
+                }
+            }
+        }
+        if (p[l] == '\0')
+            return true;
+        p += l + 1;
+    }
+}
+
+/* ---- parsing helpers -------------------------------------------------------------- */
+
+static jsd_status perr(jsd_error *err, const char *path, const char *fmt, ...) JSD_PRINTF(3, 4);
+static jsd_status perr(jsd_error *err, const char *path, const char *fmt, ...)
+{
+    char msg[JSD_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return jsd__err(err, JSD_ERR_CONFIG, "%s: %s", path, msg);
+}
+
+static void subpath(char *out, const char *base, const char *key)
+{
+    if (base && *base)
+        jsd__snprintf(out, PATH_CAP, "%s.%s", base, key);
+    else
+        jsd__snprintf(out, PATH_CAP, "%s", key);
+}
+
+static const char *json_kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number with a fraction";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
+
+static jsd_status check_keys(const json_t *obj, const char *path, const char *const *known,
+                             jsd_error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; known[i]; i++)
+            if (!strcmp(key, known[i]))
+                ok = true;
+        if (!ok) {
+            char shown[64], list[256] = "", p[PATH_CAP];
+            jsd__printable(key, strlen(key), shown, sizeof(shown));
+            for (size_t i = 0; known[i]; i++) {
+                size_t n = strlen(list);
+                jsd__snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", known[i]);
+            }
+            subpath(p, path, shown);
+            return perr(err, p, "unknown key (known keys: %s)", list);
+        }
+    }
+    return JSD_OK;
+}
+
+/* A string member; *out NULL when absent and not required. */
+static jsd_status get_str(const json_t *obj, const char *path, const char *key, bool required,
+                          size_t max_len, const char **out, jsd_error *err)
+{
+    char p[PATH_CAP];
+    json_t *v = json_object_get(obj, key);
+    subpath(p, path, key);
+    *out = NULL;
+    if (!v) {
+        if (required)
+            return perr(err, p, "missing (required)");
+        return JSD_OK;
+    }
+    if (!json_is_string(v))
+        return perr(err, p, "must be a string, not %s", json_kind(v));
+    size_t n = json_string_length(v);
+    if (strlen(json_string_value(v)) != n)
+        return perr(err, p, "contains a NUL byte");
+    if (n > max_len)
+        return perr(err, p, "is %zu bytes; the limit is %zu", n, max_len);
+    *out = json_string_value(v);
+    return JSD_OK;
+}
+
+/* An integer in [min, max], or -1 for unlimited when allow_unlimited. */
+static jsd_status get_int(const json_t *obj, const char *path, const char *key, int64_t min,
+                          int64_t max, bool allow_unlimited, int64_t def, int64_t *out,
+                          jsd_error *err)
+{
+    char p[PATH_CAP];
+    json_t *v = json_object_get(obj, key);
+    subpath(p, path, key);
+    *out = def;
+    if (!v)
+        return JSD_OK;
+    if (!json_is_integer(v))
+        return perr(err, p, "must be an integer, not %s", json_kind(v));
+    json_int_t x = json_integer_value(v);
+    if (allow_unlimited && x == -1) {
+        *out = -1;
+        return JSD_OK;
+    }
+    if (x < min || x > max)
+        return perr(err, p, "%lld is out of range: allowed %lld..%lld%s", (long long)x,
+                    (long long)min, (long long)max, allow_unlimited ? ", or -1 for unlimited" : "");
+    *out = (int64_t)x;
+    return JSD_OK;
+}
+
+/* A size: an integer number of bytes or a string "512MiB", "1GB", "64KiB". */
+static bool parse_size(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0)
+        return false;
+    static const struct {
+        const char *suffix;
+        int64_t mul;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KB", 1000LL},
+                 {"MB", 1000LL * 1000},
+                 {"GB", 1000LL * 1000 * 1000},
+                 {"TB", 1000LL * 1000 * 1000 * 1000},
+                 {"KiB", 1024LL},
+                 {"MiB", 1024LL * 1024},
+                 {"GiB", 1024LL * 1024 * 1024},
+                 {"TiB", 1024LL * 1024 * 1024 * 1024}};
+    for (size_t i = 0; i < JSD_ARRAY_LEN(units); i++) {
+        if (!strcmp(end, units[i].suffix)) {
+            if (v > INT64_MAX / units[i].mul)
+                return false;
+            *out = (int64_t)v * units[i].mul;
+            return true;
+        }
+    }
+    return false;
+}
+
+static jsd_status get_size(const json_t *obj, const char *path, const char *key, int64_t min,
+                           int64_t max, int64_t *out, jsd_error *err)
+{
+    char p[PATH_CAP];
+    json_t *v = json_object_get(obj, key);
+    subpath(p, path, key);
+    *out = -1;
+    if (!v)
+        return JSD_OK;
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = (int64_t)json_integer_value(v);
+        if (x == -1) {
+            *out = -1;
+            return JSD_OK;
+        }
+    } else if (json_is_string(v)) {
+        char shown[64];
+        const char *s = json_string_value(v);
+        if (!parse_size(s, &x)) {
+            jsd__printable(s, json_string_length(v), shown, sizeof(shown));
+            return perr(err, p,
+                        "\"%s\" is not a size: use bytes or a number with KB, MB, GB, TB, KiB, "
+                        "MiB, GiB or TiB (e.g. \"512MiB\")",
+                        shown);
+        }
+    } else {
+        return perr(err, p, "must be a size (bytes or a string such as \"1GiB\"), not %s",
+                    json_kind(v));
+    }
+    if (x < min || x > max)
+        return perr(err, p, "%lld bytes is out of range: allowed %lld..%lld, or -1 for unlimited",
+                    (long long)x, (long long)min, (long long)max);
+    *out = x;
+    return JSD_OK;
+}
+
+/* A duration string ("30s", "72h", "250ms", "7d"); "0" allowed when zero_ok. */
+static jsd_status dur_value(const json_t *v, const char *p, int64_t min, int64_t max, bool zero_ok,
+                            int64_t *out, jsd_error *err)
+{
+    char shown[64];
+    if (!json_is_string(v))
+        return perr(err, p, "must be a duration string such as \"30s\", not %s", json_kind(v));
+    const char *s = json_string_value(v);
+    jsd__printable(s, json_string_length(v), shown, sizeof(shown));
+    int64_t ms;
+    if (!jsd__parse_duration_ms(s, &ms))
+        return perr(err, p,
+                    "\"%s\" is not a duration: use a whole number with ms, s, m, h or d "
+                    "(e.g. \"30s\", \"72h\")",
+                    shown);
+    if (ms == 0 && zero_ok) {
+        *out = 0;
+        return JSD_OK;
+    }
+    if (ms < min || ms > max) {
+        return perr(err, p, "\"%s\" is out of range: allowed %lld ms..%lld ms%s", shown,
+                    (long long)min, (long long)max, zero_ok ? ", or \"0\" for none" : "");
+    }
+    *out = ms;
+    return JSD_OK;
+}
+
+static jsd_status get_dur(const json_t *obj, const char *path, const char *key, int64_t min,
+                          int64_t max, bool zero_ok, int64_t def, int64_t *out, jsd_error *err)
+{
+    char p[PATH_CAP];
+    json_t *v = json_object_get(obj, key);
+    subpath(p, path, key);
+    *out = def;
+    if (!v)
+        return JSD_OK;
+    return dur_value(v, p, min, max, zero_ok, out, err);
+}
+
+/* One of the words in choices (NULL-terminated); *out its index. */
+static jsd_status get_enum(const json_t *obj, const char *path, const char *key,
+                           const char *const *choices, int def, int *out, jsd_error *err)
+{
+    const char *s;
+    char p[PATH_CAP];
+    jsd_status st = get_str(obj, path, key, false, 64, &s, err);
+    *out = def;
+    if (st != JSD_OK || !s)
+        return st;
+    for (int i = 0; choices[i]; i++) {
+        if (!strcmp(s, choices[i])) {
+            *out = i;
+            return JSD_OK;
+        }
+    }
+    char shown[64], list[128] = "";
+    jsd__printable(s, strlen(s), shown, sizeof(shown));
+    for (int i = 0; choices[i]; i++) {
+        size_t n = strlen(list);
+        jsd__snprintf(list + n, sizeof(list) - n, "%s\"%s\"", i ? ", " : "", choices[i]);
+    }
+    subpath(p, path, key);
+    return perr(err, p, "\"%s\" is not allowed; use one of %s", shown, list);
+}
+
+static bool name_token_ok(const char *s, char *why, size_t cap)
+{
+    size_t n = strlen(s);
+    if (n == 0) {
+        jsd__snprintf(why, cap, "is empty");
+        return false;
+    }
+    if (n > JSD_STREAM_NAME_MAX) {
+        jsd__snprintf(why, cap, "is %zu bytes; the limit is %d", n, JSD_STREAM_NAME_MAX);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-')) {
+            if (ch > 0x20 && ch < 0x7f)
+                jsd__snprintf(why, cap, "has '%c' at byte %zu; names use A-Z a-z 0-9 _ -", ch, i);
+            else
+                jsd__snprintf(why, cap, "has byte 0x%02x at byte %zu; names use A-Z a-z 0-9 _ -",
+                              ch, i);
+            return false;
+        }
+    }
+    return true;
+}
+
+static jsd_status get_name(const json_t *obj, const char *path, const char *key, const char **out,
+                           jsd_error *err)
+{
+    char p[PATH_CAP], why[128];
+    jsd_status st = get_str(obj, path, key, true, 1024, out, err);
+    if (st != JSD_OK)
+        return st;
+    if (!name_token_ok(*out, why, sizeof(why))) {
+        subpath(p, path, key);
+        return perr(err, p, "%s", why);
+    }
+    return JSD_OK;
+}
+
+/* ---- parsing the file ------------------------------------------------------------- */
+
+static const char *const stream_keys[] = {"name",
+                                          "description",
+                                          "subjects",
+                                          "storage",
+                                          "retention",
+                                          "max_age",
+                                          "max_bytes",
+                                          "max_msgs",
+                                          "max_msgs_per_subject",
+                                          "discard",
+                                          "duplicate_window",
+                                          "replicas",
+                                          "dead_letter",
+                                          NULL};
+static const char *const consumer_keys[] = {
+    "stream",  "durable",         "description",        "filter_subject", "ack_wait", "max_deliver",
+    "backoff", "max_ack_pending", "inactive_threshold", "deliver",        NULL};
+static const char *const top_keys[] = {"version", "streams", "consumers", "dead_letter", NULL};
+
+#define MAX_LIMIT_MSGS  1000000000000000LL /* 10^15 */
+#define MAX_LIMIT_BYTES (1LL << 60)        /* 1 EiB */
+
+static jsd_status parse_stream(const json_t *o, topo_stream *s, jsd_error *err)
+{
+    jsd_status st;
+    const char *path = s->path;
+    int64_t v;
+    int e;
+    if (!json_is_object(o))
+        return perr(err, path, "must be an object, not %s", json_kind(o));
+    if ((st = check_keys(o, path, stream_keys, err)) != JSD_OK)
+        return st;
+    if ((st = get_name(o, path, "name", &s->pub.name, err)) != JSD_OK)
+        return st;
+    if ((st = get_str(o, path, "description", false, 4096, &s->pub.description, err)) != JSD_OK)
+        return st;
+
+    char p[PATH_CAP];
+    subpath(p, path, "subjects");
+    json_t *subs = json_object_get(o, "subjects");
+    if (!subs)
+        return perr(err, p, "missing (required): a stream captures at least one subject");
+    if (!json_is_array(subs))
+        return perr(err, p, "must be an array of subjects, not %s", json_kind(subs));
+    size_t n = json_array_size(subs);
+    if (n == 0)
+        return perr(err, p, "is empty: a stream captures at least one subject");
+    if (n > JSD_TOPO_SUBJECTS_MAX)
+        return perr(err, p, "has %zu subjects; the limit is %d", n, JSD_TOPO_SUBJECTS_MAX);
+    s->subjects = jsd__calloc(n, sizeof(char *));
+    if (!s->subjects)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory parsing %s", p);
+    for (size_t i = 0; i < n; i++) {
+        char pi[PATH_CAP], why[160];
+        json_t *x = json_array_get(subs, i);
+        jsd__snprintf(pi, sizeof(pi), "%s[%zu]", p, i);
+        if (!json_is_string(x))
+            return perr(err, pi, "must be a string, not %s", json_kind(x));
+        const char *sj = json_string_value(x);
+        if (strlen(sj) != json_string_length(x))
+            return perr(err, pi, "contains a NUL byte");
+        if (!pattern_check(sj, why, sizeof(why)))
+            return perr(err, pi, "%s", why);
+        for (size_t k = 0; k < i; k++)
+            if (jsd_subjects_overlap(s->subjects[k], sj))
+                return perr(err, pi, "\"%s\" overlaps %s[%zu] \"%s\" of the same stream", sj, p, k,
+                            s->subjects[k]);
+        s->subjects[i] = sj;
+    }
+    s->pub.subjects = s->subjects;
+    s->pub.n_subjects = n;
+
+    static const char *const storages[] = {"file", "memory", NULL};
+    static const char *const retentions[] = {"limits", "interest", "workqueue", NULL};
+    static const char *const discards[] = {"old", "new", NULL};
+    if ((st = get_enum(o, path, "storage", storages, 0, &e, err)) != JSD_OK)
+        return st;
+    s->pub.storage = (jsd_topo_storage)e;
+    if ((st = get_enum(o, path, "retention", retentions, 0, &e, err)) != JSD_OK)
+        return st;
+    s->pub.retention = (jsd_topo_retention)e;
+    if ((st = get_enum(o, path, "discard", discards, 0, &e, err)) != JSD_OK)
+        return st;
+    s->pub.discard = (jsd_topo_discard)e;
+    if ((st = get_dur(o, path, "max_age", 1000, 3650 * DAY_MS, true, 0, &s->pub.max_age_ms, err)) !=
+        JSD_OK)
+        return st;
+    if ((st = get_size(o, path, "max_bytes", 1, MAX_LIMIT_BYTES, &s->pub.max_bytes, err)) != JSD_OK)
+        return st;
+    if ((st = get_int(o, path, "max_msgs", 1, MAX_LIMIT_MSGS, true, -1, &s->pub.max_msgs, err)) !=
+        JSD_OK)
+        return st;
+    if ((st = get_int(o, path, "max_msgs_per_subject", 1, MAX_LIMIT_MSGS, true, -1,
+                      &s->pub.max_msgs_per_subject, err)) != JSD_OK)
+        return st;
+    if ((st = get_int(o, path, "replicas", 1, JSD_TOPO_REPLICAS_MAX, false, 1, &v, err)) != JSD_OK)
+        return st;
+    s->pub.replicas = (int)v;
+
+    int64_t def_dup = 2 * 60 * 1000;
+    if (s->pub.max_age_ms > 0 && s->pub.max_age_ms < def_dup)
+        def_dup = s->pub.max_age_ms;
+    if ((st = get_dur(o, path, "duplicate_window", 1000, 7 * DAY_MS, false, def_dup,
+                      &s->pub.duplicate_window_ms, err)) != JSD_OK)
+        return st;
+    if (s->pub.max_age_ms > 0 && s->pub.duplicate_window_ms > s->pub.max_age_ms) {
+        subpath(p, path, "duplicate_window");
+        return perr(err, p,
+                    "%lld ms is longer than max_age (%lld ms): the server keeps ids only while "
+                    "it keeps messages",
+                    (long long)s->pub.duplicate_window_ms, (long long)s->pub.max_age_ms);
+    }
+
+    json_t *dl = json_object_get(o, "dead_letter");
+    if (dl) {
+        subpath(p, path, "dead_letter");
+        if (!json_is_boolean(dl))
+            return perr(err, p, "must be true or false, not %s", json_kind(dl));
+        s->pub.dead_letter = json_is_true(dl);
+    }
+    return JSD_OK;
+}
+
+static jsd_status parse_consumer(const json_t *o, jsd_topology *t, topo_consumer *c, jsd_error *err)
+{
+    jsd_status st;
+    const char *path = c->path;
+    char p[PATH_CAP];
+    if (!json_is_object(o))
+        return perr(err, path, "must be an object, not %s", json_kind(o));
+    if ((st = check_keys(o, path, consumer_keys, err)) != JSD_OK)
+        return st;
+    if ((st = get_name(o, path, "stream", &c->pub.stream, err)) != JSD_OK)
+        return st;
+    if ((st = get_name(o, path, "durable", &c->pub.durable, err)) != JSD_OK)
+        return st;
+    if ((st = get_str(o, path, "description", false, 4096, &c->pub.description, err)) != JSD_OK)
+        return st;
+
+    size_t si = t->n_streams;
+    for (size_t i = 0; i < t->n_streams; i++)
+        if (!strcmp(t->streams[i].pub.name, c->pub.stream))
+            si = i;
+    if (si == t->n_streams) {
+        subpath(p, path, "stream");
+        return perr(err, p, "\"%s\" is not a stream declared in this file", c->pub.stream);
+    }
+    c->stream_index = si;
+    const topo_stream *s = &t->streams[si];
+
+    static const char *const delivers[] = {"all", NULL};
+    int e;
+    if ((st = get_enum(o, path, "deliver", delivers, 0, &e, err)) != JSD_OK)
+        return st;
+
+    if ((st = get_str(o, path, "filter_subject", false, JSD_SUBJECT_MAX + 1, &c->pub.filter_subject,
+                      err)) != JSD_OK)
+        return st;
+    if (c->pub.filter_subject) {
+        char why[160];
+        subpath(p, path, "filter_subject");
+        if (!pattern_check(c->pub.filter_subject, why, sizeof(why)))
+            return perr(err, p, "%s", why);
+        bool inside = false;
+        for (size_t k = 0; k < s->pub.n_subjects; k++)
+            if (subject_within(c->pub.filter_subject, s->subjects[k]))
+                inside = true;
+        if (!inside)
+            return perr(err, p, "\"%s\" is not within the subjects of stream \"%s\"",
+                        c->pub.filter_subject, s->pub.name);
+    }
+    if ((st = get_dur(o, path, "ack_wait", 1000, 12 * 3600 * 1000LL, false, 30000,
+                      &c->pub.ack_wait_ms, err)) != JSD_OK)
+        return st;
+    if ((st = get_int(o, path, "max_deliver", 1, 1000000, true, -1, &c->pub.max_deliver, err)) !=
+        JSD_OK)
+        return st;
+    if ((st = get_int(o, path, "max_ack_pending", 1, 1000000, false, 1000, &c->pub.max_ack_pending,
+                      err)) != JSD_OK)
+        return st;
+    if ((st = get_dur(o, path, "inactive_threshold", 1000, 3650 * DAY_MS, true, 0,
+                      &c->pub.inactive_threshold_ms, err)) != JSD_OK)
+        return st;
+
+    json_t *bo = json_object_get(o, "backoff");
+    if (bo) {
+        subpath(p, path, "backoff");
+        if (!json_is_array(bo))
+            return perr(err, p, "must be an array of durations such as [\"1s\", \"5s\"], not %s",
+                        json_kind(bo));
+        size_t n = json_array_size(bo);
+        if (n > JSD_TOPO_BACKOFF_MAX)
+            return perr(err, p, "has %zu steps; the limit is %d", n, JSD_TOPO_BACKOFF_MAX);
+        if (n) {
+            c->backoff = jsd__calloc(n, sizeof(int64_t));
+            if (!c->backoff)
+                return jsd__err(err, JSD_ERR_NOMEM, "out of memory parsing %s", p);
+        }
+        for (size_t i = 0; i < n; i++) {
+            char pi[PATH_CAP];
+            jsd__snprintf(pi, sizeof(pi), "%s[%zu]", p, i);
+            if ((st = dur_value(json_array_get(bo, i), pi, 100, DAY_MS, false, &c->backoff[i],
+                                err)) != JSD_OK)
+                return st;
+        }
+        c->pub.backoff_ms = c->backoff;
+        c->pub.n_backoff = n;
+        if (n && c->pub.max_deliver != -1 && (size_t)c->pub.max_deliver <= n) {
+            subpath(p, path, "max_deliver");
+            return perr(err, p,
+                        "%lld must be greater than the %zu backoff steps (JetStream refuses "
+                        "otherwise)",
+                        (long long)c->pub.max_deliver, n);
+        }
+    }
+    return JSD_OK;
+}
+
+static jsd_status check_dead_letter(const jsd_topology *t, jsd_error *err)
+{
+    const topo_stream *d = &t->streams[t->dead_letter];
+    char p[PATH_CAP];
+    if (d->pub.storage != JSD_TOPO_FILE) {
+        subpath(p, d->path, "storage");
+        return perr(err, p,
+                    "the dead-letter stream must use \"file\" storage: its records are the only "
+                    "evidence of a poison message");
+    }
+    if (d->pub.retention != JSD_TOPO_LIMITS) {
+        subpath(p, d->path, "retention");
+        return perr(err, p,
+                    "the dead-letter stream must use \"limits\" retention: interest or workqueue "
+                    "retention deletes evidence once it is read");
+    }
+    for (size_t i = 0; i < d->pub.n_subjects; i++) {
+        const char *ds = d->subjects[i];
+        size_t dl = subject_root_len(ds);
+        for (size_t k = 0; k < t->n_streams; k++) {
+            const topo_stream *s = &t->streams[k];
+            if ((int)k == t->dead_letter)
+                continue;
+            for (size_t j = 0; j < s->pub.n_subjects; j++) {
+                size_t sl = subject_root_len(s->subjects[j]);
+                if (roots_nested(ds, dl, s->subjects[j], sl)) {
+                    jsd__snprintf(p, sizeof(p), "%s.subjects[%zu]", d->path, i);
+                    return perr(err, p,
+                                "dead-letter subject \"%s\" shares its subject root with %s "
+                                "\"%s\" of stream \"%s\"; put dead letters under their own root "
+                                "(e.g. \"jsd.dlq.>\") so no hot-path subject can ever capture "
+                                "them",
+                                ds, s->path, s->subjects[j], s->pub.name);
+                }
+            }
+        }
+    }
+    return JSD_OK;
+}
+
+static jsd_status topo_validate(jsd_topology *t, jsd_error *err)
+{
+    char p[PATH_CAP];
+    for (size_t a = 0; a < t->n_streams; a++) {
+        const topo_stream *sa = &t->streams[a];
+        for (size_t b = 0; b < a; b++) {
+            const topo_stream *sb = &t->streams[b];
+            if (!strcmp(sa->pub.name, sb->pub.name)) {
+                subpath(p, sa->path, "name");
+                return perr(err, p, "stream \"%s\" is declared twice (also %s)", sa->pub.name,
+                            sb->path);
+            }
+            for (size_t i = 0; i < sa->pub.n_subjects; i++)
+                for (size_t j = 0; j < sb->pub.n_subjects; j++)
+                    if (jsd_subjects_overlap(sa->subjects[i], sb->subjects[j])) {
+                        jsd__snprintf(p, sizeof(p), "%s.subjects[%zu]", sa->path, i);
+                        return perr(err, p,
+                                    "\"%s\" of stream \"%s\" overlaps %s.subjects[%zu] \"%s\" of "
+                                    "stream \"%s\": JetStream refuses overlapping stream subjects",
+                                    sa->subjects[i], sa->pub.name, sb->path, j, sb->subjects[j],
+                                    sb->pub.name);
+                    }
+        }
+    }
+    for (size_t a = 0; a < t->n_consumers; a++)
+        for (size_t b = 0; b < a; b++)
+            if (!strcmp(t->consumers[a].pub.stream, t->consumers[b].pub.stream) &&
+                !strcmp(t->consumers[a].pub.durable, t->consumers[b].pub.durable)) {
+                subpath(p, t->consumers[a].path, "durable");
+                return perr(err, p, "consumer \"%s\" of stream \"%s\" is declared twice (also %s)",
+                            t->consumers[a].pub.durable, t->consumers[a].pub.stream,
+                            t->consumers[b].path);
+            }
+    if (t->dead_letter >= 0)
+        return check_dead_letter(t, err);
+    return JSD_OK;
+}
+
+void jsd_topology_free(jsd_topology *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n_streams; i++)
+        jsd__free(t->streams[i].subjects);
+    for (size_t i = 0; i < t->n_consumers; i++)
+        jsd__free(t->consumers[i].backoff);
+    jsd__free(t->streams);
+    jsd__free(t->consumers);
+    json_decref(t->root);
+    jsd__free(t);
+}
+
+jsd_status jsd_topology_parse(jsd_topology **out, const char *json, size_t len, jsd_error *err)
+{
+    jsd_status st;
+    jsd_topology *t = NULL;
+    json_error_t je;
+    if (!out)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd_topology_parse: out is NULL");
+    *out = NULL;
+    if (!json && len)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd_topology_parse: json is NULL");
+    if (len > JSD_TOPO_FILE_MAX)
+        return jsd__err(err, JSD_ERR_LIMIT,
+                        "topology is %zu bytes; the limit is %d bytes (JSD_TOPO_FILE_MAX)", len,
+                        JSD_TOPO_FILE_MAX);
+    t = jsd__calloc(1, sizeof(*t));
+    if (!t)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory parsing the topology");
+    t->dead_letter = -1;
+    t->root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES, &je);
+    if (!t->root) {
+        st = jsd__err(err, JSD_ERR_CONFIG, "line %d, column %d: %s", je.line, je.column, je.text);
+        goto fail;
+    }
+    if (!json_is_object(t->root)) {
+        st = perr(err, "(top level)", "must be an object with \"streams\", not %s",
+                  json_kind(t->root));
+        goto fail;
+    }
+    if ((st = check_keys(t->root, "", top_keys, err)) != JSD_OK)
+        goto fail;
+    int64_t version;
+    if ((st = get_int(t->root, "", "version", 1, 1, false, 1, &version, err)) != JSD_OK)
+        goto fail;
+
+    json_t *streams = json_object_get(t->root, "streams");
+    json_t *dl = json_object_get(t->root, "dead_letter");
+    json_t *consumers = json_object_get(t->root, "consumers");
+    if (streams && !json_is_array(streams)) {
+        st = perr(err, "streams", "must be an array of streams, not %s", json_kind(streams));
+        goto fail;
+    }
+    if (consumers && !json_is_array(consumers)) {
+        st = perr(err, "consumers", "must be an array of consumers, not %s", json_kind(consumers));
+        goto fail;
+    }
+    size_t ns = streams ? json_array_size(streams) : 0;
+    size_t nc = consumers ? json_array_size(consumers) : 0;
+    if (ns + (dl ? 1 : 0) == 0) {
+        st = perr(err, "streams", "missing or empty: declare at least one stream");
+        goto fail;
+    }
+    if (ns + (dl ? 1 : 0) > JSD_TOPO_STREAMS_MAX) {
+        st = perr(err, "streams", "declares %zu streams; the limit is %d", ns + (dl ? 1 : 0),
+                  JSD_TOPO_STREAMS_MAX);
+        goto fail;
+    }
+    if (nc > JSD_TOPO_CONSUMERS_MAX) {
+        st = perr(err, "consumers", "declares %zu consumers; the limit is %d", nc,
+                  JSD_TOPO_CONSUMERS_MAX);
+        goto fail;
+    }
+    t->streams = jsd__calloc(ns + 1, sizeof(topo_stream));
+    t->consumers = jsd__calloc(nc + 1, sizeof(topo_consumer));
+    if (!t->streams || !t->consumers) {
+        st = jsd__err(err, JSD_ERR_NOMEM, "out of memory parsing the topology");
+        goto fail;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        topo_stream *s = &t->streams[t->n_streams++];
+        jsd__snprintf(s->path, sizeof(s->path), "streams[%zu]", i);
+        if ((st = parse_stream(json_array_get(streams, i), s, err)) != JSD_OK)
+            goto fail;
+        if (s->pub.dead_letter) {
+            if (t->dead_letter >= 0) {
+                char p[PATH_CAP];
+                subpath(p, s->path, "dead_letter");
+                st = perr(err, p, "a second dead-letter stream (the first is %s); declare one",
+                          t->streams[t->dead_letter].path);
+                goto fail;
+            }
+            t->dead_letter = (int)i;
+        }
+    }
+    if (dl) {
+        topo_stream *s = &t->streams[t->n_streams++];
+        jsd__snprintf(s->path, sizeof(s->path), "dead_letter");
+        if ((st = parse_stream(dl, s, err)) != JSD_OK)
+            goto fail;
+        if (t->dead_letter >= 0) {
+            st = perr(err, "dead_letter",
+                      "a second dead-letter stream (the first is %s); declare one",
+                      t->streams[t->dead_letter].path);
+            goto fail;
+        }
+        if (json_object_get(dl, "dead_letter") && !s->pub.dead_letter) {
+            st = perr(err, "dead_letter.dead_letter", "cannot be false in the dead_letter object");
+            goto fail;
+        }
+        s->pub.dead_letter = true;
+        t->dead_letter = (int)(t->n_streams - 1);
+    }
+    /* Streams first (consumers name them), then the checks across objects. */
+    for (size_t a = 0; a < t->n_streams; a++)
+        for (size_t b = 0; b < a; b++)
+            if (!strcmp(t->streams[a].pub.name, t->streams[b].pub.name)) {
+                char p[PATH_CAP];
+                subpath(p, t->streams[a].path, "name");
+                st = perr(err, p, "stream \"%s\" is declared twice (also %s)",
+                          t->streams[a].pub.name, t->streams[b].path);
+                goto fail;
+            }
+    for (size_t i = 0; i < nc; i++) {
+        topo_consumer *c = &t->consumers[t->n_consumers++];
+        jsd__snprintf(c->path, sizeof(c->path), "consumers[%zu]", i);
+        if ((st = parse_consumer(json_array_get(consumers, i), t, c, err)) != JSD_OK)
+            goto fail;
+    }
+    if ((st = topo_validate(t, err)) != JSD_OK)
+        goto fail;
+    *out = t;
+    return JSD_OK;
+fail:
+    jsd_topology_free(t);
+    return st;
+}
+
+jsd_status jsd_topology_load(jsd_topology **out, const char *path, jsd_error *err)
+{
+    if (!out || !path)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd_topology_load: out and path are required");
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return jsd__err(err, JSD_ERR_IO, "cannot open topology file %s: %s", path, strerror(errno));
+    size_t cap = 64 * 1024, n = 0;
+    char *buf = jsd__malloc(cap);
+    jsd_status st = JSD_OK;
+    if (!buf) {
+        fclose(f);
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory reading %s", path);
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap > JSD_TOPO_FILE_MAX) {
+                st = jsd__err(err, JSD_ERR_LIMIT,
+                              "topology file %s is larger than %d bytes (JSD_TOPO_FILE_MAX)", path,
+                              JSD_TOPO_FILE_MAX);
+                goto done;
+            }
+            char *nb = jsd__realloc(buf, cap * 2);
+            if (!nb) {
+                st = jsd__err(err, JSD_ERR_NOMEM, "out of memory reading %s", path);
+                goto done;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        st = jsd__err(err, JSD_ERR_IO, "cannot read topology file %s", path);
+        goto done;
+    }
+    st = jsd_topology_parse(out, buf, n, err);
+    if (st != JSD_OK && err && st != JSD_ERR_NOMEM) {
+        char msg[JSD_ERRMSG_MAX];
+        jsd__snprintf(msg, sizeof(msg), "%s: %s", path, err->msg);
+        jsd__strlcpy(err->msg, msg, sizeof(err->msg));
+    }
+done:
+    jsd__free(buf);
+    fclose(f);
+    return st;
+}
+
+size_t jsd_topology_stream_count(const jsd_topology *t)
+{
+    return t ? t->n_streams : 0;
+}
+
+const jsd_topo_stream *jsd_topology_stream(const jsd_topology *t, size_t i)
+{
+    return t && i < t->n_streams ? &t->streams[i].pub : NULL;
+}
+
+size_t jsd_topology_consumer_count(const jsd_topology *t)
+{
+    return t ? t->n_consumers : 0;
+}
+
+const jsd_topo_consumer *jsd_topology_consumer(const jsd_topology *t, size_t i)
+{
+    return t && i < t->n_consumers ? &t->consumers[i].pub : NULL;
+}
+
+const jsd_topo_stream *jsd_topology_dead_letter(const jsd_topology *t)
+{
+    return t && t->dead_letter >= 0 ? &t->streams[t->dead_letter].pub : NULL;
+}
+
+/* ---- applying ------------------------------------------------------------------ */
+
+const char *jsd_topo_action_str(jsd_topo_action a)
+{
+    switch (a) {
+    case JSD_TOPO_CREATED:
+        return "created";
+    case JSD_TOPO_UNCHANGED:
+        return "unchanged";
+    case JSD_TOPO_KEPT:
+        return "kept";
+    case JSD_TOPO_UPDATED:
+        return "updated";
+    }
+    return "?";
+}
+
+void jsd_topo_apply_opts_init(jsd_topo_apply_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->policy = JSD_TOPO_CREATE;
+}
+
+#define MAX_CHANGES 16
+
+typedef struct plan_item {
+    bool is_consumer;
+    size_t index; /* into streams or consumers */
+    char name[300];
+    jsd_topo_action action;
+    jsd_topo_change changes[MAX_CHANGES];
+    size_t n_changes;
+    jsStreamInfo *si;   /* existing stream, or NULL */
+    jsConsumerInfo *ci; /* existing consumer, or NULL */
+} plan_item;
+
+static void fmt_dur(char *out, size_t cap, int64_t ms, bool zero_none)
+{
+    if (ms == 0 && zero_none)
+        jsd__snprintf(out, cap, "none");
+    else if (ms < 0)
+        jsd__snprintf(out, cap, "unlimited");
+    else if (ms % DAY_MS == 0 && ms)
+        jsd__snprintf(out, cap, "%lldd", (long long)(ms / DAY_MS));
+    else if (ms % (3600 * 1000) == 0 && ms)
+        jsd__snprintf(out, cap, "%lldh", (long long)(ms / (3600 * 1000)));
+    else if (ms % 60000 == 0 && ms)
+        jsd__snprintf(out, cap, "%lldm", (long long)(ms / 60000));
+    else if (ms % 1000 == 0 && ms)
+        jsd__snprintf(out, cap, "%llds", (long long)(ms / 1000));
+    else
+        jsd__snprintf(out, cap, "%lldms", (long long)ms);
+}
+
+static void fmt_count(char *out, size_t cap, int64_t v)
+{
+    if (v < 0)
+        jsd__snprintf(out, cap, "unlimited");
+    else
+        jsd__snprintf(out, cap, "%lld", (long long)v);
+}
+
+static jsd_topo_change *add_change(plan_item *it, const char *field)
+{
+    if (it->n_changes >= MAX_CHANGES)
+        return NULL;
+    jsd_topo_change *ch = &it->changes[it->n_changes++];
+    memset(ch, 0, sizeof(*ch));
+    ch->field = field;
+    return ch;
+}
+
+static void diff_count(plan_item *it, const char *field, int64_t server, int64_t file)
+{
+    if (server <= 0)
+        server = -1;
+    if (server == file)
+        return;
+    jsd_topo_change *ch = add_change(it, field);
+    if (ch) {
+        fmt_count(ch->server, sizeof(ch->server), server);
+        fmt_count(ch->file, sizeof(ch->file), file);
+    }
+}
+
+static void diff_dur(plan_item *it, const char *field, int64_t server_ns, int64_t file_ms,
+                     bool zero_none)
+{
+    int64_t server_ms = server_ns / NS_PER_MS;
+    if (server_ms == file_ms)
+        return;
+    jsd_topo_change *ch = add_change(it, field);
+    if (ch) {
+        fmt_dur(ch->server, sizeof(ch->server), server_ms, zero_none);
+        fmt_dur(ch->file, sizeof(ch->file), file_ms, zero_none);
+    }
+}
+
+static void diff_word(plan_item *it, const char *field, const char *server, const char *file)
+{
+    if (!strcmp(server, file))
+        return;
+    jsd_topo_change *ch = add_change(it, field);
+    if (ch) {
+        jsd__strlcpy(ch->server, server, sizeof(ch->server));
+        jsd__strlcpy(ch->file, file, sizeof(ch->file));
+    }
+}
+
+static void join_list(char *out, size_t cap, const char *const *items, size_t n)
+{
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(out);
+        if (!jsd__snprintf(out + len, cap - len, "%s%s", i ? "," : "", items[i])) {
+            if (cap > 4)
+                memcpy(out + cap - 4, "...", 4);
+            return;
+        }
+    }
+}
+
+static bool same_set(const char *const *a, size_t na, const char *const *b, size_t nb)
+{
+    if (na != nb)
+        return false;
+    for (size_t i = 0; i < na; i++) {
+        bool found = false;
+        for (size_t j = 0; j < nb && !found; j++)
+            found = !strcmp(a[i], b[j]);
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+static const char *storage_word(int v)
+{
+    return v == js_MemoryStorage ? "memory" : "file";
+}
+static const char *retention_word(int v)
+{
+    return v == js_InterestPolicy ? "interest" : v == js_WorkQueuePolicy ? "workqueue" : "limits";
+}
+static const char *discard_word(int v)
+{
+    return v == js_DiscardNew ? "new" : "old";
+}
+static jsStorageType storage_of(jsd_topo_storage s)
+{
+    return s == JSD_TOPO_MEMORY ? js_MemoryStorage : js_FileStorage;
+}
+static jsRetentionPolicy retention_of(jsd_topo_retention r)
+{
+    return r == JSD_TOPO_INTEREST    ? js_InterestPolicy
+           : r == JSD_TOPO_WORKQUEUE ? js_WorkQueuePolicy
+                                     : js_LimitsPolicy;
+}
+
+/* Immutable differences first; they refuse the plan. */
+static jsd_status diff_stream(plan_item *it, const topo_stream *s, const jsStreamConfig *cfg,
+                              jsd_error *err)
+{
+    const char *fs = storage_word(storage_of(s->pub.storage));
+    const char *fr = retention_word(retention_of(s->pub.retention));
+    char immut[160] = "";
+    if (strcmp(storage_word(cfg->Storage), fs) != 0)
+        jsd__snprintf(immut, sizeof(immut), "storage (server %s, file %s)",
+                      storage_word(cfg->Storage), fs);
+    if (strcmp(retention_word(cfg->Retention), fr) != 0) {
+        size_t n = strlen(immut);
+        jsd__snprintf(immut + n, sizeof(immut) - n, "%sretention (server %s, file %s)",
+                      n ? " and " : "", retention_word(cfg->Retention), fr);
+    }
+    if (immut[0])
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "stream \"%s\" (%s): %s cannot be changed in place by JetStream; "
+                        "jsdurable never deletes a stream to re-create it. Migrate the data to "
+                        "a new stream, or change the file to match the server",
+                        s->pub.name, s->path, immut);
+    diff_word(it, "storage", storage_word(cfg->Storage), fs);
+    diff_word(it, "retention", retention_word(cfg->Retention), fr);
+
+    if (!same_set((const char *const *)cfg->Subjects, (size_t)cfg->SubjectsLen, s->subjects,
+                  s->pub.n_subjects)) {
+        jsd_topo_change *ch = add_change(it, "subjects");
+        if (ch) {
+            join_list(ch->server, sizeof(ch->server), (const char *const *)cfg->Subjects,
+                      (size_t)cfg->SubjectsLen);
+            join_list(ch->file, sizeof(ch->file), s->subjects, s->pub.n_subjects);
+        }
+    }
+    if (s->pub.description)
+        diff_word(it, "description", cfg->Description ? cfg->Description : "", s->pub.description);
+    diff_dur(it, "max_age", cfg->MaxAge, s->pub.max_age_ms, true);
+    diff_count(it, "max_bytes", cfg->MaxBytes, s->pub.max_bytes);
+    diff_count(it, "max_msgs", cfg->MaxMsgs, s->pub.max_msgs);
+    diff_count(it, "max_msgs_per_subject", cfg->MaxMsgsPerSubject, s->pub.max_msgs_per_subject);
+    diff_word(it, "discard", discard_word(cfg->Discard),
+              s->pub.discard == JSD_TOPO_DISCARD_NEW ? "new" : "old");
+    diff_dur(it, "duplicate_window", cfg->Duplicates, s->pub.duplicate_window_ms, false);
+    diff_count(it, "replicas", cfg->Replicas <= 0 ? 1 : cfg->Replicas, s->pub.replicas);
+    return JSD_OK;
+}
+
+static void stream_cfg_apply(jsStreamConfig *cfg, const topo_stream *s)
+{
+    cfg->Name = s->pub.name;
+    if (s->pub.description)
+        cfg->Description = s->pub.description;
+    cfg->Subjects = s->subjects;
+    cfg->SubjectsLen = (int)s->pub.n_subjects;
+    cfg->Retention = retention_of(s->pub.retention);
+    cfg->Storage = storage_of(s->pub.storage);
+    cfg->MaxAge = s->pub.max_age_ms * NS_PER_MS;
+    cfg->MaxBytes = s->pub.max_bytes;
+    cfg->MaxMsgs = s->pub.max_msgs;
+    cfg->MaxMsgsPerSubject = s->pub.max_msgs_per_subject;
+    cfg->Discard = s->pub.discard == JSD_TOPO_DISCARD_NEW ? js_DiscardNew : js_DiscardOld;
+    cfg->Duplicates = s->pub.duplicate_window_ms * NS_PER_MS;
+    cfg->Replicas = s->pub.replicas;
+    cfg->NoAck = false;
+}
+
+static bool server_at_least(jsd_conn *c, int major, int minor)
+{
+    const char *v = jsd_conn_server_version(c);
+    int ma = 0, mi = 0;
+    if (!v || sscanf(v, "%d.%d", &ma, &mi) != 2)
+        return false;
+    return ma > major || (ma == major && mi >= minor);
+}
+
+static jsd_status diff_consumer(jsd_conn *conn, plan_item *it, const topo_consumer *c,
+                                const jsConsumerConfig *cfg, bool reconcile, jsd_error *err)
+{
+    char immut[256] = "";
+    size_t n;
+    if (cfg->DeliverSubject && cfg->DeliverSubject[0])
+        jsd__snprintf(immut, sizeof(immut), "it is a push consumer (the file declares pull)");
+    if (cfg->AckPolicy != js_AckExplicit) {
+        n = strlen(immut);
+        jsd__snprintf(immut + n, sizeof(immut) - n, "%sack policy (server %s, file explicit)",
+                      n ? "; " : "", cfg->AckPolicy == js_AckNone ? "none" : "all");
+    }
+    if (cfg->DeliverPolicy != js_DeliverAll) {
+        n = strlen(immut);
+        jsd__snprintf(immut + n, sizeof(immut) - n, "%sdeliver (server is not \"all\", file all)",
+                      n ? "; " : "");
+    }
+    const char *sf = cfg->FilterSubject ? cfg->FilterSubject : "";
+    const char *ff = c->pub.filter_subject ? c->pub.filter_subject : "";
+    bool filter_differs = strcmp(sf, ff) != 0;
+    if (reconcile && filter_differs && !server_at_least(conn, 2, 10)) {
+        n = strlen(immut);
+        jsd__snprintf(immut + n, sizeof(immut) - n,
+                      "%sfilter_subject (server \"%s\", file \"%s\"; nats-server %s cannot "
+                      "change it, 2.10 can)",
+                      n ? "; " : "", sf, ff, jsd_conn_server_version(conn));
+    }
+    if (immut[0] && (reconcile || cfg->AckPolicy != js_AckExplicit ||
+                     (cfg->DeliverSubject && cfg->DeliverSubject[0])))
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "consumer \"%s\" (%s): %s; JetStream cannot change this in place and "
+                        "jsdurable never deletes a consumer to re-create it (its delivery state "
+                        "would be lost). Remove it by hand or change the file to match",
+                        it->name, c->path, immut);
+    if (cfg->DeliverPolicy != js_DeliverAll)
+        diff_word(it, "deliver", "not all", "all");
+    diff_word(it, "filter_subject", sf, ff);
+    if (c->pub.description)
+        diff_word(it, "description", cfg->Description ? cfg->Description : "", c->pub.description);
+    diff_dur(it, "ack_wait", cfg->AckWait, c->pub.ack_wait_ms, false);
+    diff_count(it, "max_deliver", cfg->MaxDeliver, c->pub.max_deliver);
+    diff_count(it, "max_ack_pending", cfg->MaxAckPending, c->pub.max_ack_pending);
+    diff_dur(it, "inactive_threshold", cfg->InactiveThreshold, c->pub.inactive_threshold_ms, true);
+
+    bool bo_same = (size_t)cfg->BackOffLen == c->pub.n_backoff;
+    for (size_t i = 0; bo_same && i < c->pub.n_backoff; i++)
+        bo_same = cfg->BackOff[i] / NS_PER_MS == c->pub.backoff_ms[i];
+    if (!bo_same) {
+        jsd_topo_change *ch = add_change(it, "backoff");
+        if (ch) {
+            for (int side = 0; side < 2; side++) {
+                char *out = side ? ch->file : ch->server;
+                size_t cnt = side ? c->pub.n_backoff : (size_t)cfg->BackOffLen;
+                out[0] = '\0';
+                for (size_t i = 0; i < cnt; i++) {
+                    char d[32];
+                    int64_t ms = side ? c->pub.backoff_ms[i] : cfg->BackOff[i] / NS_PER_MS;
+                    fmt_dur(d, sizeof(d), ms, false);
+                    size_t len = strlen(out);
+                    jsd__snprintf(out + len, sizeof(ch->file) - len, "%s%s", i ? "," : "", d);
+                }
+                if (!cnt)
+                    jsd__strlcpy(out, "none", sizeof(ch->file));
+            }
+        }
+    }
+    return JSD_OK;
+}
+
+static void consumer_cfg_apply(jsConsumerConfig *cfg, const topo_consumer *c, int64_t *bo_ns)
+{
+    cfg->Durable = c->pub.durable;
+    if (c->pub.description)
+        cfg->Description = c->pub.description;
+    cfg->DeliverPolicy = js_DeliverAll;
+    cfg->AckPolicy = js_AckExplicit;
+    cfg->FilterSubject = c->pub.filter_subject;
+    cfg->AckWait = c->pub.ack_wait_ms * NS_PER_MS;
+    cfg->MaxDeliver = c->pub.max_deliver;
+    cfg->MaxAckPending = c->pub.max_ack_pending;
+    cfg->InactiveThreshold = c->pub.inactive_threshold_ms * NS_PER_MS;
+    for (size_t i = 0; i < c->pub.n_backoff; i++)
+        bo_ns[i] = c->pub.backoff_ms[i] * NS_PER_MS;
+    cfg->BackOff = c->pub.n_backoff ? bo_ns : NULL;
+    cfg->BackOffLen = (int)c->pub.n_backoff;
+}
+
+static void report_item(const jsd_topo_apply_opts *o, const plan_item *it)
+{
+    if (!o->report)
+        return;
+    jsd_topo_report r = {.kind = it->is_consumer ? "consumer" : "stream",
+                         .name = it->name,
+                         .action = it->action,
+                         .dry_run = o->dry_run,
+                         .changes = it->changes,
+                         .n_changes = it->n_changes};
+    o->report(&r, o->user);
+}
+
+/* Subjects of the file's stream s that overlap a stream on the server that
+ * the file does not declare, or one the create policy keeps with its own
+ * subjects. */
+static jsd_status check_server_overlap(const jsd_topology *t, const topo_stream *s,
+                                       const jsStreamInfoList *list, bool reconcile, jsd_error *err)
+{
+    for (int k = 0; list && k < list->Count; k++) {
+        const jsStreamConfig *cfg = list->List[k] ? list->List[k]->Config : NULL;
+        if (!cfg || !cfg->Name || !strcmp(cfg->Name, s->pub.name))
+            continue;
+        bool in_file = false;
+        for (size_t i = 0; i < t->n_streams; i++)
+            if (!strcmp(t->streams[i].pub.name, cfg->Name))
+                in_file = true;
+        if (in_file && reconcile)
+            continue; /* its subjects become the file's, checked at parse time */
+        for (size_t i = 0; i < s->pub.n_subjects; i++)
+            for (int j = 0; j < cfg->SubjectsLen; j++)
+                if (cfg->Subjects[j] && jsd_subjects_overlap(s->subjects[i], cfg->Subjects[j]))
+                    return jsd__err(err, JSD_ERR_CONFIG,
+                                    "%s.subjects[%zu]: \"%s\" of stream \"%s\" overlaps subject "
+                                    "\"%s\" of the existing stream \"%s\" on the server%s; "
+                                    "JetStream refuses overlapping stream subjects. Change the "
+                                    "file or the existing stream",
+                                    s->path, i, s->subjects[i], s->pub.name, cfg->Subjects[j],
+                                    cfg->Name,
+                                    in_file ? " (kept as it is under the create policy)" : "");
+    }
+    return JSD_OK;
+}
+
+jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo_apply_opts *o,
+                              jsd_error *err)
+{
+    jsd_status st = JSD_OK;
+    natsStatus ns;
+    jsErrCode jerr = 0;
+    jsStreamInfoList *list = NULL;
+    plan_item *plan = NULL;
+    size_t n_plan = 0;
+    char what[400];
+
+    if (!c || !t || !o)
+        return jsd__err(err, JSD_ERR_INVALID,
+                        "jsd_topology_apply: conn, topology and opts are "
+                        "required");
+    jsCtx *js = jsd__conn_js(c);
+    if (!js)
+        return jsd__err(err, JSD_ERR_NO_JETSTREAM,
+                        "provisioning needs JetStream; the connection has no JetStream context");
+    bool reconcile = o->policy == JSD_TOPO_RECONCILE;
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = o->timeout_ms > 0 ? o->timeout_ms : jsd__conn_request_timeout_ms(c);
+
+    ns = js_Streams(&list, js, &jo, &jerr);
+    if (ns == NATS_NOT_FOUND) {
+        list = NULL; /* no stream at all */
+    } else if (ns != NATS_OK) {
+        return jsd__err_nats(err, ns, jerr, "listing the server's streams");
+    }
+
+    plan = jsd__calloc(t->n_streams + t->n_consumers + 1, sizeof(plan_item));
+    if (!plan) {
+        st = jsd__err(err, JSD_ERR_NOMEM, "out of memory planning the topology");
+        goto done;
+    }
+
+    /* ---- plan: streams */
+    for (size_t i = 0; i < t->n_streams; i++) {
+        const topo_stream *s = &t->streams[i];
+        plan_item *it = &plan[n_plan++];
+        it->index = i;
+        jsd__strlcpy(it->name, s->pub.name, sizeof(it->name));
+        for (int k = 0; list && k < list->Count; k++)
+            if (list->List[k] && list->List[k]->Config &&
+                !strcmp(list->List[k]->Config->Name, s->pub.name))
+                it->si = list->List[k];
+        if (!it->si) {
+            it->action = JSD_TOPO_CREATED;
+        } else {
+            if ((st = diff_stream(it, s, it->si->Config, err)) != JSD_OK)
+                goto done;
+            it->action = !it->n_changes ? JSD_TOPO_UNCHANGED
+                         : reconcile    ? JSD_TOPO_UPDATED
+                                        : JSD_TOPO_KEPT;
+        }
+        if (it->action == JSD_TOPO_CREATED || it->action == JSD_TOPO_UPDATED)
+            if ((st = check_server_overlap(t, s, list, reconcile, err)) != JSD_OK)
+                goto done;
+    }
+    /* ---- plan: consumers */
+    for (size_t i = 0; i < t->n_consumers; i++) {
+        const topo_consumer *tc = &t->consumers[i];
+        plan_item *it = &plan[n_plan++];
+        it->is_consumer = true;
+        it->index = i;
+        jsd__snprintf(it->name, sizeof(it->name), "%s/%s", tc->pub.stream, tc->pub.durable);
+        if (plan[tc->stream_index].si) {
+            jerr = 0;
+            ns = js_GetConsumerInfo(&it->ci, js, tc->pub.stream, tc->pub.durable, &jo, &jerr);
+            if (ns != NATS_OK && !(ns == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)) {
+                jsd__snprintf(what, sizeof(what), "reading consumer \"%s\"", it->name);
+                st = jsd__err_nats(err, ns, jerr, what);
+                goto done;
+            }
+            if (ns != NATS_OK)
+                it->ci = NULL;
+        }
+        if (!it->ci) {
+            it->action = JSD_TOPO_CREATED;
+            continue;
+        }
+        if ((st = diff_consumer(c, it, tc, it->ci->Config, reconcile, err)) != JSD_OK)
+            goto done;
+        it->action = !it->n_changes ? JSD_TOPO_UNCHANGED
+                     : reconcile    ? JSD_TOPO_UPDATED
+                                    : JSD_TOPO_KEPT;
+    }
+
+    /* ---- act */
+    for (size_t i = 0; i < n_plan; i++) {
+        plan_item *it = &plan[i];
+        bool act =
+            !o->dry_run && (it->action == JSD_TOPO_CREATED || it->action == JSD_TOPO_UPDATED);
+        if (act && !it->is_consumer) {
+            const topo_stream *s = &t->streams[it->index];
+            jsStreamConfig cfg;
+            jsStreamInfo *res = NULL;
+            if (it->si)
+                cfg = *it->si->Config;
+            else
+                jsStreamConfig_Init(&cfg);
+            stream_cfg_apply(&cfg, s);
+            jerr = 0;
+            ns = it->si ? js_UpdateStream(&res, js, &cfg, &jo, &jerr)
+                        : js_AddStream(&res, js, &cfg, &jo, &jerr);
+            jsStreamInfo_Destroy(res);
+            if (ns != NATS_OK) {
+                jsd__snprintf(what, sizeof(what), "%s stream \"%s\" (%s)",
+                              it->si ? "updating" : "creating", s->pub.name, s->path);
+                st = jsd__err_nats(err, ns, jerr, what);
+                goto done;
+            }
+            JSD_INFO("topology", "stream \"%s\" %s", s->pub.name, jsd_topo_action_str(it->action));
+        } else if (act) {
+            const topo_consumer *tc = &t->consumers[it->index];
+            jsConsumerConfig cfg;
+            jsConsumerInfo *res = NULL;
+            int64_t bo[JSD_TOPO_BACKOFF_MAX];
+            if (it->ci)
+                cfg = *it->ci->Config;
+            else
+                jsConsumerConfig_Init(&cfg);
+            consumer_cfg_apply(&cfg, tc, bo);
+            jerr = 0;
+            ns = it->ci ? js_UpdateConsumer(&res, js, tc->pub.stream, &cfg, &jo, &jerr)
+                        : js_AddConsumer(&res, js, tc->pub.stream, &cfg, &jo, &jerr);
+            jsConsumerInfo_Destroy(res);
+            if (ns != NATS_OK) {
+                jsd__snprintf(what, sizeof(what), "%s consumer \"%s\" (%s)",
+                              it->ci ? "updating" : "creating", it->name, tc->path);
+                st = jsd__err_nats(err, ns, jerr, what);
+                goto done;
+            }
+            JSD_INFO("topology", "consumer \"%s\" %s", it->name, jsd_topo_action_str(it->action));
+        }
+        report_item(o, it);
+    }
+done:
+    for (size_t i = 0; plan && i < n_plan; i++)
+        jsConsumerInfo_Destroy(plan[i].ci);
+    jsd__free(plan);
+    jsStreamInfoList_Destroy(list);
+    return st;
+}
