@@ -326,24 +326,23 @@ cmd_cluster_start() {
   mkdir -p "$dir" || die "cannot create $dir"
   : > "$dir/fixture.env"
   local cports=() ports=() pids=()
-  # n1 takes a free cluster port; n2 and n3 route to it; then every node's
-  # config is pinned with all ports and the full route list for restarts.
+  # JetStream clustering needs the routes up front: pick three free cluster
+  # ports (client and monitoring ports are chosen by the servers themselves).
   for i in 1 2 3; do
-    node="$dir/n$i"
-    nats_prepare "$node" plain 2>/dev/null
-    routes=""
-    [ $i -gt 1 ] && routes="  routes: [ \"nats-route://127.0.0.1:${cports[0]}\" ]"
-    JSD_FX_SERVER_NAME=n$i write_nats_conf "$node" plain -1 "$(printf 'cluster {\n  name: jsdfx\n  listen: 127.0.0.1:-1\n%s\n}' "$routes")"
-    # a lone node is not healthy until it has peers: do not wait for /healthz
-    launch_cluster_node "$node" || { cmd_sweep_dir "$dir"; exit 1; }
-    cports+=("$LAUNCH_CPORT"); ports+=("$LAUNCH_PORT"); pids+=("$LAUNCH_PID")
-    echo "$LAUNCH_HPORT" > "$node/hport"
+    local p
+    while :; do p=$(free_port); [[ " ${cports[*]} " == *" $p "* ]] || break; done
+    cports+=("$p")
   done
   routes=$(printf '"nats-route://127.0.0.1:%s", ' "${cports[@]}")
   for i in 1 2 3; do
     node="$dir/n$i"
-    sed -i -e "/^cluster {/,\$d" "$node/nats.conf"
-    printf 'cluster {\n  name: jsdfx\n  listen: 127.0.0.1:%s\n  routes: [ %s ]\n}\n' "${cports[$((i-1))]}" "${routes%, }" >> "$node/nats.conf"
+    nats_prepare "$node" plain 2>/dev/null
+    JSD_FX_SERVER_NAME=n$i write_nats_conf "$node" plain -1 \
+      "$(printf 'cluster {\n  name: jsdfx\n  listen: 127.0.0.1:%s\n  routes: [ %s ]\n}' "${cports[$((i-1))]}" "${routes%, }")"
+    # a lone node is not healthy until it has peers: do not wait for /healthz
+    launch_cluster_node "$node" || { cmd_sweep_dir "$dir" >/dev/null; exit 1; }
+    ports+=("$LAUNCH_PORT"); pids+=("$LAUNCH_PID")
+    echo "$LAUNCH_HPORT" > "$node/hport"
   done
   end=$(($(now_ms) + NATS_DEADLINE * 1000))
   while :; do
@@ -356,7 +355,7 @@ cmd_cluster_start() {
     fi
     if [ "$(now_ms)" -ge $end ]; then
       note "no JetStream meta leader after ${NATS_DEADLINE}s; n1 log tail:"; tail -n 25 "$dir/n1/nats.log" >&2
-      cmd_sweep_dir "$dir"; exit 1
+      cmd_sweep_dir "$dir" >/dev/null; exit 1
     fi
     sleep 0.1
   done
@@ -396,7 +395,6 @@ launch_cluster_node() { # like launch_nats but waits only for the listeners
   local log; log=$(tail -n +"$((off + 1))" "$dir/nats.log")
   line=$(grep "Listening for client connections on" <<< "$log" | tail -1); LAUNCH_PORT=${line##*:}; LAUNCH_PORT=${LAUNCH_PORT//[^0-9]/}
   line=$(grep "Starting http monitor on" <<< "$log" | tail -1); LAUNCH_HPORT=${line##*:}; LAUNCH_HPORT=${LAUNCH_HPORT//[^0-9]/}
-  line=$(grep "Listening for route connections on" <<< "$log" | tail -1); LAUNCH_CPORT=${line##*:}; LAUNCH_CPORT=${LAUNCH_CPORT//[^0-9]/}
   sed -i -e "s/^listen: .*/listen: 127.0.0.1:$LAUNCH_PORT/" -e "s/^http: .*/http: 127.0.0.1:$LAUNCH_HPORT/" "$dir/nats.conf"
   LAUNCH_PID=$pid
 }

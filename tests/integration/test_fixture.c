@@ -19,24 +19,60 @@
 #include "fixture.h"
 #include "test.h"
 
+typedef struct conn_args {
+    const char *url;
+    int64_t timeout_ms;
+    const char *ca_file, *expected_host, *token, *user, *password;
+    natsErrHandler on_error;
+    void *closure;
+} conn_args;
+
 /* Connect with a short timeout and no reconnects; NULL and *st on failure. */
-static natsConnection *connect_url(const char *url, int64_t timeout_ms, natsStatus *st)
+static natsConnection *connect_with(const conn_args *a, natsStatus *st)
 {
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
+    char list[800];
+    const char *servers[8];
+    int n = 0;
     natsStatus s = natsOptions_Create(&o);
+    /* nats.c 3.4.1's SetURL takes one URL; a comma-separated list goes to
+     * SetServers */
+    snprintf(list, sizeof(list), "%s", a->url);
+    for (char *p = list; p && *p && n < 8;) {
+        servers[n++] = p;
+        p = strchr(p, ',');
+        if (p)
+            *p++ = '\0';
+    }
     if (s == NATS_OK)
-        s = natsOptions_SetURL(o, url);
+        s = natsOptions_SetServers(o, servers, n);
     if (s == NATS_OK)
-        s = natsOptions_SetTimeout(o, timeout_ms);
+        s = natsOptions_SetTimeout(o, a->timeout_ms ? a->timeout_ms : 2000);
     if (s == NATS_OK)
         s = natsOptions_SetAllowReconnect(o, false);
+    if (s == NATS_OK && a->ca_file)
+        s = natsOptions_LoadCATrustedCertificates(o, a->ca_file);
+    if (s == NATS_OK && a->expected_host)
+        s = natsOptions_SetExpectedHostname(o, a->expected_host);
+    if (s == NATS_OK && a->token)
+        s = natsOptions_SetToken(o, a->token);
+    if (s == NATS_OK && a->user)
+        s = natsOptions_SetUserInfo(o, a->user, a->password);
+    if (s == NATS_OK && a->on_error)
+        s = natsOptions_SetErrorHandler(o, a->on_error, a->closure);
     if (s == NATS_OK)
         s = natsConnection_Connect(&nc, o);
     natsOptions_Destroy(o);
     if (st)
         *st = s;
     return s == NATS_OK ? nc : NULL;
+}
+
+static natsConnection *connect_url(const char *url, int64_t timeout_ms, natsStatus *st)
+{
+    conn_args a = {.url = url, .timeout_ms = timeout_ms};
+    return connect_with(&a, st);
 }
 
 static natsStatus account_info(natsConnection *nc, jsErrCode *jerr)
@@ -271,8 +307,179 @@ static void pg_private_kill_restart(void **state)
     PQfinish(c);
 }
 
+static void tls_trusts_its_ca_only(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    natsStatus s;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, &fx), 0);
+    ASSERT_CONTAINS(fx.url, "tls://127.0.0.1:");
+    ASSERT_TRUE(fx.token[0] && fx.ca_file[0] && fx.other_ca_file[0] && fx.wrong_host[0]);
+
+    conn_args good = {.url = fx.url, .ca_file = fx.ca_file, .token = fx.token};
+    natsConnection *nc = connect_with(&good, &s);
+    if (!nc)
+        fail_msg("TLS connect with the right CA: %s", natsStatus_GetText(s));
+    ASSERT_EQ(account_info(nc, NULL), NATS_OK);
+    natsConnection_Destroy(nc);
+
+    /* the right CA and the name the certificate carries */
+    conn_args named = good;
+    named.expected_host = "localhost";
+    nc = connect_with(&named, &s);
+    if (!nc)
+        fail_msg("TLS connect expecting localhost: %s", natsStatus_GetText(s));
+    natsConnection_Destroy(nc);
+
+    conn_args other = good;
+    other.ca_file = fx.other_ca_file;
+    ASSERT_TRUE(connect_with(&other, &s) == NULL);
+    ASSERT_NE(s, NATS_OK);
+
+    conn_args wrong = good;
+    wrong.url = fx.wrong_host_url;
+    wrong.expected_host = fx.wrong_host;
+    ASSERT_TRUE(connect_with(&wrong, &s) == NULL);
+    ASSERT_NE(s, NATS_OK);
+
+    conn_args notoken = good;
+    notoken.token = NULL;
+    ASSERT_TRUE(connect_with(&notoken, &s) == NULL);
+    ASSERT_NE(s, NATS_OK);
+
+    char plain[300];
+    snprintf(plain, sizeof(plain), "nats://127.0.0.1:%d", fx.port);
+    conn_args cleartext = {.url = plain, .token = fx.token};
+    ASSERT_TRUE(connect_with(&cleartext, &s) == NULL);
+}
+
+static volatile int async_err;
+static void record_err(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure)
+{
+    (void)nc, (void)sub, (void)closure;
+    async_err = (int)err;
+}
+
+static void userpass_limited_user_cannot_publish_denied(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    natsStatus s;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_USERPASS, &fx), 0);
+    ASSERT_STREQ(fx.user, "pub");
+    ASSERT_STREQ(fx.limited_user, "limited");
+    ASSERT_TRUE(strlen(fx.password) >= 16 && strlen(fx.limited_password) >= 16);
+
+    conn_args bad = {.url = fx.url, .user = fx.user, .password = "wrong"};
+    ASSERT_TRUE(connect_with(&bad, &s) == NULL);
+
+    conn_args pa = {.url = fx.url, .user = fx.user, .password = fx.password};
+    natsConnection *pub = connect_with(&pa, &s);
+    if (!pub)
+        fail_msg("connect as pub: %s", natsStatus_GetText(s));
+    natsSubscription *sub = NULL;
+    ASSERT_EQ(natsConnection_SubscribeSync(&sub, pub, "denied.>"), NATS_OK);
+    ASSERT_EQ(natsConnection_FlushTimeout(pub, 2000), NATS_OK);
+
+    async_err = 0;
+    conn_args la = {.url = fx.url,
+                    .user = fx.limited_user,
+                    .password = fx.limited_password,
+                    .on_error = record_err};
+    natsConnection *lim = connect_with(&la, &s);
+    if (!lim)
+        fail_msg("connect as limited: %s", natsStatus_GetText(s));
+    ASSERT_EQ(account_info(lim, NULL), NATS_OK); /* JetStream is allowed */
+    ASSERT_EQ(natsConnection_PublishString(lim, "denied.x", "no"), NATS_OK);
+    ASSERT_EQ(natsConnection_FlushTimeout(lim, 2000), NATS_OK);
+    ASSERT_WAIT(async_err == NATS_NOT_PERMITTED, 5000);
+    const char *last = NULL;
+    natsConnection_GetLastError(lim, &last);
+    ASSERT_CONTAINS(last, "Permissions Violation");
+
+    /* pub may publish there; the subscriber sees pub's message, not limited's */
+    ASSERT_EQ(natsConnection_PublishString(pub, "denied.y", "yes"), NATS_OK);
+    natsMsg *m = NULL;
+    ASSERT_EQ(natsSubscription_NextMsg(&m, sub, 2000), NATS_OK);
+    ASSERT_STREQ(natsMsg_GetSubject(m), "denied.y");
+    natsMsg_Destroy(m);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(lim);
+    natsConnection_Destroy(pub);
+}
+
+static void nojs_has_no_jetstream(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    natsStatus s;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_NOJS, &fx), 0);
+    natsConnection *nc = connect_url(fx.url, 2000, &s);
+    ASSERT_TRUE(nc != NULL);
+    jsErrCode jerr = 0;
+    ASSERT_NE(account_info(nc, &jerr), NATS_OK);
+    ASSERT_EQ(natsConnection_FlushTimeout(nc, 2000), NATS_OK); /* core NATS works */
+    natsConnection_Destroy(nc);
+}
+
+static void cluster_r3_stream_survives_node_kill(void **state)
+{
+    (void)state;
+    jsd_fx_cluster c;
+    natsStatus s;
+    ASSERT_EQ(jsd_fx_cluster_start(&c), 0);
+    for (int i = 0; i < 3; i++)
+        ASSERT_TRUE(jsd_fx_nats_alive(&c.node[i]));
+    natsConnection *nc = connect_url(c.urls, 2000, &s);
+    if (!nc)
+        fail_msg("connect %s: %s", c.urls, natsStatus_GetText(s));
+
+    jsCtx *js = NULL;
+    jsStreamInfo *si = NULL;
+    jsStreamConfig cfg;
+    jsErrCode jerr = 0;
+    const char *subjects[] = {"r3.>"};
+    ASSERT_EQ(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = "R3";
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Replicas = 3;
+    s = js_AddStream(&si, js, &cfg, NULL, &jerr);
+    if (s != NATS_OK)
+        fail_msg("R3 stream: %s (jsErrCode %d)", natsStatus_GetText(s), (int)jerr);
+    ASSERT_EQ(si->Config->Replicas, 3);
+    jsStreamInfo_Destroy(si);
+    jsCtx_Destroy(js);
+    publish(nc, "r3.a", "one");
+    natsConnection_Destroy(nc);
+
+    /* kill the second node; the others still serve the stream */
+    int port = c.node[1].port;
+    ASSERT_EQ(jsd_fx_nats_kill(&c.node[1]), 0);
+    ASSERT_TRUE(!jsd_fx_nats_alive(&c.node[1]));
+    nc = connect_url(c.node[0].url, 2000, &s);
+    ASSERT_TRUE(nc != NULL);
+    ASSERT_WAIT(stream_msgs(nc, "R3") == 1, 10000);
+    publish(nc, "r3.b", "two");
+    natsConnection_Destroy(nc);
+
+    ASSERT_EQ(jsd_fx_nats_restart(&c.node[1]), 0);
+    ASSERT_EQ(c.node[1].port, port);
+    nc = connect_url(c.node[1].url, 2000, &s);
+    ASSERT_TRUE(nc != NULL);
+    ASSERT_WAIT(stream_msgs(nc, "R3") == 2, 10000);
+    natsConnection_Destroy(nc);
+    ASSERT_EQ(jsd_fx_cluster_stop(&c), 0);
+    for (int i = 0; i < 3; i++)
+        ASSERT_TRUE(!jsd_fx_nats_alive(&c.node[i]));
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(plain_kill_restart_keeps_port_and_store),
               cmocka_unit_test(plain_pause_stalls_resume_frees),
               cmocka_unit_test(sweep_kills_paused_fixture),
               cmocka_unit_test(pg_database_create_write_read),
-              cmocka_unit_test(pg_private_kill_restart))
+              cmocka_unit_test(pg_private_kill_restart), cmocka_unit_test(tls_trusts_its_ca_only),
+              cmocka_unit_test(userpass_limited_user_cannot_publish_denied),
+              cmocka_unit_test(nojs_has_no_jetstream),
+              cmocka_unit_test(cluster_r3_stream_survives_node_kill))
