@@ -405,7 +405,7 @@ static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
     }
 
     /* The dead-letter stream: it must exist, and not be the stream we read. */
-    st = jsd__stream_for_subject(c->js, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream),
+    st = jsd__stream_for_subject_js(c->js, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream),
                                  &c->err);
     if (st == JSD_ERR_NOT_FOUND) {
         st = cerr(c, JSD_ERR_CONFIG,

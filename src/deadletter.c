@@ -127,7 +127,7 @@ done:
     return st;
 }
 
-jsd_status jsd__stream_for_subject(jsCtx *js, const char *subject, char *out, size_t cap,
+jsd_status jsd__stream_for_subject_js(jsCtx *js, const char *subject, char *out, size_t cap,
                                    jsd_error *err)
 {
     jsStreamNamesList *names = NULL;
