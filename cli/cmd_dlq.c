@@ -1,12 +1,233 @@
 /*
- * jsdurable dlq — placeholder until its issue lands.
+ * jsdurable dlq — list, show, replay and purge the dead letters of a
+ * dead-letter stream (DLQ-3). A dead letter is a death envelope: the original
+ * payload verbatim with headers naming its origin (see consumer.h). Replay
+ * republishes the payload to its original subject with a new message id and a
+ * Jsd-Replay-Of header; the dead letter itself stays as evidence until purged.
  */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: jsdurable dlq list|show|replay|purge --nats URL --stream DLQ_STREAM [ARGS]\n\n"
+            "  list [--limit N]          one line per dead letter: seq, time, reason, origin,\n"
+            "                            deliveries, error\n"
+            "  show SEQ                  headers, then the verbatim payload\n"
+            "  replay SEQ... | --all     republish to the original subject (new msg id,\n"
+            "                            Jsd-Replay-Of: DLQ_STREAM:SEQ); idempotent per SEQ\n"
+            "  purge SEQ... | --all      delete dead letters\n\n" CLI_CONN_HELP "\nExample:\n"
+            "  jsdurable dlq list --nats nats://127.0.0.1:4222 --stream DLQ\n"
+            "  jsdurable dlq replay --nats nats://127.0.0.1:4222 --stream DLQ 12\n");
+}
+
+static bool parse_seq(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    if (!s || !*s || *s == '-')
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || v == 0)
+        return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+static void print_clean(FILE *f, const char *s)
+{
+    for (; s && *s; s++)
+        fputc((unsigned char)*s < 0x20 ? ' ' : *s, f);
+}
+
+enum { O_STREAM = 1, O_LIMIT, O_ALL, O_HELP };
 
 int cmd_dlq(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    cli_err("dlq", "not implemented yet");
-    return CLI_UNAVAILABLE;
+    static const struct option longopts[] = {{"stream", required_argument, NULL, O_STREAM},
+                                             {"limit", required_argument, NULL, O_LIMIT},
+                                             {"all", no_argument, NULL, O_ALL},
+                                             {"help", no_argument, NULL, O_HELP},
+                                             CLI_CONN_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    cli_conn cc;
+    const char *stream = NULL, *action = NULL;
+    bool all = false;
+    uint64_t limit = 1000;
+    int rc = CLI_OK, opt;
+    jsd_conn *conn = NULL;
+    jsd_error err;
+
+    cli_conn_init(&cc);
+    jsd_error_clear(&err);
+    if (argc >= 2 && argv[1][0] != '-') {
+        action = argv[1];
+        argc--;
+        argv++;
+    }
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (opt >= CLI_CONN_OPT_BASE) {
+            if ((rc = cli_conn_flag(&cc, opt, optarg)) != 0)
+                goto out;
+            continue;
+        }
+        switch (opt) {
+        case O_STREAM:
+            stream = optarg;
+            break;
+        case O_LIMIT:
+            if (!parse_seq(optarg, &limit)) {
+                cli_err("dlq", "--limit takes a positive number");
+                rc = CLI_USAGE;
+                goto out;
+            }
+            break;
+        case O_ALL:
+            all = true;
+            break;
+        case O_HELP:
+        case 'h':
+            usage(stdout);
+            goto out;
+        default:
+            usage(stderr);
+            rc = CLI_USAGE;
+            goto out;
+        }
+    }
+    if (!action || (strcmp(action, "list") && strcmp(action, "show") && strcmp(action, "replay") &&
+                    strcmp(action, "purge"))) {
+        usage(stderr);
+        rc = CLI_USAGE;
+        goto out;
+    }
+    if (!stream) {
+        cli_err("dlq", "--stream DLQ_STREAM is required");
+        rc = CLI_USAGE;
+        goto out;
+    }
+    int nseq = argc - optind;
+    uint64_t *seqs = NULL;
+    if (nseq > 0) {
+        seqs = calloc((size_t)nseq, sizeof(*seqs));
+        if (!seqs) {
+            rc = CLI_SOFTWARE;
+            goto out;
+        }
+        for (int i = 0; i < nseq; i++)
+            if (!parse_seq(argv[optind + i], &seqs[i])) {
+                cli_err("dlq", "'%s' is not a sequence number", argv[optind + i]);
+                free(seqs);
+                rc = CLI_USAGE;
+                goto out;
+            }
+    }
+    if ((!strcmp(action, "show") && nseq != 1) ||
+        ((!strcmp(action, "replay") || !strcmp(action, "purge")) && (nseq == 0) == !all) ||
+        (!strcmp(action, "list") && nseq)) {
+        cli_err("dlq", "%s: %s", action,
+                !strcmp(action, "show")   ? "give exactly one SEQ"
+                : !strcmp(action, "list") ? "takes no SEQ"
+                                          : "give SEQ... or --all (not both)");
+        free(seqs);
+        rc = CLI_USAGE;
+        goto out;
+    }
+    if ((rc = cli_conn_finish(&cc, "dlq")) != 0 || (rc = cli_conn_open(&cc, &conn)) != 0) {
+        free(seqs);
+        goto out;
+    }
+
+    uint64_t first = 0, last = 0, count = 0;
+    jsd_status st = jsd_dlq_range(conn, stream, &first, &last, &count, &err);
+    if (st != JSD_OK) {
+        cli_err("dlq", "%s", err.msg);
+        rc = st == JSD_ERR_NOT_FOUND ? CLI_CONFIG : cli_exit_for(st);
+        free(seqs);
+        goto out;
+    }
+    if (!strcmp(action, "list")) {
+        uint64_t shown = 0;
+        printf("SEQ\tTIME\tREASON\tORIGIN\tDELIVERIES\tERROR\n");
+        for (uint64_t s = first; count && s <= last && shown < limit; s++) {
+            jsd_dead_letter d;
+            st = jsd_dlq_get(conn, stream, s, &d, &err);
+            if (st == JSD_ERR_NOT_FOUND)
+                continue;
+            if (st != JSD_OK) {
+                cli_err("dlq", "%s", err.msg);
+                rc = cli_exit_for(st);
+                break;
+            }
+            printf("%" PRIu64 "\t%s\t%s\t%s:%" PRIu64 " %s\t%" PRIu64 "\t", d.dlq_seq, d.time,
+                   d.reason, d.stream, d.stream_seq, d.subject, d.deliveries);
+            print_clean(stdout, d.error);
+            putchar('\n');
+            shown++;
+            jsd_dead_letter_clear(&d);
+        }
+        fprintf(stderr, "%" PRIu64 " dead letter(s) in %s\n", count, stream);
+    } else if (!strcmp(action, "show")) {
+        jsd_dead_letter d;
+        st = jsd_dlq_get(conn, stream, seqs[0], &d, &err);
+        if (st != JSD_OK) {
+            cli_err("dlq", "%s", err.msg);
+            rc = st == JSD_ERR_NOT_FOUND ? CLI_DATAERR : cli_exit_for(st);
+        } else {
+            printf("dlq_seq: %" PRIu64 "\nsubject: %s\nstream: %s\nstream_seq: %" PRIu64
+                   "\nconsumer: %s\ndeliveries: %" PRIu64 "\nreason: %s\ntime: %s\nmsg_id: "
+                   "%s\ntype: %s\nerror: ",
+                   d.dlq_seq, d.subject, d.stream, d.stream_seq, d.consumer, d.deliveries, d.reason,
+                   d.time, d.msg_id, d.type);
+            print_clean(stdout, d.error);
+            printf("\nbytes: %zu\n\n", d.len);
+            fwrite(d.payload, 1, d.len, stdout);
+            jsd_dead_letter_clear(&d);
+        }
+    } else {
+        bool replay = !strcmp(action, "replay");
+        if (!replay && all) {
+            st = jsd_dlq_purge(conn, stream, &err);
+            if (st != JSD_OK) {
+                cli_err("dlq", "%s", err.msg);
+                rc = cli_exit_for(st);
+            } else {
+                printf("purged %" PRIu64 " dead letter(s) from %s\n", count, stream);
+            }
+        } else {
+            uint64_t lo = all ? first : 0, hi = all ? last : 0;
+            int n = all ? (count ? (int)(hi - lo + 1) : 0) : nseq;
+            int done = 0, failed = 0;
+            for (int i = 0; i < n; i++) {
+                uint64_t s = all ? lo + (uint64_t)i : seqs[i];
+                uint64_t new_seq = 0;
+                st = replay ? jsd_dlq_replay(conn, stream, s, &new_seq, &err)
+                            : jsd_dlq_delete(conn, stream, s, &err);
+                if (st == JSD_ERR_NOT_FOUND && all)
+                    continue;
+                if (st != JSD_OK) {
+                    cli_err("dlq", "%s", err.msg);
+                    rc = cli_exit_for(st);
+                    failed++;
+                    continue;
+                }
+                done++;
+                if (replay)
+                    printf("replayed %s:%" PRIu64 " -> stream seq %" PRIu64 "\n", stream, s,
+                           new_seq);
+                else
+                    printf("deleted %s:%" PRIu64 "\n", stream, s);
+            }
+            fprintf(stderr, "%d %s, %d failed\n", done, replay ? "replayed" : "deleted", failed);
+        }
+    }
+    free(seqs);
+out:
+    jsd_conn_close(conn);
+    cli_conn_free(&cc);
+    return rc;
 }

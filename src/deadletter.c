@@ -128,7 +128,7 @@ done:
 }
 
 jsd_status jsd__stream_for_subject_js(jsCtx *js, const char *subject, char *out, size_t cap,
-                                   jsd_error *err)
+                                      jsd_error *err)
 {
     jsStreamNamesList *names = NULL;
     jsErrCode jerr = 0;
@@ -222,4 +222,137 @@ done:
     natsMsg_Destroy(m);
     natsMsg_Destroy(dead);
     return st;
+}
+
+/* ---- tools ---------------------------------------------------------------------------- */
+
+void jsd_dead_letter_clear(jsd_dead_letter *d)
+{
+    if (!d)
+        return;
+    jsd__free(d->subject);
+    jsd__free(d->stream);
+    jsd__free(d->consumer);
+    jsd__free(d->reason);
+    jsd__free(d->error);
+    jsd__free(d->time);
+    jsd__free(d->msg_id);
+    jsd__free(d->type);
+    jsd__free(d->payload);
+    memset(d, 0, sizeof(*d));
+}
+
+static char *hdr_dup(natsMsg *m, const char *name)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get(m, name, &v) != NATS_OK || !v)
+        v = "";
+    return jsd__strdup(v);
+}
+
+static uint64_t hdr_u64(natsMsg *m, const char *name)
+{
+    const char *v = NULL;
+    int64_t n = 0;
+    if (natsMsgHeader_Get(m, name, &v) != NATS_OK || !v || !jsd__parse_i64(v, 0, INT64_MAX, &n))
+        return 0;
+    return (uint64_t)n;
+}
+
+jsd_status jsd_dlq_get(jsd_conn *conn, const char *dlq_stream, uint64_t seq, jsd_dead_letter *out,
+                       jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    natsMsg *m = NULL;
+    jsErrCode jerr = 0;
+
+    if (!js || !out || !dlq_stream || !jsd__stream_name_valid(dlq_stream, err))
+        return jsd__err(err, JSD_ERR_INVALID, "dlq get: invalid argument");
+    memset(out, 0, sizeof(*out));
+    natsStatus s = js_GetMsg(&m, js, dlq_stream, seq, NULL, &jerr);
+    if (s != NATS_OK) {
+        if (s == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr)
+            return jsd__err(err, JSD_ERR_NOT_FOUND, "no message %" PRIu64 " in stream \"%s\"", seq,
+                            dlq_stream);
+        char what[200];
+        jsd__snprintf(what, sizeof(what), "read %s:%" PRIu64, dlq_stream, seq);
+        return jsd__err_nats(err, s, jerr, what);
+    }
+    out->dlq_seq = seq;
+    out->subject = hdr_dup(m, JSD_HDR_DLQ_SUBJECT);
+    out->stream = hdr_dup(m, JSD_HDR_DLQ_STREAM);
+    out->consumer = hdr_dup(m, JSD_HDR_DLQ_CONSUMER);
+    out->reason = hdr_dup(m, JSD_HDR_DLQ_REASON);
+    out->error = hdr_dup(m, JSD_HDR_DLQ_ERROR);
+    out->time = hdr_dup(m, JSD_HDR_DLQ_TIME);
+    out->msg_id = hdr_dup(m, JSD_HDR_DLQ_MSG_ID);
+    out->type = hdr_dup(m, JSD_HDR_DLQ_TYPE);
+    out->stream_seq = hdr_u64(m, JSD_HDR_DLQ_SEQ);
+    out->deliveries = hdr_u64(m, JSD_HDR_DLQ_DELIVERIES);
+    out->len = (size_t)natsMsg_GetDataLength(m);
+    out->payload = jsd__malloc(out->len + 1);
+    if (out->payload) {
+        if (out->len)
+            memcpy(out->payload, natsMsg_GetData(m), out->len);
+        ((char *)out->payload)[out->len] = '\0';
+    }
+    natsMsg_Destroy(m);
+    if (!out->subject || !out->stream || !out->consumer || !out->reason || !out->error ||
+        !out->time || !out->msg_id || !out->type || !out->payload) {
+        jsd_dead_letter_clear(out);
+        return jsd__err(err, JSD_ERR_NOMEM, "dlq get: out of memory");
+    }
+    return JSD_OK;
+}
+
+jsd_status jsd_dlq_range(jsd_conn *conn, const char *dlq_stream, uint64_t *first, uint64_t *last,
+                         uint64_t *count, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    if (!js || !dlq_stream || !jsd__stream_name_valid(dlq_stream, err))
+        return jsd__err(err, JSD_ERR_INVALID, "dlq range: invalid argument");
+    natsStatus s = js_GetStreamInfo(&si, js, dlq_stream, NULL, &jerr);
+    if (s != NATS_OK) {
+        if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+            return jsd__err(err, JSD_ERR_NOT_FOUND, "stream \"%s\" does not exist", dlq_stream);
+        return jsd__err_nats(err, s, jerr, "stream info");
+    }
+    if (first)
+        *first = si->State.FirstSeq;
+    if (last)
+        *last = si->State.LastSeq;
+    if (count)
+        *count = si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    return JSD_OK;
+}
+
+jsd_status jsd_dlq_delete(jsd_conn *conn, const char *dlq_stream, uint64_t seq, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    jsErrCode jerr = 0;
+    if (!js || !dlq_stream || !jsd__stream_name_valid(dlq_stream, err))
+        return jsd__err(err, JSD_ERR_INVALID, "dlq delete: invalid argument");
+    natsStatus s = js_DeleteMsg(js, dlq_stream, seq, NULL, &jerr);
+    if (s != NATS_OK) {
+        if (s == NATS_NOT_FOUND || jerr == JSSequenceNotFoundErr || jerr == JSNoMessageFoundErr)
+            return jsd__err(err, JSD_ERR_NOT_FOUND, "no message %" PRIu64 " in stream \"%s\"", seq,
+                            dlq_stream);
+        return jsd__err_nats(err, s, jerr, "delete dead letter");
+    }
+    return JSD_OK;
+}
+
+jsd_status jsd_dlq_purge(jsd_conn *conn, const char *dlq_stream, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    jsErrCode jerr = 0;
+    if (!js || !dlq_stream || !jsd__stream_name_valid(dlq_stream, err))
+        return jsd__err(err, JSD_ERR_INVALID, "dlq purge: invalid argument");
+    natsStatus s = js_PurgeStream(js, dlq_stream, NULL, &jerr);
+    if (s != NATS_OK)
+        return jsd__err_nats(err, s, jerr, "purge dead-letter stream");
+    return JSD_OK;
 }

@@ -241,6 +241,36 @@ void jsd_death_msg_id(const char *stream, uint64_t seq, char out[65]);
 jsd_status jsd_dlq_replay(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_seq,
                           uint64_t *new_seq, jsd_error *err);
 
+/* ---- dead-letter tools (DLQ-3) ------------------------------------------------ */
+typedef struct jsd_dead_letter {
+    uint64_t dlq_seq; /* its sequence in the dead-letter stream */
+    char *subject;    /* original subject ("" when not a death envelope) */
+    char *stream;     /* original stream */
+    char *consumer;   /* durable that buried it */
+    uint64_t stream_seq;
+    uint64_t deliveries;
+    char *reason; /* "poison" or "max_deliver" */
+    char *error;
+    char *time; /* RFC 3339 */
+    char *msg_id;
+    char *type;
+    void *payload; /* verbatim original bytes */
+    size_t len;
+} jsd_dead_letter;
+
+/* Free the strings of a dead letter (the struct itself is the caller's). */
+void jsd_dead_letter_clear(jsd_dead_letter *d);
+/* Read message seq of the dead-letter stream. JSD_ERR_NOT_FOUND when it is
+ * absent (deleted, purged, out of range). */
+jsd_status jsd_dlq_get(jsd_conn *conn, const char *dlq_stream, uint64_t seq, jsd_dead_letter *out,
+                       jsd_error *err);
+/* First and last sequence and message count of the dead-letter stream. */
+jsd_status jsd_dlq_range(jsd_conn *conn, const char *dlq_stream, uint64_t *first, uint64_t *last,
+                         uint64_t *count, jsd_error *err);
+/* Remove one dead letter, or all of them. */
+jsd_status jsd_dlq_delete(jsd_conn *conn, const char *dlq_stream, uint64_t seq, jsd_error *err);
+jsd_status jsd_dlq_purge(jsd_conn *conn, const char *dlq_stream, jsd_error *err);
+
 #ifdef __cplusplus
 }
 #endif
