@@ -250,6 +250,8 @@ jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const cha
 
     redact_urls(text, sizeof(text), (lt && *lt && ls == s) ? lt : "");
     strip_locations(text);
+    if (strcmp(text, natsStatus_GetText(s)) == 0)
+        text[0] = '\0';
     switch (s) {
     case NATS_OK:
         st = JSD_OK;

@@ -1,0 +1,610 @@
+/*
+ * The connection profile against real nats-servers (CONN-1..5): TLS with token
+ * authentication, an unrelated CA, a host-name mismatch, TLS required against
+ * a plaintext server, a server without JetStream, an unreachable server, a
+ * round trip through the shared JetStream server, reconnection after a kill,
+ * the asynchronous error fan-out, and one test that drives every failure with
+ * distinctive secrets and searches all captured output for them.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn_int.h"
+#include "fixture.h"
+#include "test.h"
+
+#define BAD_TOKEN    "S3cr3t-T0ken-9c41e7-never-print"
+#define BAD_PASSWORD "S3cr3t-Pa55w0rd-52ad0f-never-print"
+
+/* Generous bound on how long a refused start-up may take beyond its budget:
+ * a deadline check, not a timing benchmark. */
+#define MARGIN_MS 8000
+
+static void opts_for(jsd_conn_opts *o, const char *servers)
+{
+    jsd_conn_opts_init(o);
+    o->servers = servers;
+    o->connect_timeout_ms = 2000;
+    o->startup_budget_ms = 2000;
+    o->reconnect_wait_ms = 50;
+    o->reconnect_jitter_ms = 10;
+}
+
+/* Open, expecting failure with want; returns the elapsed ms. */
+static int64_t expect_open_fails(const jsd_conn_opts *o, jsd_status want, jsd_error *e)
+{
+    jsd_conn *c = (jsd_conn *)0x1;
+    int64_t t0 = jsd_test_mono_ms();
+    jsd_error_clear(e);
+    jsd_status s = jsd_conn_open(&c, o, e);
+    int64_t dt = jsd_test_mono_ms() - t0;
+    if (s != want)
+        fail_msg("jsd_conn_open returned %s (%s), expected %s", jsd_status_name(s), e->msg,
+                 jsd_status_name(want));
+    ASSERT_TRUE(c == NULL);
+    ASSERT_EQ(e->status, want);
+    print_message("%s after %lld ms: %s\n", jsd_status_name(s), (long long)dt, e->msg);
+    return dt;
+}
+
+/* A loopback port nothing listens on: bound, read and released. */
+static int closed_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+    ASSERT_TRUE(fd >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ASSERT_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* ---- TLS + token -------------------------------------------------------------- */
+
+static void tls_with_token_connects(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, &fx), 0);
+    opts_for(&o, fx.url);
+    o.token = fx.token;
+    o.tls_ca_file = fx.ca_file;
+    o.tls_required = 1;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_TRUE(jsd_conn_is_connected(c));
+    ASSERT_EQ(jsd_conn_reconnects(c), 0);
+    ASSERT_STREQ(jsd_conn_server_version(c), fx.version);
+    ASSERT_STREQ(jsd_conn_servers_redacted(c), fx.url);
+    ASSERT_STREQ(jsd_conn_errmsg(c), "");
+    ASSERT_TRUE(jsd__conn_js(c) != NULL);
+    jsd_conn_close(c);
+
+    /* with a client certificate as well (mTLS material is accepted) */
+    o.tls_cert_file = fx.client_cert_file;
+    o.tls_key_file = fx.client_key_file;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    jsd_conn_close(c);
+}
+
+static void wrong_token_is_an_authorization_error(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, &fx), 0);
+    opts_for(&o, fx.url);
+    o.token = BAD_TOKEN;
+    o.tls_ca_file = fx.ca_file;
+    o.startup_budget_ms = 30000;
+    int64_t dt = expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    ASSERT_CONTAINS(e.msg, "authorization failed");
+    ASSERT_CONTAINS(e.msg, fx.url);
+    /* definitive: not retried for the whole budget */
+    ASSERT_LE(dt, 30000 / 2);
+}
+
+static void wrong_password_is_an_authorization_error(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_USERPASS, &fx), 0);
+    opts_for(&o, fx.url);
+    o.user = fx.user;
+    o.password = BAD_PASSWORD;
+    o.startup_budget_ms = 30000;
+    int64_t dt = expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    ASSERT_LE(dt, 30000 / 2);
+
+    /* the right password works, also when given inside the URL, which is then
+     * shown redacted */
+    jsd_conn *c = NULL;
+    o.password = fx.password;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    jsd_conn_close(c);
+    char url[512], want[300];
+    snprintf(url, sizeof(url), "nats://%s:%s@127.0.0.1:%d", fx.user, fx.password, fx.port);
+    snprintf(want, sizeof(want), "nats://***@127.0.0.1:%d", fx.port);
+    opts_for(&o, url);
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_STREQ(jsd_conn_servers_redacted(c), want);
+    jsd_conn_close(c);
+}
+
+static void unrelated_ca_is_rejected(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, &fx), 0);
+    opts_for(&o, fx.url);
+    o.token = fx.token;
+    o.tls_ca_file = fx.other_ca_file;
+    o.startup_budget_ms = 30000;
+    int64_t dt = expect_open_fails(&o, JSD_ERR_TLS, &e);
+    ASSERT_CONTAINS(e.msg, "not trusted");
+    ASSERT_CONTAINS(e.msg, "tls_ca_file");
+    ASSERT_EQ(e.nats_status, NATS_SSL_ERROR);
+    ASSERT_LE(dt, 30000 / 2);
+}
+
+static void host_name_mismatch_is_named(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_error e;
+    char want[128];
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, &fx), 0);
+    opts_for(&o, fx.wrong_host_url);
+    o.token = fx.token;
+    o.tls_ca_file = fx.ca_file;
+    o.tls_hostname = fx.wrong_host;
+    expect_open_fails(&o, JSD_ERR_TLS, &e);
+    snprintf(want, sizeof(want), "does not match expected host name \"%s\"", fx.wrong_host);
+    ASSERT_CONTAINS(e.msg, want);
+
+    /* the same server under its right name is fine: the chain was trusted */
+    jsd_conn *c = NULL;
+    o.tls_hostname = "localhost";
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    jsd_conn_close(c);
+}
+
+static void tls_required_refuses_a_plaintext_server(void **state)
+{
+    (void)state;
+    jsd_conn_opts o;
+    jsd_error e;
+    opts_for(&o, jsd_fx_shared_nats_url());
+    o.tls_required = 1;
+    expect_open_fails(&o, JSD_ERR_TLS, &e);
+    ASSERT_CONTAINS(e.msg, "does not offer TLS but TLS is required");
+    ASSERT_CONTAINS(e.msg, jsd_fx_shared_nats_url());
+
+    /* a tls:// URL means the same */
+    char url[300];
+    const char *p = strstr(jsd_fx_shared_nats_url(), "://");
+    ASSERT_TRUE(p != NULL);
+    snprintf(url, sizeof(url), "tls%s", p);
+    opts_for(&o, url);
+    expect_open_fails(&o, JSD_ERR_TLS, &e);
+    ASSERT_CONTAINS(e.msg, "does not offer TLS");
+}
+
+/* ---- JetStream presence --------------------------------------------------------- */
+
+static void no_jetstream_fails_loudly_without_fallback(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_error e;
+    jsd_conn *c = NULL;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_NOJS, &fx), 0);
+    opts_for(&o, fx.url);
+    expect_open_fails(&o, JSD_ERR_NO_JETSTREAM, &e);
+    ASSERT_CONTAINS(e.msg, fx.url);
+    ASSERT_CONTAINS(e.msg, "-js");
+    ASSERT_CONTAINS(e.msg, "does not fall back to core NATS");
+
+    /* Asked for core NATS only: the connection opens and lossy core publish
+     * works (a plain subscriber sees it). */
+    o.require_jetstream = 0;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    natsSubscription *sub = NULL;
+    natsMsg *m = NULL;
+    ASSERT_EQ(natsConnection_SubscribeSync(&sub, jsd__conn_nats(c), "lossy.metrics"), NATS_OK);
+    ASSERT_EQ(natsConnection_Flush(jsd__conn_nats(c)), NATS_OK);
+    ASSERT_OK_E(jsd_conn_publish_core(c, "lossy.metrics", "42", 2), jsd_conn_errmsg(c));
+    ASSERT_EQ(natsSubscription_NextMsg(&m, sub, 5000), NATS_OK);
+    ASSERT_EQ(natsMsg_GetDataLength(m), 2);
+    ASSERT_TRUE(memcmp(natsMsg_GetData(m), "42", 2) == 0);
+    natsMsg_Destroy(m);
+    natsSubscription_Destroy(sub);
+    ASSERT_STATUS(jsd_conn_publish_core(c, "", "x", 1), JSD_ERR_INVALID);
+    ASSERT_CONTAINS(jsd_conn_errmsg(c), "empty subject");
+    ASSERT_EQ(jsd_conn_error(c)->status, JSD_ERR_INVALID);
+    jsd_conn_close(c);
+}
+
+/* ---- start-up budget ------------------------------------------------------------ */
+
+static void unreachable_server_fails_within_the_budget(void **state)
+{
+    (void)state;
+    jsd_conn_opts o;
+    jsd_error e;
+    char url[64], want[64];
+    int port = closed_port();
+    snprintf(url, sizeof(url), "nats://127.0.0.1:%d", port);
+    opts_for(&o, url);
+    o.startup_budget_ms = 1500;
+    o.connect_timeout_ms = 500;
+    int64_t dt = expect_open_fails(&o, JSD_ERR_CONNECT, &e);
+    ASSERT_CONTAINS(e.msg, url);
+    ASSERT_CONTAINS(e.msg, "start-up budget of 1500 ms");
+    ASSERT_CONTAINS(e.msg, "last cause");
+    ASSERT_LE(dt, 1500 + 500 + MARGIN_MS);
+    /* it did retry: more than one attempt was made */
+    ASSERT_TRUE(strstr(e.msg, "(1 attempts)") == NULL);
+
+    /* budget 0: a single attempt */
+    o.startup_budget_ms = 0;
+    expect_open_fails(&o, JSD_ERR_CONNECT, &e);
+    ASSERT_CONTAINS(e.msg, "(1 attempts)");
+    snprintf(want, sizeof(want), "127.0.0.1:%d", port);
+    ASSERT_CONTAINS(e.msg, want);
+}
+
+/* ---- round trip ----------------------------------------------------------------- */
+
+static void round_trip_through_the_shared_server(void **state)
+{
+    (void)state;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    jsStreamConfig cfg;
+    jsErrCode jerr = 0;
+    jsPubAck *ack = NULL;
+    natsMsg *m = NULL;
+    char stream[64], subject[96];
+
+    opts_for(&o, jsd_fx_shared_nats_url());
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_EQ(jsd__conn_request_timeout_ms(c), 5000);
+    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("CONNRT"));
+    snprintf(subject, sizeof(subject), "connrt.%s", stream);
+    const char *subjects[] = {subject};
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = stream;
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    ASSERT_EQ(js_AddStream(NULL, jsd__conn_js(c), &cfg, NULL, &jerr), NATS_OK);
+    ASSERT_EQ(js_Publish(&ack, jsd__conn_js(c), subject, "hello", 5, NULL, &jerr), NATS_OK);
+    ASSERT_EQ(ack->Sequence, 1);
+    ASSERT_STREQ(ack->Stream, stream);
+    jsPubAck_Destroy(ack);
+    ASSERT_EQ(js_GetLastMsg(&m, jsd__conn_js(c), stream, subject, NULL, &jerr), NATS_OK);
+    ASSERT_EQ(natsMsg_GetDataLength(m), 5);
+    ASSERT_TRUE(memcmp(natsMsg_GetData(m), "hello", 5) == 0);
+    natsMsg_Destroy(m);
+
+    /* a JetStream failure maps to a status with the API error code */
+    natsStatus s =
+        js_GetLastMsg(&m, jsd__conn_js(c), "NO_SUCH_STREAM_CONNRT", subject, NULL, &jerr);
+    ASSERT_NE(s, NATS_OK);
+    ASSERT_EQ(jsd__err_nats(&e, s, jerr, "get last message"), JSD_ERR_NOT_FOUND);
+    ASSERT_EQ(e.js_err_code, JSStreamNotFoundErr);
+    ASSERT_CONTAINS(e.msg, "get last message");
+
+    ASSERT_EQ(js_DeleteStream(jsd__conn_js(c), stream, NULL, &jerr), NATS_OK);
+    jsd_conn_close(c);
+}
+
+/* ---- reconnect --------------------------------------------------------------------- */
+
+static void reconnects_after_the_server_comes_back(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    opts_for(&o, fx.url);
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_TRUE(jsd_conn_is_connected(c));
+    ASSERT_EQ(jsd_conn_reconnects(c), 0);
+
+    ASSERT_EQ(jsd_fx_nats_kill(&fx), 0);
+    ASSERT_WAIT(!jsd_conn_is_connected(c), 10000);
+    /* an outage is not an error for the process: the handle stays usable */
+    ASSERT_EQ(jsd_conn_reconnects(c), 0);
+    ASSERT_EQ(jsd_fx_nats_restart(&fx), 0);
+    ASSERT_WAIT(jsd_conn_is_connected(c), 20000);
+    ASSERT_EQ(jsd_conn_reconnects(c), 1);
+    ASSERT_STREQ(jsd_conn_server_version(c), fx.version);
+
+    /* and JetStream answers again */
+    jsAccountInfo *ai = NULL;
+    jsErrCode jerr = 0;
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = 5000;
+    ASSERT_WAIT(js_GetAccountInfo(&ai, jsd__conn_js(c), &jo, &jerr) == NATS_OK, 20000);
+    jsAccountInfo_Destroy(ai);
+    jsd_conn_close(c);
+}
+
+/* ---- asynchronous errors --------------------------------------------------------------- */
+
+typedef struct seen {
+    pthread_mutex_t lk;
+    int count;
+    natsStatus last;
+    char text[256];
+} seen;
+
+static void record_error(natsStatus s, const char *text, void *user)
+{
+    seen *w = user;
+    pthread_mutex_lock(&w->lk);
+    w->count++;
+    w->last = s;
+    snprintf(w->text, sizeof(w->text), "%s", text);
+    pthread_mutex_unlock(&w->lk);
+}
+
+static int seen_count(seen *w)
+{
+    pthread_mutex_lock(&w->lk);
+    int n = w->count;
+    pthread_mutex_unlock(&w->lk);
+    return n;
+}
+
+static void async_errors_reach_every_listener(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    seen a = {.lk = PTHREAD_MUTEX_INITIALIZER}, b = {.lk = PTHREAD_MUTEX_INITIALIZER},
+         gone = {.lk = PTHREAD_MUTEX_INITIALIZER};
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_USERPASS, &fx), 0);
+    opts_for(&o, fx.url);
+    o.user = fx.limited_user;
+    o.password = fx.limited_password;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    int ha = jsd__conn_add_error_listener(c, record_error, &a);
+    int hb = jsd__conn_add_error_listener(c, record_error, &b);
+    int hg = jsd__conn_add_error_listener(c, record_error, &gone);
+    ASSERT_TRUE(ha >= 0 && hb >= 0 && hg >= 0 && ha != hb && hb != hg);
+    jsd__conn_remove_error_listener(c, hg);
+
+    ASSERT_OK(jsd_conn_publish_core(c, "denied.x", "x", 1));
+    natsConnection_Flush(jsd__conn_nats(c));
+    ASSERT_WAIT(seen_count(&a) >= 1 && seen_count(&b) >= 1, 10000);
+    pthread_mutex_lock(&a.lk);
+    ASSERT_CONTAINS(a.text, "Permissions Violation");
+    ASSERT_CONTAINS(a.text, "denied.x");
+    pthread_mutex_unlock(&a.lk);
+    ASSERT_EQ(seen_count(&gone), 0);
+    jsd__conn_remove_error_listener(c, ha);
+    jsd__conn_remove_error_listener(c, hb);
+    jsd__conn_remove_error_listener(c, -1);
+    jsd__conn_remove_error_listener(c, 9999);
+    ASSERT_EQ(jsd__conn_add_error_listener(c, NULL, NULL), -1);
+    jsd_conn_close(c);
+}
+
+/* ---- secrets never leak ---------------------------------------------------------------- */
+
+typedef struct capture {
+    pthread_mutex_t lk;
+    char buf[256 * 1024];
+    size_t len;
+} capture;
+
+static capture logs = {.lk = PTHREAD_MUTEX_INITIALIZER};
+
+static void capture_line(const char *s)
+{
+    pthread_mutex_lock(&logs.lk);
+    size_t n = strlen(s);
+    if (logs.len + n + 2 < sizeof(logs.buf)) {
+        memcpy(logs.buf + logs.len, s, n);
+        logs.len += n;
+        logs.buf[logs.len++] = '\n';
+        logs.buf[logs.len] = '\0';
+    }
+    pthread_mutex_unlock(&logs.lk);
+}
+
+static void log_sink(jsd_log_level level, const char *component, const char *line, void *user)
+{
+    (void)level;
+    (void)component;
+    (void)user;
+    capture_line(line);
+}
+
+static void assert_no_secret(const char *where, const char *text, const char *const *secrets,
+                             size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (secrets[i] && secrets[i][0] && strstr(text, secrets[i]))
+            fail_msg("secret #%zu appears in %s", i, where);
+}
+
+/* Every failure of CONN-5 and CONN-2, with credentials in options and URLs;
+ * each error text goes into the capture. */
+static void run_failure_cases(const jsd_fx_nats *tlsp, const jsd_fx_nats *upp,
+                              const jsd_fx_nats *nojsp, int port)
+{
+    const jsd_fx_nats tls = *tlsp, up = *upp, nojs = *nojsp;
+    jsd_conn_opts o;
+    jsd_error e;
+    jsd_conn *c = NULL;
+    char url[600];
+
+    /* 1 wrong token, as an option and inside the URL */
+    opts_for(&o, tls.url);
+    o.token = BAD_TOKEN;
+    o.tls_ca_file = tls.ca_file;
+    expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    capture_line(e.msg);
+    snprintf(url, sizeof(url), "tls://%s@127.0.0.1:%d", BAD_TOKEN, tls.port);
+    opts_for(&o, url);
+    o.tls_ca_file = tls.ca_file;
+    expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    capture_line(e.msg);
+    /* 2 wrong password, as options and inside the URL */
+    opts_for(&o, up.url);
+    o.user = up.user;
+    o.password = BAD_PASSWORD;
+    expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    capture_line(e.msg);
+    snprintf(url, sizeof(url), "nats://%s:%s@127.0.0.1:%d", up.user, BAD_PASSWORD, up.port);
+    opts_for(&o, url);
+    expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    capture_line(e.msg);
+    /* 3 unrelated CA, with the right token */
+    opts_for(&o, tls.url);
+    o.token = tls.token;
+    o.tls_ca_file = tls.other_ca_file;
+    expect_open_fails(&o, JSD_ERR_TLS, &e);
+    capture_line(e.msg);
+    /* 4 host-name mismatch, token in the URL */
+    snprintf(url, sizeof(url), "tls://%s@127.0.0.1:%d", tls.token, tls.port);
+    opts_for(&o, url);
+    o.tls_ca_file = tls.ca_file;
+    o.tls_hostname = tls.wrong_host;
+    expect_open_fails(&o, JSD_ERR_TLS, &e);
+    capture_line(e.msg);
+    /* 5 TLS required against plaintext, with a password */
+    opts_for(&o, up.url);
+    o.user = up.user;
+    o.password = up.password;
+    o.tls_required = 1;
+    expect_open_fails(&o, JSD_ERR_TLS, &e);
+    capture_line(e.msg);
+    /* 6 no JetStream, credentials in the URL */
+    snprintf(url, sizeof(url), "nats://someone:%s@127.0.0.1:%d", BAD_PASSWORD, nojs.port);
+    opts_for(&o, url);
+    expect_open_fails(&o, JSD_ERR_NO_JETSTREAM, &e);
+    capture_line(e.msg);
+    ASSERT_CONTAINS(e.msg, "nats://***@127.0.0.1:");
+    /* 7 unreachable, token in the URL and a bad one next to it */
+    snprintf(url, sizeof(url), "nats://%s@127.0.0.1:%d,nats://u:%s@127.0.0.1:%d", BAD_TOKEN, port,
+             BAD_PASSWORD, port);
+    opts_for(&o, url);
+    o.startup_budget_ms = 600;
+    o.connect_timeout_ms = 200;
+    expect_open_fails(&o, JSD_ERR_CONNECT, &e);
+    capture_line(e.msg);
+    /* 8 configuration refusals */
+    opts_for(&o, url);
+    o.token = BAD_TOKEN;
+    expect_open_fails(&o, JSD_ERR_CONFIG, &e);
+    capture_line(e.msg);
+    snprintf(url, sizeof(url), "nats://u:%s@127.0.0.1:notaport", BAD_PASSWORD);
+    opts_for(&o, url);
+    expect_open_fails(&o, JSD_ERR_CONFIG, &e);
+    capture_line(e.msg);
+    /* 9 a working connection's texts: status output, errmsg */
+    snprintf(url, sizeof(url), "nats://%s:%s@127.0.0.1:%d", up.user, up.password, up.port);
+    opts_for(&o, url);
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    capture_line(jsd_conn_servers_redacted(c));
+    capture_line(jsd_conn_server_version(c));
+    jsd_conn_publish_core(c, "", "x", 1);
+    capture_line(jsd_conn_errmsg(c));
+    jsd_conn_close(c);
+}
+
+static void failures_never_reveal_secrets(void **state)
+{
+    (void)state;
+    jsd_fx_nats tls, up, nojs;
+    char errpath[600];
+    int port = closed_port();
+
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, &tls), 0);
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_USERPASS, &up), 0);
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_NOJS, &nojs), 0);
+    const char *secrets[] = {BAD_TOKEN, BAD_PASSWORD, tls.token, up.password, up.limited_password};
+
+    /* capture: every log line at DEBUG, and fd 2 into a file */
+    jsd_log_configure(JSD_LOG_DEBUG, JSD_LOG_TEXT, log_sink, NULL);
+    snprintf(errpath, sizeof(errpath), "%s/stderr.txt", jsd_test_dir());
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_TRUE(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+
+    /* once with the capturing sink, once with the default sink (stderr) */
+    run_failure_cases(&tls, &up, &nojs, port);
+    jsd_log_configure(JSD_LOG_DEBUG, JSD_LOG_TEXT, NULL, NULL);
+    run_failure_cases(&tls, &up, &nojs, port);
+
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, NULL, NULL);
+
+    /* read back what went to stderr */
+    static char errbuf[256 * 1024];
+    FILE *f = fopen(errpath, "r");
+    ASSERT_TRUE(f != NULL);
+    size_t n = fread(errbuf, 1, sizeof(errbuf) - 1, f);
+    errbuf[n] = '\0';
+    fclose(f);
+
+    pthread_mutex_lock(&logs.lk);
+    print_message("captured %zu bytes of errors and logs, %zu bytes of stderr\n", logs.len, n);
+    /* the capture works: the errors are in it */
+    ASSERT_CONTAINS(logs.buf, "authorization failed");
+    ASSERT_CONTAINS(logs.buf, "does not match expected host name");
+    ASSERT_CONTAINS(logs.buf, "nats://***@127.0.0.1:");
+    assert_no_secret("error texts and logs", logs.buf, secrets, JSD_ARRAY_LEN(secrets));
+    pthread_mutex_unlock(&logs.lk);
+    /* the default sink wrote the DEBUG lines of the second round there */
+    ASSERT_CONTAINS(errbuf, "conn:");
+    assert_no_secret("stderr", errbuf, secrets, JSD_ARRAY_LEN(secrets));
+}
+
+JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
+              cmocka_unit_test(wrong_token_is_an_authorization_error),
+              cmocka_unit_test(wrong_password_is_an_authorization_error),
+              cmocka_unit_test(unrelated_ca_is_rejected),
+              cmocka_unit_test(host_name_mismatch_is_named),
+              cmocka_unit_test(tls_required_refuses_a_plaintext_server),
+              cmocka_unit_test(no_jetstream_fails_loudly_without_fallback),
+              cmocka_unit_test(unreachable_server_fails_within_the_budget),
+              cmocka_unit_test(round_trip_through_the_shared_server),
+              cmocka_unit_test(reconnects_after_the_server_comes_back),
+              cmocka_unit_test(async_errors_reach_every_listener),
+              cmocka_unit_test(failures_never_reveal_secrets))
