@@ -647,8 +647,8 @@ static jsd_status parse_consumer(const json_t *o, jsd_topology *t, topo_consumer
             return perr(err, p, "\"%s\" is not within the subjects of stream \"%s\"",
                         c->pub.filter_subject, s->pub.name);
     }
-    if ((st = get_dur(o, path, "ack_wait", 1000, 12 * 3600 * 1000LL, false, 30000,
-                      &c->pub.ack_wait_ms, err)) != JSD_OK)
+    if ((st = get_dur(o, path, "ack_wait", 1000, 12 * 3600 * 1000LL, false, -1, &c->pub.ack_wait_ms,
+                      err)) != JSD_OK)
         return st;
     if ((st = get_int(o, path, "max_deliver", 1, 1000000, true, -1, &c->pub.max_deliver, err)) !=
         JSD_OK)
@@ -683,6 +683,18 @@ static jsd_status parse_consumer(const json_t *o, jsd_topology *t, topo_consumer
         }
         c->pub.backoff_ms = c->backoff;
         c->pub.n_backoff = n;
+        /* JetStream waits backoff[0] for the first ack and overwrites
+         * ack_wait with it; a different ack_wait in the file would be a lie. */
+        if (n && c->pub.ack_wait_ms != -1 && c->pub.ack_wait_ms != c->backoff[0]) {
+            subpath(p, path, "ack_wait");
+            return perr(err, p,
+                        "%lld ms differs from backoff[0] (%lld ms): with a backoff list "
+                        "JetStream waits backoff[0] for the first ack and backoff[n] after "
+                        "delivery n+1; drop ack_wait or set it to backoff[0]",
+                        (long long)c->pub.ack_wait_ms, (long long)c->backoff[0]);
+        }
+        if (n)
+            c->pub.ack_wait_ms = c->backoff[0];
         if (n && c->pub.max_deliver != -1 && (size_t)c->pub.max_deliver <= n) {
             subpath(p, path, "max_deliver");
             return perr(err, p,
@@ -691,6 +703,8 @@ static jsd_status parse_consumer(const json_t *o, jsd_topology *t, topo_consumer
                         (long long)c->pub.max_deliver, n);
         }
     }
+    if (c->pub.ack_wait_ms == -1)
+        c->pub.ack_wait_ms = 30000;
     return JSD_OK;
 }
 
@@ -1150,7 +1164,7 @@ static jsRetentionPolicy retention_of(jsd_topo_retention r)
 
 /* Immutable differences first; they refuse the plan. */
 static jsd_status diff_stream(plan_item *it, const topo_stream *s, const jsStreamConfig *cfg,
-                              jsd_error *err)
+                              bool reconcile, jsd_error *err)
 {
     const char *fs = storage_word(storage_of(s->pub.storage));
     const char *fr = retention_word(retention_of(s->pub.retention));
@@ -1163,7 +1177,7 @@ static jsd_status diff_stream(plan_item *it, const topo_stream *s, const jsStrea
         jsd__snprintf(immut + n, sizeof(immut) - n, "%sretention (server %s, file %s)",
                       n ? " and " : "", retention_word(cfg->Retention), fr);
     }
-    if (immut[0])
+    if (immut[0] && reconcile)
         return jsd__err(err, JSD_ERR_CONFIG,
                         "stream \"%s\" (%s): %s cannot be changed in place by JetStream; "
                         "jsdurable never deletes a stream to re-create it. Migrate the data to "
@@ -1403,7 +1417,7 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
         if (!it->si) {
             it->action = JSD_TOPO_CREATED;
         } else {
-            if ((st = diff_stream(it, s, it->si->Config, err)) != JSD_OK)
+            if ((st = diff_stream(it, s, it->si->Config, reconcile, err)) != JSD_OK)
                 goto done;
             it->action = !it->n_changes ? JSD_TOPO_UNCHANGED
                          : reconcile    ? JSD_TOPO_UPDATED

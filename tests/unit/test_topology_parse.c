@@ -25,7 +25,7 @@ static const char valid_file[] =
     "  \"consumers\": [\n"
     "    {\"stream\": \"ORDERS\", \"durable\": \"shipping\", \"filter_subject\": "
     "\"orders.created\",\n"
-    "     \"ack_wait\": \"30s\", \"max_deliver\": 5, \"backoff\": [\"1s\", \"2s\", \"5s\", "
+    "     \"max_deliver\": 5, \"backoff\": [\"1s\", \"2s\", \"5s\", "
     "\"10s\"],\n"
     "     \"max_ack_pending\": 256, \"inactive_threshold\": \"7d\", \"deliver\": \"all\"},\n"
     "    {\"stream\": \"DLQ\", \"durable\": \"dlq-tools\"}\n"
@@ -76,7 +76,8 @@ static void parses_valid_file_with_defaults(void **state)
     ASSERT_STREQ(c->stream, "ORDERS");
     ASSERT_STREQ(c->durable, "shipping");
     ASSERT_STREQ(c->filter_subject, "orders.created");
-    ASSERT_EQ(c->ack_wait_ms, 30000);
+    /* with a backoff list, the first ack wait is backoff[0] */
+    ASSERT_EQ(c->ack_wait_ms, 1000);
     ASSERT_EQ(c->max_deliver, 5);
     ASSERT_EQ(c->n_backoff, 4);
     ASSERT_EQ(c->backoff_ms[2], 5000);
@@ -233,6 +234,15 @@ static void limits_are_range_checked(void **state)
     jsd__snprintf(json, sizeof(json), base,
                   ",\"max_deliver\":3,\"backoff\":[\"1s\",\"2s\",\"3s\"]");
     expect_refused(json, "consumers[0].max_deliver: ", "greater than the 3 backoff steps");
+    jsd__snprintf(json, sizeof(json), base, ",\"ack_wait\":\"30s\",\"backoff\":[\"1s\"]");
+    expect_refused(json, "consumers[0].ack_wait: ", "differs from backoff[0]");
+    jsd__snprintf(json, sizeof(json), base, ",\"ack_wait\":\"1s\",\"backoff\":[\"1s\",\"5s\"]");
+    {
+        jsd_topology *t2 = NULL;
+        ASSERT_OK_E(jsd_topology_parse(&t2, json, strlen(json), &e), e.msg);
+        ASSERT_EQ(jsd_topology_consumer(t2, 0)->ack_wait_ms, 1000);
+        jsd_topology_free(t2);
+    }
     jsd__snprintf(json, sizeof(json), base, ",\"deliver\":\"new\"");
     expect_refused(json, "consumers[0].deliver: ", "use one of \"all\"");
     jsd__snprintf(json, sizeof(json), base, ",\"backoff\":\"1s\"");
