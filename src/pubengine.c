@@ -1,0 +1,938 @@
+/*
+ * pubengine — many JetStream publications in flight on one connection, each
+ * settled into exactly one typed outcome (see pubengine.h for the rules).
+ *
+ * DESIGN
+ * - Every publication gets a slot in a fixed table (the admission bound) and
+ *   an id = (generation << 11) | slot, sent as the last token of its reply
+ *   subject. A reply that does not name a live slot with the same id is late
+ *   or foreign and is dropped (counted), never attributed to another entry.
+ * - The entry is registered (state WRITING) before natsConnection_PublishMsg,
+ *   so a reply that arrives before PublishMsg returns still finds it. If the
+ *   write is refused before anything was buffered, the slot is released and
+ *   the outcome is decided at once.
+ * - nats.c's threads (subscription callback, async-error listener) only store
+ *   the reply message or a "denied" mark in the entry under the lock and
+ *   queue the slot; the owner thread parses replies in poll.
+ * - Nothing waits without a bound: each entry has a deadline, and poll settles
+ *   as UNKNOWN any entry whose deadline passed or whose connection was lost or
+ *   replaced while it was in flight (its acknowledgement cannot come any more).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "conn_int.h"
+#include "pubengine.h"
+#include "subject.h"
+
+#define SLOT_BITS     11
+#define SLOT_MASK     ((1u << SLOT_BITS) - 1)
+#define CONN_CHECK_MS 50 /* how often a waiting poll looks at the connection */
+
+enum { E_FREE = 0, E_WRITING, E_INFLIGHT, E_QUEUED, E_TAKEN };
+
+typedef struct entry {
+    uint64_t id;
+    uint64_t gen;
+    int state;
+    bool denied;
+    bool lost; /* connection lost/replaced while in flight */
+    bool expired;
+    int64_t deadline_mono;
+    int deadline_ms;
+    uint64_t epoch; /* reconnect count when written */
+    int64_t seen_ms;
+    natsMsg *reply;
+    void *user;
+    char stream[JSD_STREAM_NAME_MAX + 1];
+    char subject[JSD_SUBJECT_MAX + 1];
+} entry;
+
+struct jsd__pubengine {
+    jsd_conn *conn;
+    natsConnection *nc;
+    natsSubscription *sub;
+    int listener;
+    size_t cap;
+    int deadline_ms;
+    size_t max_payload;
+    int64_t server_max;
+    char prefix[48]; /* "_INBOX.<hex>." */
+    size_t prefix_len;
+
+    pthread_mutex_t lk;
+    pthread_cond_t cv;
+    bool sub_done; /* the subscription's completion callback ran */
+    entry *entries;
+    uint32_t *free_stack;
+    size_t n_free;
+    uint32_t *ring; /* queued slots, completion order */
+    size_t ring_head, ring_len;
+    int64_t next_expiry;  /* earliest deadline of INFLIGHT entries (may be early) */
+    uint64_t swept_epoch; /* reconnect count at the last full sweep */
+    atomic_size_t used;
+    atomic_uint_least64_t late;
+};
+
+/* ---- small helpers --------------------------------------------------------------- */
+
+static void set_reason(jsd_publish_result *res, const char *fmt, ...) JSD_PRINTF(2, 3);
+static void set_reason(jsd_publish_result *res, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(res->reason, sizeof(res->reason), fmt, ap);
+    va_end(ap);
+}
+
+static void result_init(jsd_publish_result *res, jsd_outcome o)
+{
+    memset(res, 0, sizeof(*res));
+    res->outcome = o;
+}
+
+static void timespec_at_mono(struct timespec *ts, int64_t mono_ms)
+{
+    ts->tv_sec = (time_t)(mono_ms / 1000);
+    ts->tv_nsec = (long)((mono_ms % 1000) * 1000000);
+}
+
+/* Must hold lk. */
+static void queue_slot(jsd__pubengine *e, uint32_t slot)
+{
+    e->entries[slot].state = E_QUEUED;
+    e->ring[(e->ring_head + e->ring_len) % e->cap] = slot;
+    e->ring_len++;
+    pthread_cond_signal(&e->cv);
+}
+
+/* Must hold lk. */
+static void release_slot(jsd__pubengine *e, uint32_t slot)
+{
+    entry *en = &e->entries[slot];
+    if (en->reply) {
+        natsMsg_Destroy(en->reply);
+        en->reply = NULL;
+    }
+    en->state = E_FREE;
+    en->user = NULL;
+    e->free_stack[e->n_free++] = slot;
+    atomic_fetch_sub(&e->used, 1);
+}
+
+/* ---- nats.c callbacks: only hand data over ------------------------------------------ */
+
+static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
+{
+    jsd__pubengine *e = closure;
+    const char *subj = natsMsg_GetSubject(msg);
+    (void)nc;
+    (void)sub;
+    uint64_t id = 0;
+    bool ok = subj && strncmp(subj, e->prefix, e->prefix_len) == 0;
+    if (ok) {
+        const char *p = subj + e->prefix_len;
+        ok = *p != '\0';
+        for (; ok && *p; p++) {
+            if (*p < '0' || *p > '9' || id > (UINT64_MAX - 9) / 10) {
+                ok = false;
+                break;
+            }
+            id = id * 10 + (uint64_t)(*p - '0');
+        }
+    }
+    int64_t seen = jsd__now_ms();
+    pthread_mutex_lock(&e->lk);
+    uint32_t slot = (uint32_t)(id & SLOT_MASK);
+    if (ok && slot < e->cap && e->entries[slot].id == id &&
+        (e->entries[slot].state == E_WRITING || e->entries[slot].state == E_INFLIGHT)) {
+        entry *en = &e->entries[slot];
+        en->reply = msg;
+        en->seen_ms = seen;
+        msg = NULL;
+        queue_slot(e, slot);
+    }
+    pthread_mutex_unlock(&e->lk);
+    if (msg) {
+        atomic_fetch_add(&e->late, 1);
+        natsMsg_Destroy(msg);
+    }
+}
+
+static void on_sub_complete(void *closure)
+{
+    jsd__pubengine *e = closure;
+    pthread_mutex_lock(&e->lk);
+    e->sub_done = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->lk);
+}
+
+/* "Permissions Violation for Publish to "denied.x"" (quotes as the server and
+ * nats.c leave them) -> the subject. */
+static bool denied_subject(const char *text, char *out, size_t cap)
+{
+    static const char key[] = "publish to ";
+    const char *p = strcasestr(text, "permissions violation");
+    if (!p || !(p = strcasestr(p, key)))
+        return false;
+    p += sizeof(key) - 1;
+    while (*p == '"' || *p == '\'' || *p == ' ')
+        p++;
+    size_t n = 0;
+    while (p[n] && p[n] != '"' && p[n] != '\'' && p[n] != ' ' && n + 1 < cap)
+        n++;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return n > 0;
+}
+
+static void on_async_error(natsStatus s, const char *text, void *user)
+{
+    jsd__pubengine *e = user;
+    char subj[JSD_SUBJECT_MAX + 1];
+    if (s != NATS_NOT_PERMITTED || !text || !denied_subject(text, subj, sizeof(subj)))
+        return;
+    pthread_mutex_lock(&e->lk);
+    for (uint32_t i = 0; i < e->cap; i++) {
+        entry *en = &e->entries[i];
+        if ((en->state == E_WRITING || en->state == E_INFLIGHT) && !en->denied &&
+            strcmp(en->subject, subj) == 0) {
+            en->denied = true;
+            if (en->state == E_INFLIGHT)
+                queue_slot(e, i);
+        }
+    }
+    pthread_mutex_unlock(&e->lk);
+}
+
+/* ---- create / destroy ------------------------------------------------------------- */
+
+jsd_status jsd__pubengine_create(jsd__pubengine **out, jsd_conn *conn, const jsd__pubengine_opts *o,
+                                 jsd_error *err)
+{
+    jsd__pubengine *e = NULL;
+    jsd_status st;
+    natsStatus s;
+    char hex[25], filter[64];
+
+    if (!out)
+        return jsd__err(err, JSD_ERR_INVALID, "publication engine: no output handle");
+    *out = NULL;
+    if (!conn || !o)
+        return jsd__err(err, JSD_ERR_INVALID, "publication engine: connection and options needed");
+    if (o->admission < 1 || o->admission > JSD_ADMISSION_MAX)
+        return jsd__err(err, JSD_ERR_INVALID, "admission %d is outside 1..%d", o->admission,
+                        JSD_ADMISSION_MAX);
+    if (o->deadline_ms <= 0 || o->deadline_ms > JSD_DEADLINE_MAX_MS)
+        return jsd__err(err, JSD_ERR_INVALID, "deadline %d ms is outside (0, %d] ms",
+                        o->deadline_ms, JSD_DEADLINE_MAX_MS);
+    natsConnection *nc = jsd__conn_nats(conn);
+    if (!nc)
+        return jsd__err(err, JSD_ERR_INVALID, "publication engine: the connection is not open");
+    int64_t server_max = natsConnection_GetMaxPayload(nc);
+    if (server_max <= 0)
+        server_max = 1024 * 1024;
+    if (o->max_payload > (size_t)server_max)
+        return jsd__err(err, JSD_ERR_INVALID,
+                        "max_payload %zu bytes exceeds the server's max_payload %lld bytes",
+                        o->max_payload, (long long)server_max);
+
+    e = jsd__calloc(1, sizeof(*e));
+    if (!e)
+        return jsd__err(err, JSD_ERR_NOMEM, "publication engine: out of memory");
+    e->listener = -1;
+    e->conn = conn;
+    e->nc = nc;
+    e->cap = (size_t)o->admission;
+    e->deadline_ms = o->deadline_ms;
+    e->server_max = server_max;
+    e->max_payload = o->max_payload ? o->max_payload
+                                    : (size_t)JSD_MIN((int64_t)JSD_PAYLOAD_DEFAULT_CAP, server_max);
+    e->next_expiry = INT64_MAX;
+    e->swept_epoch = jsd_conn_reconnects(conn);
+    pthread_mutex_init(&e->lk, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    e->entries = jsd__calloc(e->cap, sizeof(entry));
+    e->free_stack = jsd__calloc(e->cap, sizeof(uint32_t));
+    e->ring = jsd__calloc(e->cap, sizeof(uint32_t));
+    if (!e->entries || !e->free_stack || !e->ring) {
+        st = jsd__err(err, JSD_ERR_NOMEM, "publication engine: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < e->cap; i++)
+        e->free_stack[i] = (uint32_t)(e->cap - 1 - i);
+    e->n_free = e->cap;
+    if (!jsd__random_hex(hex, 12)) {
+        st = jsd__err(err, JSD_ERR_INTERNAL, "publication engine: no random bytes for the inbox");
+        goto fail;
+    }
+    jsd__snprintf(e->prefix, sizeof(e->prefix), "_INBOX.%s.", hex);
+    e->prefix_len = strlen(e->prefix);
+    jsd__snprintf(filter, sizeof(filter), "_INBOX.%s.*", hex);
+    s = natsConnection_Subscribe(&e->sub, nc, filter, on_reply, e);
+    if (s == NATS_OK)
+        s = natsSubscription_SetOnCompleteCB(e->sub, on_sub_complete, e);
+    if (s == NATS_OK)
+        s = natsSubscription_SetPendingLimits(e->sub, 65536, 256 * 1024 * 1024);
+    if (s != NATS_OK) {
+        st = jsd__err_nats(err, s, 0, "subscribing to the publication reply inbox");
+        goto fail;
+    }
+    e->listener = jsd__conn_add_error_listener(conn, on_async_error, e);
+    if (e->listener < 0) {
+        st = jsd__err(err, JSD_ERR_INTERNAL,
+                      "publication engine: too many listeners on one connection");
+        goto fail;
+    }
+    *out = e;
+    return JSD_OK;
+fail:
+    jsd__pubengine_destroy(e);
+    return st;
+}
+
+void jsd__pubengine_destroy(jsd__pubengine *e)
+{
+    if (!e)
+        return;
+    if (e->listener >= 0)
+        jsd__conn_remove_error_listener(e->conn, e->listener);
+    bool leak = false;
+    if (e->sub) {
+        natsSubscription_Unsubscribe(e->sub);
+        /* Wait for the message handler to return for good before freeing
+         * what it touches. The completion callback runs when the
+         * subscription closes (also when the connection closed first). */
+        int64_t end = jsd__mono_ms() + 10000;
+        pthread_mutex_lock(&e->lk);
+        while (!e->sub_done && jsd__mono_ms() < end) {
+            struct timespec ts;
+            timespec_at_mono(&ts, jsd__mono_ms() + 50);
+            pthread_cond_timedwait(&e->cv, &e->lk, &ts);
+        }
+        leak = !e->sub_done;
+        pthread_mutex_unlock(&e->lk);
+        natsSubscription_Destroy(e->sub);
+        if (leak) {
+            /* Freeing could let a late callback write freed memory. */
+            JSD_ERROR("pubengine", "reply subscription did not close within 10 s; "
+                                   "leaking the engine rather than risk a late callback");
+            return;
+        }
+    }
+    if (e->entries)
+        for (size_t i = 0; i < e->cap; i++)
+            if (e->entries[i].reply)
+                natsMsg_Destroy(e->entries[i].reply);
+    jsd__free(e->entries);
+    jsd__free(e->free_stack);
+    jsd__free(e->ring);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->lk);
+    jsd__free(e);
+}
+
+/* ---- submit ------------------------------------------------------------------------ */
+
+static bool msg_id_valid(const char *id, jsd_publish_result *res)
+{
+    if (!id || !*id) {
+        set_reason(res, "message id is empty; a stable id is required");
+        return false;
+    }
+    size_t n = strlen(id);
+    if (n > JSD_KEY_MAX) {
+        set_reason(res, "message id is %zu bytes; the limit is %d", n, JSD_KEY_MAX);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (c < 0x20 || c == 0x7f) {
+            set_reason(res, "message id has control byte 0x%02x at byte %zu", c, i);
+            return false;
+        }
+    }
+    if (id[0] == ' ' || id[n - 1] == ' ') {
+        set_reason(res, "message id has a leading or trailing space (the broker would trim it)");
+        return false;
+    }
+    return true;
+}
+
+static size_t hdr_bytes(const char *name, size_t vlen)
+{
+    return strlen(name) + 2 + vlen + 2;
+}
+
+/* Validate everything that can be checked without I/O; fill res (REJECTED)
+ * and return false on the first problem. *hdr_total receives the encoded
+ * header size. */
+static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, char *lss_buf, size_t lss_cap,
+                     jsd_publish_result *res)
+{
+    jsd_error ve;
+    if (!jsd__subject_valid_exact(r->subject, &ve)) {
+        set_reason(res, "%s", ve.msg);
+        return false;
+    }
+    if (!jsd__stream_name_valid(r->expected_stream, &ve)) {
+        set_reason(res, "expected %s", ve.msg);
+        return false;
+    }
+    if (!msg_id_valid(r->msg_id, res))
+        return false;
+    if (r->len && !r->payload) {
+        set_reason(res, "payload of %zu bytes is NULL", r->len);
+        return false;
+    }
+    if (r->len > e->max_payload) {
+        set_reason(res, "payload is %zu bytes; the limit is %zu", r->len, e->max_payload);
+        return false;
+    }
+    if (r->deadline_ms < 0 || r->deadline_ms > JSD_DEADLINE_MAX_MS) {
+        set_reason(res, "deadline %d ms is outside (0, %d] ms", r->deadline_ms,
+                   JSD_DEADLINE_MAX_MS);
+        return false;
+    }
+    if (r->n_headers && !r->headers) {
+        set_reason(res, "%zu headers given as NULL", r->n_headers);
+        return false;
+    }
+    size_t total = 10 + 2; /* "NATS/1.0\r\n" ... "\r\n" */
+    total += hdr_bytes("Nats-Msg-Id", strlen(r->msg_id));
+    total += hdr_bytes("Nats-Expected-Stream", strlen(r->expected_stream));
+    if (r->has_expected_last_subject_seq) {
+        jsd__snprintf(lss_buf, lss_cap, "%llu", (unsigned long long)r->expected_last_subject_seq);
+        total += hdr_bytes("Nats-Expected-Last-Subject-Sequence", strlen(lss_buf));
+    }
+    for (size_t i = 0; i < r->n_headers; i++) {
+        const jsd_header *h = &r->headers[i];
+        if (!jsd__header_name_valid(h->name, JSD_HEADERS_MAX_BYTES, "header", &ve)) {
+            set_reason(res, "%s", ve.msg);
+            return false;
+        }
+        if (strncasecmp(h->name, "Nats-", 5) == 0) {
+            char shown[64];
+            jsd__printable(h->name, strlen(h->name), shown, sizeof(shown));
+            set_reason(res, "header \"%s\" is reserved: Nats-* headers are set by the publisher",
+                       shown);
+            return false;
+        }
+        size_t vlen = h->value ? strlen(h->value) : 0;
+        if (!jsd__header_value_valid(h->value, vlen, JSD_HEADERS_MAX_BYTES, "header", &ve)) {
+            set_reason(res, "%s", ve.msg);
+            return false;
+        }
+        total += hdr_bytes(h->name, vlen);
+    }
+    if (total > JSD_HEADERS_MAX_BYTES) {
+        set_reason(res, "encoded headers are %zu bytes; the limit is %d", total,
+                   JSD_HEADERS_MAX_BYTES);
+        return false;
+    }
+    if ((int64_t)(total + r->len) > e->server_max) {
+        set_reason(res, "message is %zu bytes with headers; the server's max_payload is %lld",
+                   total + r->len, (long long)e->server_max);
+        return false;
+    }
+    return true;
+}
+
+bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish_result *res)
+{
+    char lss[24], reply[80];
+    natsMsg *m = NULL;
+    natsStatus s;
+
+    result_init(res, JSD_OUTCOME_REJECTED);
+    if (!e || !r) {
+        set_reason(res, "no engine or request");
+        return false;
+    }
+    /* 1. admission, before anything else */
+    pthread_mutex_lock(&e->lk);
+    bool full = e->n_free == 0;
+    pthread_mutex_unlock(&e->lk);
+    if (full) {
+        res->outcome = JSD_OUTCOME_RETRYABLE;
+        set_reason(res, "admission full: %zu publications in flight; try again later", e->cap);
+        return false;
+    }
+    /* 2. input and limits */
+    if (!validate(e, r, lss, sizeof(lss), res))
+        return false;
+    /* 3. a connection to write on */
+    uint64_t epoch = jsd_conn_reconnects(e->conn);
+    if (!jsd_conn_is_connected(e->conn) ||
+        natsConnection_Status(e->nc) != NATS_CONN_STATUS_CONNECTED) {
+        res->outcome = JSD_OUTCOME_UNAVAILABLE;
+        set_reason(res, "not connected to NATS; nothing was sent");
+        return false;
+    }
+
+    pthread_mutex_lock(&e->lk);
+    uint32_t slot = e->free_stack[--e->n_free];
+    atomic_fetch_add(&e->used, 1);
+    entry *en = &e->entries[slot];
+    en->gen++;
+    en->id = (en->gen << SLOT_BITS) | slot;
+    en->state = E_WRITING;
+    en->denied = en->lost = en->expired = false;
+    en->reply = NULL;
+    en->user = r->user;
+    en->epoch = epoch;
+    en->deadline_ms = r->deadline_ms ? r->deadline_ms : e->deadline_ms;
+    en->deadline_mono = jsd__mono_ms() + en->deadline_ms;
+    jsd__strlcpy(en->stream, r->expected_stream, sizeof(en->stream));
+    jsd__strlcpy(en->subject, r->subject, sizeof(en->subject));
+    uint64_t id = en->id;
+    pthread_mutex_unlock(&e->lk);
+
+    jsd__snprintf(reply, sizeof(reply), "%s%llu", e->prefix, (unsigned long long)id);
+    s = natsMsg_Create(&m, r->subject, reply, (const char *)r->payload, (int)r->len);
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, "Nats-Msg-Id", r->msg_id);
+    if (s == NATS_OK)
+        s = natsMsgHeader_Set(m, "Nats-Expected-Stream", r->expected_stream);
+    if (s == NATS_OK && r->has_expected_last_subject_seq)
+        s = natsMsgHeader_Set(m, "Nats-Expected-Last-Subject-Sequence", lss);
+    for (size_t i = 0; s == NATS_OK && i < r->n_headers; i++)
+        s = natsMsgHeader_Add(m, r->headers[i].name,
+                              r->headers[i].value ? r->headers[i].value : "");
+    bool built = s == NATS_OK;
+    if (built)
+        s = natsConnection_PublishMsg(e->nc, m);
+    natsMsg_Destroy(m);
+
+    pthread_mutex_lock(&e->lk);
+    if (s == NATS_OK) {
+        if (en->state == E_WRITING) {
+            if (en->denied) {
+                queue_slot(e, slot);
+            } else {
+                en->state = E_INFLIGHT;
+                if (en->deadline_mono < e->next_expiry)
+                    e->next_expiry = en->deadline_mono;
+            }
+        }
+        pthread_mutex_unlock(&e->lk);
+        return true;
+    }
+    if (en->state != E_WRITING) {
+        /* A reply arrived, so it was written after all: poll reports it. */
+        pthread_mutex_unlock(&e->lk);
+        return true;
+    }
+    release_slot(e, slot);
+    pthread_mutex_unlock(&e->lk);
+
+    res->nats_status = (int)s;
+    if (!built) {
+        res->outcome = s == NATS_NO_MEMORY ? JSD_OUTCOME_RETRYABLE : JSD_OUTCOME_REJECTED;
+        set_reason(res, "cannot build the message: %s; nothing was sent", natsStatus_GetText(s));
+    } else if (s == NATS_CONNECTION_CLOSED || s == NATS_INSUFFICIENT_BUFFER ||
+               s == NATS_CONNECTION_DISCONNECTED || s == NATS_STALE_CONNECTION) {
+        res->outcome = JSD_OUTCOME_UNAVAILABLE;
+        set_reason(res, "the connection refused the write (%s); nothing was sent",
+                   natsStatus_GetText(s));
+    } else if (s == NATS_MAX_PAYLOAD || s == NATS_INVALID_ARG || s == NATS_INVALID_SUBJECT) {
+        res->outcome = JSD_OUTCOME_REJECTED;
+        set_reason(res, "the client refused the message (%s); nothing was sent",
+                   natsStatus_GetText(s));
+    } else {
+        res->outcome = JSD_OUTCOME_UNKNOWN;
+        set_reason(res,
+                   "the write failed part-way (%s); the message may be stored: "
+                   "retry with the same id",
+                   natsStatus_GetText(s));
+    }
+    return false;
+}
+
+/* ---- settling ---------------------------------------------------------------------- */
+
+static void copy_printable(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    for (; src && *src && n + 1 < cap; src++)
+        dst[n++] = ((unsigned char)*src >= 0x20 && (unsigned char)*src < 0x7f) ? *src : '?';
+    dst[n] = '\0';
+}
+
+/* Turn a reply into an outcome (owner thread). */
+static void settle_reply(const entry *en, natsMsg *msg, jsd_publish_result *res)
+{
+    const char *status = NULL;
+    result_init(res, JSD_OUTCOME_UNKNOWN);
+    if (natsMsg_IsNoResponders(msg)) {
+        res->outcome = JSD_OUTCOME_FAILED;
+        res->nats_status = NATS_NO_RESPONDERS;
+        res->status_code = 503;
+        set_reason(res, "no stream captures subject \"%s\" (no responders); nothing was stored",
+                   en->subject);
+        return;
+    }
+    if (natsMsgHeader_Get(msg, "Status", &status) == NATS_OK && status && *status) {
+        char shown[16];
+        copy_printable(shown, sizeof(shown), status);
+        long code = strtol(shown, NULL, 10);
+        res->status_code = code > 0 && code < 1000 ? (int)code : 0;
+        set_reason(res,
+                   "the reply carried status %s and no acknowledgement; the message may "
+                   "be stored: retry with the same id",
+                   shown);
+        return;
+    }
+    const char *data = natsMsg_GetData(msg);
+    int dlen = natsMsg_GetDataLength(msg);
+    json_error_t jerr;
+    json_t *root = (data && dlen > 0) ? json_loadb(data, (size_t)dlen, 0, &jerr) : NULL;
+    if (!root || !json_is_object(root)) {
+        set_reason(res,
+                   "malformed acknowledgement (%d bytes, not a JSON object); the message "
+                   "may be stored: retry with the same id",
+                   dlen);
+        json_decref(root);
+        return;
+    }
+    json_t *jerrobj = json_object_get(root, "error");
+    if (jerrobj) {
+        json_t *jc = json_object_get(jerrobj, "code");
+        json_t *je = json_object_get(jerrobj, "err_code");
+        json_t *jd = json_object_get(jerrobj, "description");
+        int code = json_is_integer(jc) ? (int)json_integer_value(jc) : 0;
+        res->status_code = code;
+        res->js_err_code = json_is_integer(je) ? (int)json_integer_value(je) : 0;
+        char desc[160];
+        copy_printable(desc, sizeof(desc), json_is_string(jd) ? json_string_value(jd) : "");
+        if (code >= 400 && code < 500) {
+            res->outcome = JSD_OUTCOME_FAILED;
+            set_reason(res,
+                       "the stream refused the message: %s (code %d, err_code %d); nothing "
+                       "was stored",
+                       desc, code, res->js_err_code);
+        } else {
+            set_reason(res,
+                       "the stream answered an error: %s (code %d, err_code %d); the "
+                       "message may be stored: retry with the same id",
+                       desc, code, res->js_err_code);
+        }
+        json_decref(root);
+        return;
+    }
+    json_t *js = json_object_get(root, "stream");
+    json_t *jq = json_object_get(root, "seq");
+    json_t *jdup = json_object_get(root, "duplicate");
+    if (!json_is_string(js) || !json_is_integer(jq) || (jdup && !json_is_boolean(jdup))) {
+        set_reason(res, "malformed acknowledgement (no stream or sequence); the message may be "
+                        "stored: retry with the same id");
+        json_decref(root);
+        return;
+    }
+    json_int_t seq = json_integer_value(jq);
+    const char *stream = json_string_value(js);
+    if (strcmp(stream, en->stream) != 0) {
+        char shown[64];
+        copy_printable(shown, sizeof(shown), stream);
+        set_reason(res,
+                   "foreign acknowledgement naming stream \"%s\", expected \"%s\"; the "
+                   "message may be stored: retry with the same id",
+                   shown, en->stream);
+    } else if (seq <= 0) {
+        set_reason(res,
+                   "acknowledgement with sequence %lld; the message may be stored: retry "
+                   "with the same id",
+                   (long long)seq);
+    } else {
+        res->outcome = JSD_OUTCOME_ACCEPTED;
+        jsd__strlcpy(res->receipt.stream, stream, sizeof(res->receipt.stream));
+        res->receipt.seq = (uint64_t)seq;
+        res->receipt.duplicate = jdup && json_is_true(jdup);
+        res->receipt.accepted_at_ms = en->seen_ms;
+    }
+    json_decref(root);
+}
+
+static void settle(const entry *en, natsMsg *reply, jsd_publish_result *res)
+{
+    if (reply) {
+        settle_reply(en, reply, res);
+        return;
+    }
+    result_init(res, JSD_OUTCOME_UNKNOWN);
+    if (en->denied) {
+        res->outcome = JSD_OUTCOME_DENIED;
+        res->nats_status = NATS_NOT_PERMITTED;
+        set_reason(res, "the server refused permission to publish to \"%s\"", en->subject);
+    } else if (en->lost) {
+        res->nats_status = NATS_CONNECTION_DISCONNECTED;
+        set_reason(res, "the connection was lost while the publication was in flight; the "
+                        "message may be stored: retry with the same id");
+    } else {
+        res->nats_status = NATS_TIMEOUT;
+        set_reason(res,
+                   "no acknowledgement within %d ms; the message may be stored: retry with "
+                   "the same id",
+                   en->deadline_ms);
+    }
+}
+
+/* Must hold lk. Queue INFLIGHT entries that expired or lost their
+ * connection. */
+static void sweep(jsd__pubengine *e, bool conn_bad, uint64_t epoch)
+{
+    int64_t now = jsd__mono_ms();
+    /* A reconnect since the last sweep: entries written before it are lost. */
+    if (!conn_bad && now < e->next_expiry && epoch == e->swept_epoch)
+        return;
+    e->swept_epoch = epoch;
+    int64_t next = INT64_MAX;
+    for (uint32_t i = 0; i < e->cap; i++) {
+        entry *en = &e->entries[i];
+        if (en->state != E_INFLIGHT)
+            continue;
+        if (conn_bad || en->epoch != epoch) {
+            en->lost = true;
+            queue_slot(e, i);
+        } else if (en->deadline_mono <= now) {
+            en->expired = true;
+            queue_slot(e, i);
+        } else if (en->deadline_mono < next) {
+            next = en->deadline_mono;
+        }
+    }
+    e->next_expiry = next;
+}
+
+size_t jsd__pubengine_poll(jsd__pubengine *e, jsd_publish_done *done, size_t max, int timeout_ms)
+{
+    enum { BATCH = 64 };
+    uint32_t slots[BATCH];
+    natsMsg *replies[BATCH];
+    size_t n = 0;
+    if (!e || !done || !max)
+        return 0;
+    int64_t end = timeout_ms < 0 ? INT64_MAX : jsd__mono_ms() + timeout_ms;
+    pthread_mutex_lock(&e->lk);
+    for (;;) {
+        bool conn_bad = !jsd_conn_is_connected(e->conn);
+        sweep(e, conn_bad, jsd_conn_reconnects(e->conn));
+        while (n < max && e->ring_len) {
+            size_t k = 0;
+            while (k < BATCH && n + k < max && e->ring_len) {
+                uint32_t slot = e->ring[e->ring_head];
+                e->ring_head = (e->ring_head + 1) % e->cap;
+                e->ring_len--;
+                entry *en = &e->entries[slot];
+                en->state = E_TAKEN;
+                replies[k] = en->reply;
+                en->reply = NULL;
+                slots[k++] = slot;
+            }
+            pthread_mutex_unlock(&e->lk);
+            for (size_t i = 0; i < k; i++) {
+                entry *en = &e->entries[slots[i]];
+                done[n + i].user = en->user;
+                settle(en, replies[i], &done[n + i].result);
+                natsMsg_Destroy(replies[i]);
+            }
+            pthread_mutex_lock(&e->lk);
+            for (size_t i = 0; i < k; i++)
+                release_slot(e, slots[i]);
+            n += k;
+        }
+        if (n > 0)
+            break;
+        int64_t now = jsd__mono_ms();
+        if (now >= end || atomic_load(&e->used) == 0)
+            break;
+        int64_t wake = JSD_MIN(end, JSD_MIN(e->next_expiry, now + CONN_CHECK_MS));
+        struct timespec ts;
+        timespec_at_mono(&ts, wake);
+        pthread_cond_timedwait(&e->cv, &e->lk, &ts);
+    }
+    pthread_mutex_unlock(&e->lk);
+    return n;
+}
+
+size_t jsd__pubengine_inflight(const jsd__pubengine *e)
+{
+    return e ? atomic_load(&((jsd__pubengine *)e)->used) : 0;
+}
+
+size_t jsd__pubengine_capacity(const jsd__pubengine *e)
+{
+    return e ? e->cap : 0;
+}
+
+size_t jsd__pubengine_max_payload(const jsd__pubengine *e)
+{
+    return e ? e->max_payload : 0;
+}
+
+uint64_t jsd__pubengine_late_replies(const jsd__pubengine *e)
+{
+    return e ? atomic_load(&((jsd__pubengine *)e)->late) : 0;
+}
+
+/* ---- stream lookup ------------------------------------------------------------------ */
+
+jsd_status jsd__stream_for_subject(jsd_conn *conn, const char *subject, char *name_out, size_t cap,
+                                   jsd_error *err)
+{
+    natsConnection *nc = jsd__conn_nats(conn);
+    natsMsg *reply = NULL;
+    json_t *req = NULL, *root = NULL;
+    char *body = NULL;
+    jsd_status st = JSD_OK;
+    if (name_out && cap)
+        name_out[0] = '\0';
+    if (!nc || !name_out || !cap)
+        return jsd__err(err, JSD_ERR_INVALID, "stream lookup: connection and output needed");
+    if (!jsd__subject_valid_exact(subject, err))
+        return JSD_ERR_INVALID;
+    req = json_pack("{s:s}", "subject", subject);
+    body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    if (!body) {
+        st = jsd__err(err, JSD_ERR_NOMEM, "stream lookup: out of memory");
+        goto done;
+    }
+    natsStatus s = natsConnection_RequestString(&reply, nc, "$JS.API.STREAM.NAMES", body,
+                                                jsd__conn_request_timeout_ms(conn));
+    if (s == NATS_NO_RESPONDERS) {
+        st = jsd__err(err, JSD_ERR_NO_JETSTREAM,
+                      "looking up the stream for \"%s\": JetStream did not answer (no "
+                      "responders); is JetStream enabled?",
+                      subject);
+        if (err)
+            err->nats_status = (int)s;
+        goto done;
+    }
+    if (s != NATS_OK) {
+        char what[320];
+        jsd__snprintf(what, sizeof(what), "looking up the stream for \"%s\"", subject);
+        st = jsd__err_nats(err, s, 0, what);
+        goto done;
+    }
+    json_error_t jerr;
+    root = json_loadb(natsMsg_GetData(reply), (size_t)natsMsg_GetDataLength(reply), 0, &jerr);
+    json_t *je = root ? json_object_get(root, "error") : NULL;
+    if (!root || !json_is_object(root)) {
+        st = jsd__err(err, JSD_ERR_NATS, "looking up the stream for \"%s\": malformed answer",
+                      subject);
+        goto done;
+    }
+    if (je) {
+        json_t *ec = json_object_get(je, "err_code");
+        json_t *d = json_object_get(je, "description");
+        char desc[160];
+        copy_printable(desc, sizeof(desc), json_is_string(d) ? json_string_value(d) : "");
+        st = jsd__err(err, JSD_ERR_NATS, "looking up the stream for \"%s\": %s", subject, desc);
+        if (err)
+            err->js_err_code = json_is_integer(ec) ? (int)json_integer_value(ec) : 0;
+        goto done;
+    }
+    json_t *arr = json_object_get(root, "streams");
+    json_t *first = json_is_array(arr) ? json_array_get(arr, 0) : NULL;
+    if (!json_is_string(first)) {
+        st = jsd__err(err, JSD_ERR_NOT_FOUND, "no stream captures subject \"%s\"", subject);
+        goto done;
+    }
+    if (!jsd__strlcpy(name_out, json_string_value(first), cap)) {
+        name_out[0] = '\0';
+        st = jsd__err(err, JSD_ERR_LIMIT, "stream name for \"%s\" does not fit %zu bytes", subject,
+                      cap);
+    }
+done:
+    json_decref(root);
+    json_decref(req);
+    free(body);
+    natsMsg_Destroy(reply);
+    return st;
+}
+
+#define CACHE_SLOTS 64
+
+typedef struct cache_entry {
+    char subject[JSD_SUBJECT_MAX + 1];
+    char stream[JSD_STREAM_NAME_MAX + 1];
+    int64_t expires;
+    int64_t used;
+} cache_entry;
+
+struct jsd__stream_cache {
+    jsd_conn *conn;
+    int64_t ttl_ms;
+    int64_t tick;
+    cache_entry e[CACHE_SLOTS];
+};
+
+jsd_status jsd__stream_cache_create(jsd__stream_cache **out, jsd_conn *conn, int64_t ttl_ms)
+{
+    if (!out)
+        return JSD_ERR_INVALID;
+    *out = jsd__calloc(1, sizeof(**out));
+    if (!*out)
+        return JSD_ERR_NOMEM;
+    (*out)->conn = conn;
+    (*out)->ttl_ms = ttl_ms > 0 ? ttl_ms : 60000;
+    return JSD_OK;
+}
+
+void jsd__stream_cache_destroy(jsd__stream_cache *c)
+{
+    jsd__free(c);
+}
+
+jsd_status jsd__stream_cache_lookup(jsd__stream_cache *c, const char *subject, char *name_out,
+                                    size_t cap, jsd_error *err)
+{
+    if (!c || !subject)
+        return jsd__err(err, JSD_ERR_INVALID, "stream cache: no cache or subject");
+    int64_t now = jsd__mono_ms();
+    cache_entry *victim = &c->e[0];
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        cache_entry *ce = &c->e[i];
+        if (ce->subject[0] && ce->expires > now && strcmp(ce->subject, subject) == 0) {
+            ce->used = ++c->tick;
+            if (!jsd__strlcpy(name_out, ce->stream, cap))
+                return jsd__err(err, JSD_ERR_LIMIT, "stream name does not fit %zu bytes", cap);
+            return JSD_OK;
+        }
+        if (!ce->subject[0] || ce->expires <= now)
+            victim = ce, victim->used = -1;
+        else if (victim->used >= 0 && ce->used < victim->used)
+            victim = ce;
+    }
+    jsd_status st = jsd__stream_for_subject(c->conn, subject, name_out, cap, err);
+    if (st != JSD_OK)
+        return st;
+    if (jsd__strlcpy(victim->subject, subject, sizeof(victim->subject)) &&
+        jsd__strlcpy(victim->stream, name_out, sizeof(victim->stream))) {
+        victim->expires = now + c->ttl_ms;
+        victim->used = ++c->tick;
+    } else {
+        victim->subject[0] = '\0';
+    }
+    return JSD_OK;
+}
+
+void jsd__stream_cache_forget(jsd__stream_cache *c, const char *subject)
+{
+    if (!c || !subject)
+        return;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (strcmp(c->e[i].subject, subject) == 0)
+            c->e[i].subject[0] = '\0';
+}
