@@ -27,14 +27,22 @@ typedef enum jsd_store_backend { JSD_STORE_SQLITE = 1, JSD_STORE_POSTGRES = 2 } 
 typedef struct jsd_store_opts {
     /* "sqlite:PATH", a plain file path, or "postgres://..." / "postgresql://...". */
     const char *url;
-    const char *pg_schema;  /* PostgreSQL schema for jsd_ tables; default "public" */
-    int busy_timeout_ms;    /* SQLite busy timeout; default 5000 */
+    /* PostgreSQL schema for the jsd_ tables, created when missing. Default: the
+     * URL's "schema=NAME" query parameter (removed before libpq sees the URL),
+     * else "public". 1..63 of [A-Za-z0-9_], not starting with a digit. */
+    const char *pg_schema;
+    int busy_timeout_ms; /* SQLite busy timeout; default 5000 */
+    size_t payload_max;  /* largest effect payload accepted; default 1 MiB (0: default) */
 } jsd_store_opts;
 
 void jsd_store_opts_init(jsd_store_opts *o);
 
-/* Open a store and apply migrations. A schema newer than this library is
- * refused with JSD_ERR_SCHEMA. */
+/* Open a store and apply migrations (inside a transaction; on PostgreSQL under
+ * an advisory lock, so processes opening at once do not race). A schema newer
+ * than this library is refused with JSD_ERR_SCHEMA. Errors: JSD_ERR_CONFIG
+ * (malformed URL), JSD_ERR_CONNECT (PostgreSQL unreachable), JSD_ERR_READONLY,
+ * JSD_ERR_FULL, JSD_ERR_STORE. Messages never hold the URL's password.
+ * A store handle is used by one thread at a time. */
 jsd_status jsd_store_open(jsd_store **out, const char *url, jsd_error *err);
 jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_error *err);
 /* Accepts NULL. */
@@ -67,9 +75,18 @@ jsd_status jsd_tx_begin(jsd_store *s, jsd_tx **out);
 struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx);
 struct pg_conn *jsd_tx_pg(jsd_tx *tx);
 /* Add an outbox effect to the transaction. Emitting the same (owner, id)
- * twice is JSD_ERR_EXISTS. Limits: subject <= 256 bytes, owner and id <= 256
- * bytes, headers <= 16 with names <= 64 and values <= 256 bytes. */
+ * twice is JSD_ERR_EXISTS, and the transaction stays usable. Limits (JSD_ERR_LIMIT
+ * when crossed, JSD_ERR_INVALID for malformed input): subject <= 256 bytes, an
+ * exact subject of [A-Za-z0-9_-] tokens separated by dots; owner, id and
+ * order_key <= 256 bytes of UTF-8 text; headers <= 16 with names <= 64 bytes
+ * of printable ASCII without ':' (names starting "Nats-" are reserved) and
+ * values <= 256 bytes without CR/LF; payload <= payload_max (1 MiB). Errors are
+ * read with jsd_store_errmsg() on the transaction's store. */
 jsd_status jsd_tx_emit(jsd_tx *tx, const jsd_effect *e);
+/* Emit n effects at once (one multi-row INSERT on PostgreSQL). All or none:
+ * on failure no effect of the batch remains in the transaction and *bad_index
+ * (may be NULL) names the offending effect. */
+jsd_status jsd_tx_emit_batch(jsd_tx *tx, const jsd_effect *e, size_t n, size_t *bad_index);
 /* Commit and free tx. On failure nothing was committed and tx is freed. */
 jsd_status jsd_tx_commit(jsd_tx *tx);
 /* Roll back and free tx. Accepts NULL. */
@@ -82,20 +99,26 @@ jsd_status jsd_effect_msg_id(const char *owner, const char *id, char out[JSD_MSG
 
 /* ---- status and retention -------------------------------------------------- */
 typedef struct jsd_store_stats {
-    int64_t backlog;          /* unpublished, not dead-lettered effects */
-    int64_t due;              /* of those, due now */
-    int64_t oldest_due_age_ms;/* age of the oldest due effect, 0 if none */
-    int64_t published;        /* effects with a receipt */
-    int64_t dead_lettered;    /* effects whose attempt budget was spent */
+    int64_t backlog;           /* unpublished, not dead-lettered effects */
+    int64_t due;               /* of those, due now */
+    int64_t oldest_due_age_ms; /* age of the oldest due effect, 0 if none */
+    int64_t published;         /* effects with a receipt */
+    int64_t dead_lettered;     /* effects whose attempt budget was spent */
     int64_t inbox_rows;
     int64_t poison_records;
 } jsd_store_stats;
 
 jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out);
 
-/* Remove published effects and inbox rows older than older_than_ms, at most
- * batch rows per transaction, until none is left. *removed counts rows. */
+/* Remove published effects (by published_at) and inbox rows (by created_at)
+ * older than older_than_ms before now, at most batch rows of each per
+ * transaction, until none is left. *removed counts rows. Dead-lettered effects
+ * and poison records are evidence and are kept. Callers must keep
+ * older_than_ms above the stream's duplicate window and the longest
+ * redelivery time (the CLI refuses shorter horizons). */
 jsd_status jsd_store_gc(jsd_store *s, int64_t older_than_ms, int batch, int64_t *removed);
+/* One bounded transaction of jsd_store_gc: *removed == 0 means done. */
+jsd_status jsd_store_gc_step(jsd_store *s, int64_t older_than_ms, int batch, int64_t *removed);
 
 #ifdef __cplusplus
 }

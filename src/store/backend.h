@@ -1,0 +1,125 @@
+/*
+ * The store's back-end interface, shared by store.c (the common front: URL
+ * parsing, validation, encoding, public entry points) and the two back ends,
+ * sqlite.c and postgres.c. Not used outside src/store/.
+ *
+ * The front validates every argument and encodes effects before a back end
+ * sees them; a back end only runs SQL and maps its errors.
+ */
+#ifndef JSD_STORE_BACKEND_H
+#define JSD_STORE_BACKEND_H
+
+#include "store/store.h"
+
+/* Current schema version (see the migration lists in sqlite.c / postgres.c). */
+#define JSD__SCHEMA_VERSION 1
+
+/* A validated, encoded effect ready for insertion. */
+typedef struct jsd__row {
+    const char *owner;
+    const char *effect_id;
+    const char *subject;
+    const unsigned char *headers; /* encoded (store.c); NULL when none */
+    size_t headers_len;
+    const void *payload;
+    size_t len;
+    const char *order_key; /* NULL when unordered */
+    char msg_id[JSD_MSG_ID_MAX];
+    int64_t created_at;
+    int64_t not_before;
+} jsd__row;
+
+typedef enum jsd__txop {
+    JSD__TX_BEGIN,
+    JSD__TX_COMMIT,        /* no effect emitted */
+    JSD__TX_COMMIT_NOTIFY, /* effects emitted: wake relays */
+    JSD__TX_ROLLBACK,
+    JSD__TX_SAVEPOINT,
+    JSD__TX_RELEASE,
+    JSD__TX_ROLLBACK_TO
+} jsd__txop;
+
+typedef struct jsd__store_ops {
+    void (*close)(jsd_store *s);
+    jsd_status (*tx)(jsd_store *s, jsd__txop op);
+    /* Inside a transaction. On JSD_ERR_EXISTS, *dup_index names the first
+     * duplicate and nothing of the batch remains. */
+    jsd_status (*emit)(jsd_store *s, const jsd__row *rows, size_t n, size_t *dup_index);
+    jsd_status (*claim)(jsd_store *s, int max, int64_t lease_ms, const char *token, int64_t now,
+                        jsd__effect_batch *out);
+    jsd_status (*receipts)(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
+                           size_t *applied);
+    jsd_status (*failures)(jsd_store *s, const char *token, const jsd__failure *f, size_t n,
+                           const jsd__backoff *b, int budget, int64_t now, size_t *applied,
+                           size_t *dead);
+    jsd_status (*release)(jsd_store *s, const char *token, const int64_t *ids, size_t n,
+                          size_t *released);
+    jsd_status (*requeue)(jsd_store *s, const int64_t *ids, size_t n, int64_t now,
+                          size_t *requeued);
+    jsd_status (*next_due)(jsd_store *s, bool *found, int64_t *next);
+    jsd_status (*wait)(jsd_store *s, int timeout_ms, bool *woken);
+    /* Inside a transaction. */
+    jsd_status (*inbox_lookup)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
+                               const char *msg_id, bool *found, jsd__inbox_outcome *out);
+    jsd_status (*inbox_insert)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
+                               const char *msg_id, int code, const char *detail, int64_t now);
+    jsd_status (*poison_insert)(jsd_store *s, const jsd__poison *p, int64_t now, bool *inserted);
+    jsd_status (*poison_mark)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
+                              const char *dlq_stream, uint64_t dlq_seq);
+    /* stream NULL: list after_id/max; else get one (max 1). */
+    jsd_status (*poison_read)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
+                              int64_t after_id, size_t max, jsd__poison_record **out, size_t *n);
+    jsd_status (*gc_step)(jsd_store *s, int64_t cutoff, int batch, int64_t *removed);
+    jsd_status (*stats)(jsd_store *s, int64_t now, jsd_store_stats *out);
+} jsd__store_ops;
+
+struct jsd_tx {
+    jsd_store *store;
+    bool active;
+    bool emitted;
+    bool savepoint;
+};
+
+struct jsd_store {
+    const jsd__store_ops *ops;
+    jsd_store_backend backend;
+    jsd_error err;
+    char url_safe[512]; /* the URL with its password redacted, for messages */
+    size_t payload_max;
+    int busy_timeout_ms;
+    struct jsd_tx tx; /* one transaction at a time per store */
+    void *be;         /* the back end's state */
+};
+
+/* ---- helpers from store.c for the back ends ------------------------------------ */
+
+/* Record an error on the store (and return s). */
+jsd_status jsd__store_err(jsd_store *st, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);
+
+/* Decode the headers column into an array allocated inside mem (a buffer the
+ * caller sized with jsd__headers_decoded_size). false when malformed. */
+size_t jsd__headers_decoded_size(const unsigned char *enc, size_t len, size_t *n_headers);
+bool jsd__headers_decode(const unsigned char *enc, size_t len, jsd_header *out, char *strings);
+
+/* Append one claimed effect to a batch, copying every field into storage the
+ * batch owns. headers is the encoded column. */
+jsd_status jsd__batch_add(jsd__effect_batch *b, int64_t row_id, const char *owner, size_t owner_len,
+                          const char *effect_id, size_t id_len, const char *msg_id,
+                          size_t msg_id_len, const char *subject, size_t subject_len,
+                          const unsigned char *headers, size_t headers_len,
+                          const unsigned char *payload, size_t len, int attempts,
+                          const char *order_key, size_t order_key_len, int64_t created_at,
+                          int64_t not_before);
+/* Sort a batch by row_id (RETURNING gives no order). */
+void jsd__batch_sort(jsd__effect_batch *b);
+
+/* The dead-letter reason text for a failure. */
+void jsd__dead_reason(char *out, size_t cap, const jsd__failure *f, int attempts, int budget);
+
+/* Back ends. */
+jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err);
+jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, jsd_error *err);
+struct sqlite3 *jsd__sqlite_handle(jsd_store *s);
+struct pg_conn *jsd__pg_handle(jsd_store *s);
+
+#endif

@@ -1,0 +1,1403 @@
+/*
+ * The PostgreSQL back end of the store (libpq): one PGconn per jsd_store,
+ * every library statement prepared once per connection and parameterised,
+ * batch operations set-based (binary arrays + unnest / = ANY), results read in
+ * binary format.
+ *
+ * Tables live in a configurable schema; the schema name is validated by
+ * store.c ([A-Za-z_][A-Za-z0-9_]*) and quoted into each statement where the
+ * SQL text says "@" (identifiers cannot be parameters).
+ *
+ * DESIGN (several relays, RELAY-4): a claim is one statement,
+ *   UPDATE jsd_outbox SET lease... WHERE id IN (SELECT ... ORDER BY id LIMIT n
+ *   FOR UPDATE OF c SKIP LOCKED) RETURNING ...
+ * Rows another relay is claiming are locked and skipped; a row whose claim
+ * committed between our snapshot and our lock is re-checked by PostgreSQL
+ * (READ COMMITTED re-evaluates the WHERE on the newest version), so its fresh
+ * lease excludes it. Receipts and failures are written only WHERE
+ * lease_token still matches.
+ *
+ * Wake-ups: a transaction that emitted effects runs NOTIFY jsd_outbox in the
+ * same round trip as its COMMIT (PostgreSQL delivers it only on commit, once
+ * per transaction). A relay LISTENs on its own store connection.
+ */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "store/backend.h"
+
+enum {
+    P_INSERT1,
+    P_INSERT_MANY,
+    P_DELETE_IDS,
+    P_CLAIM,
+    P_RECEIPTS,
+    P_FAIL_SEL,
+    P_FAIL_UPD,
+    P_RELEASE,
+    P_REQUEUE,
+    P_NEXT_DUE,
+    P_INBOX_GET,
+    P_INBOX_GET_MSG,
+    P_INBOX_INS,
+    P_POISON_INS,
+    P_POISON_MARK,
+    P_POISON_GET,
+    P_POISON_LIST,
+    P_GC,
+    P_STATS,
+    P__COUNT
+};
+
+#define OUTBOX_COLS                                                                                \
+    "id, owner, effect_id, msg_id, subject, headers, payload, attempts, order_key, created_at, "   \
+    "not_before"
+#define POISON_COLS                                                                                \
+    "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
+    "created_at, dlq_stream, dlq_seq"
+#define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
+
+static const char *const sql_text[P__COUNT] = {
+    [P_INSERT1] = "INSERT INTO @jsd_outbox (owner, effect_id, msg_id, subject, headers, payload, "
+                  "order_key, created_at, not_before, next_attempt_at) "
+                  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) "
+                  "ON CONFLICT (owner, effect_id) DO NOTHING",
+    [P_INSERT_MANY] = "INSERT INTO @jsd_outbox (owner, effect_id, msg_id, subject, headers, "
+                      "payload, order_key, created_at, not_before, next_attempt_at) "
+                      "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], "
+                      "$5::bytea[], $6::bytea[], $7::text[], $8::int8[], $9::int8[], $9::int8[]) "
+                      "ON CONFLICT (owner, effect_id) DO NOTHING RETURNING id, owner, effect_id",
+    [P_DELETE_IDS] = "DELETE FROM @jsd_outbox WHERE id = ANY($1::int8[])",
+    [P_CLAIM] = "UPDATE @jsd_outbox SET lease_token = $1, lease_expires = $2 WHERE id IN ("
+                "SELECT c.id FROM @jsd_outbox c WHERE c.published_at IS NULL "
+                "AND c.dead_lettered_at IS NULL AND c.next_attempt_at <= $3 "
+                "AND (c.lease_expires IS NULL OR c.lease_expires <= $3) "
+                "AND (c.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM @jsd_outbox p "
+                "WHERE p.order_key = c.order_key AND p.id < c.id AND p.published_at IS NULL "
+                "AND p.dead_lettered_at IS NULL)) "
+                "ORDER BY c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED) RETURNING " OUTBOX_COLS,
+    [P_RECEIPTS] = "UPDATE @jsd_outbox o SET stream = r.stream, stream_seq = r.seq, "
+                   "duplicate = r.dup, published_at = r.at, lease_token = NULL, "
+                   "lease_expires = NULL "
+                   "FROM unnest($2::int8[], $3::text[], $4::int8[], $5::bool[], $6::int8[]) "
+                   "AS r(id, stream, seq, dup, at) "
+                   "WHERE o.id = r.id AND o.lease_token = $1 AND o.published_at IS NULL",
+    [P_FAIL_SEL] = "SELECT id, attempts FROM @jsd_outbox WHERE id = ANY($2::int8[]) "
+                   "AND lease_token = $1 AND " PENDING " FOR UPDATE",
+    [P_FAIL_UPD] = "UPDATE @jsd_outbox o SET attempts = u.attempts, last_error = u.err, "
+                   "next_attempt_at = u.next, dead_lettered_at = u.dead_at, "
+                   "dead_reason = u.reason, lease_token = NULL, lease_expires = NULL "
+                   "FROM unnest($2::int8[], $3::int4[], $4::text[], $5::int8[], $6::int8[], "
+                   "$7::text[]) AS u(id, attempts, err, next, dead_at, reason) "
+                   "WHERE o.id = u.id AND o.lease_token = $1",
+    [P_RELEASE] = "UPDATE @jsd_outbox SET lease_token = NULL, lease_expires = NULL "
+                  "WHERE id = ANY($2::int8[]) AND lease_token = $1 AND published_at IS NULL",
+    [P_REQUEUE] = "UPDATE @jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
+                  "attempts = 0, next_attempt_at = $2, lease_token = NULL, lease_expires = NULL "
+                  "WHERE id = ANY($1::int8[]) AND dead_lettered_at IS NOT NULL "
+                  "AND published_at IS NULL",
+    [P_NEXT_DUE] = "SELECT min(GREATEST(next_attempt_at, coalesce(lease_expires, 0))) "
+                   "FROM @jsd_outbox WHERE " PENDING,
+    [P_INBOX_GET] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM @jsd_inbox "
+                    "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3",
+    [P_INBOX_GET_MSG] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM @jsd_inbox "
+                        "WHERE stream = $1 AND consumer = $2 AND msg_id = $3 "
+                        "ORDER BY created_at, stream_seq LIMIT 1",
+    [P_INBOX_INS] = "INSERT INTO @jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, "
+                    "detail, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                    "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
+    [P_POISON_INS] = "INSERT INTO @jsd_poison (stream, consumer, stream_seq, msg_id, subject, "
+                     "diagnostic, headers, payload, created_at) "
+                     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+                     "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
+    [P_POISON_MARK] = "UPDATE @jsd_poison SET dlq_stream = $4, dlq_seq = $5 "
+                      "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3",
+    [P_POISON_GET] = "SELECT " POISON_COLS " FROM @jsd_poison "
+                     "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3",
+    [P_POISON_LIST] = "SELECT " POISON_COLS " FROM @jsd_poison WHERE id > $1 ORDER BY id "
+                      "LIMIT $2",
+    [P_GC] = "WITH o AS (DELETE FROM @jsd_outbox WHERE id IN (SELECT id FROM @jsd_outbox "
+             "WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at "
+             "LIMIT $2) RETURNING 1), "
+             "i AS (DELETE FROM @jsd_inbox WHERE (stream, consumer, stream_seq) IN ("
+             "SELECT stream, consumer, stream_seq FROM @jsd_inbox WHERE created_at < $1 "
+             "ORDER BY created_at LIMIT $2) RETURNING 1) "
+             "SELECT (SELECT count(*) FROM o) + (SELECT count(*) FROM i)",
+    [P_STATS] =
+        "SELECT (SELECT count(*) FROM @jsd_outbox WHERE " PENDING "), "
+        "(SELECT count(*) FROM @jsd_outbox WHERE " PENDING " AND next_attempt_at <= $1), "
+        "(SELECT min(not_before) FROM @jsd_outbox WHERE " PENDING " AND next_attempt_at <= $1), "
+        "(SELECT count(*) FROM @jsd_outbox WHERE published_at IS NOT NULL), "
+        "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
+        "(SELECT count(*) FROM @jsd_inbox), "
+        "(SELECT count(*) FROM @jsd_poison)",
+};
+
+static const char *const migration_1[] = {
+    "CREATE TABLE @jsd_outbox ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " owner TEXT NOT NULL,"
+    " effect_id TEXT NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " subject TEXT NOT NULL,"
+    " headers BYTEA,"
+    " payload BYTEA NOT NULL,"
+    " order_key TEXT,"
+    " created_at BIGINT NOT NULL,"
+    " not_before BIGINT NOT NULL,"
+    " next_attempt_at BIGINT NOT NULL,"
+    " lease_token TEXT,"
+    " lease_expires BIGINT,"
+    " attempts INTEGER NOT NULL DEFAULT 0,"
+    " last_error TEXT,"
+    " dead_lettered_at BIGINT,"
+    " dead_reason TEXT,"
+    " stream TEXT,"
+    " stream_seq BIGINT,"
+    " duplicate BOOLEAN,"
+    " published_at BIGINT,"
+    " CONSTRAINT jsd_outbox_identity UNIQUE (owner, effect_id))",
+    "CREATE INDEX jsd_outbox_pending ON @jsd_outbox (id, next_attempt_at) WHERE " PENDING,
+    "CREATE INDEX jsd_outbox_due ON @jsd_outbox (next_attempt_at) WHERE " PENDING,
+    "CREATE INDEX jsd_outbox_key ON @jsd_outbox (order_key, id) "
+    "WHERE order_key IS NOT NULL AND " PENDING,
+    "CREATE INDEX jsd_outbox_published ON @jsd_outbox (published_at) "
+    "WHERE published_at IS NOT NULL",
+    "CREATE INDEX jsd_outbox_dead ON @jsd_outbox (dead_lettered_at) "
+    "WHERE dead_lettered_at IS NOT NULL",
+    "CREATE TABLE @jsd_inbox ("
+    " stream TEXT NOT NULL,"
+    " consumer TEXT NOT NULL,"
+    " stream_seq BIGINT NOT NULL,"
+    " msg_id TEXT,"
+    " outcome INTEGER NOT NULL,"
+    " detail TEXT,"
+    " created_at BIGINT NOT NULL,"
+    " PRIMARY KEY (stream, consumer, stream_seq))",
+    "CREATE INDEX jsd_inbox_msg ON @jsd_inbox (stream, consumer, msg_id) WHERE msg_id IS NOT NULL",
+    "CREATE INDEX jsd_inbox_created ON @jsd_inbox (created_at)",
+    "CREATE TABLE @jsd_poison ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " stream TEXT NOT NULL,"
+    " consumer TEXT NOT NULL,"
+    " stream_seq BIGINT NOT NULL,"
+    " msg_id TEXT,"
+    " subject TEXT NOT NULL,"
+    " diagnostic TEXT NOT NULL,"
+    " headers BYTEA,"
+    " payload BYTEA,"
+    " created_at BIGINT NOT NULL,"
+    " dlq_stream TEXT,"
+    " dlq_seq BIGINT,"
+    " UNIQUE (stream, consumer, stream_seq))",
+    NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1};
+
+/* Type OIDs of the binary array elements we send. */
+#define OID_BOOL  16
+#define OID_BYTEA 17
+#define OID_INT8  20
+#define OID_INT4  23
+#define OID_TEXT  25
+
+typedef struct pg {
+    PGconn *conn;
+    char schema[64];
+    char prefix[72]; /* "schema". */
+    bool prepared[P__COUNT];
+    bool listening;
+    char *password; /* to scrub from libpq's messages; wiped */
+} pg;
+
+#define PG(s) ((pg *)(s)->be)
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+/* Copy libpq's text into out on one line, with the URL password hidden. */
+static void clean_msg(jsd_store *s, const char *in, char *out, size_t cap)
+{
+    size_t o = 0;
+    const char *pw = PG(s) ? PG(s)->password : NULL;
+    size_t pwl = pw ? strlen(pw) : 0;
+    for (const char *p = in ? in : ""; *p && o + 1 < cap;) {
+        if (pwl && strncmp(p, pw, pwl) == 0) {
+            for (const char *r = "***"; *r && o + 1 < cap; r++)
+                out[o++] = *r;
+            p += pwl;
+            continue;
+        }
+        char c = *p++;
+        if (c == '\n' || c == '\t' || c == '\r') {
+            if (o > 0 && out[o - 1] != ' ' && *p)
+                out[o++] = ';';
+            if (o + 1 < cap && *p)
+                out[o++] = ' ';
+            continue;
+        }
+        out[o++] = c;
+    }
+    while (o > 0 && (out[o - 1] == ' ' || out[o - 1] == ';'))
+        o--;
+    out[o] = '\0';
+}
+
+static jsd_status map_sqlstate(const char *st)
+{
+    if (!st || !*st)
+        return JSD_ERR_STORE;
+    if (!strcmp(st, "23505"))
+        return JSD_ERR_EXISTS;
+    if (!strcmp(st, "53100"))
+        return JSD_ERR_FULL;
+    if (!strcmp(st, "25006"))
+        return JSD_ERR_READONLY;
+    if (!strcmp(st, "40001") || !strcmp(st, "40P01") || !strcmp(st, "55P03"))
+        return JSD_ERR_BUSY;
+    if (!strncmp(st, "08", 2) || !strcmp(st, "57P01") || !strcmp(st, "57P02") ||
+        !strcmp(st, "57P03"))
+        return JSD_ERR_CONNECT;
+    if (!strncmp(st, "28", 2))
+        return JSD_ERR_AUTH;
+    if (!strcmp(st, "53200"))
+        return JSD_ERR_NOMEM;
+    return JSD_ERR_STORE;
+}
+
+/* Record a failed result (res may be NULL: the connection's message). */
+static jsd_status pg_fail(jsd_store *s, PGresult *res, const char *what)
+{
+    pg *p = PG(s);
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *text = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    if (!text)
+        text = PQerrorMessage(p->conn);
+    jsd_status st = map_sqlstate(state);
+    if (st == JSD_ERR_STORE && PQstatus(p->conn) == CONNECTION_BAD)
+        st = JSD_ERR_CONNECT;
+    char clean[300];
+    clean_msg(s, text, clean, sizeof(clean));
+    const char *hint = st == JSD_ERR_FULL ? "; the database disk is full: nothing was committed"
+                       : st == JSD_ERR_CONNECT ? "; the connection to PostgreSQL is lost"
+                                               : "";
+    jsd__store_err(s, st, "%s failed on store \"%s\": %s (SQLSTATE %s)%s", what, s->url_safe, clean,
+                   state ? state : "none", hint);
+    if (state)
+        jsd__strlcpy(s->err.sqlstate, state, sizeof(s->err.sqlstate));
+    return st;
+}
+
+/* ---- statements --------------------------------------------------------------------- */
+
+/* Substitute "@" with the quoted schema prefix. */
+static char *with_schema(jsd_store *s, const char *sql)
+{
+    size_t n = 0, at = 0, pl = strlen(PG(s)->prefix);
+    for (const char *p = sql; *p; p++, n++)
+        at += *p == '@';
+    char *out = jsd__malloc(n + at * pl + 1);
+    if (!out)
+        return NULL;
+    char *o = out;
+    for (const char *p = sql; *p; p++) {
+        if (*p == '@') {
+            memcpy(o, PG(s)->prefix, pl);
+            o += pl;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* The connection is usable, re-established when it broke outside a transaction. */
+static jsd_status ready(jsd_store *s)
+{
+    pg *p = PG(s);
+    if (PQstatus(p->conn) == CONNECTION_OK)
+        return JSD_OK;
+    if (s->tx.active)
+        return pg_fail(s, NULL, "the store connection");
+    PQreset(p->conn);
+    memset(p->prepared, 0, sizeof(p->prepared));
+    p->listening = false;
+    if (PQstatus(p->conn) != CONNECTION_OK)
+        return pg_fail(s, NULL, "reconnecting to PostgreSQL");
+    JSD_INFO("store", "reconnected to PostgreSQL store \"%s\"", s->url_safe);
+    return JSD_OK;
+}
+
+/* Execute prepared statement id; NULL on failure (error recorded). want is
+ * PGRES_TUPLES_OK or PGRES_COMMAND_OK. */
+static PGresult *pexec(jsd_store *s, int id, int n, const char *const *vals, const int *lens,
+                       const int *fmts, ExecStatusType want, const char *what)
+{
+    pg *p = PG(s);
+    char name[16];
+    jsd__snprintf(name, sizeof(name), "jsd_%d", id);
+    if (!p->prepared[id]) {
+        char *sql = with_schema(s, sql_text[id]);
+        if (!sql) {
+            jsd__store_err(s, JSD_ERR_NOMEM, "out of memory preparing a statement");
+            return NULL;
+        }
+        PGresult *r = PQprepare(p->conn, name, sql, 0, NULL);
+        jsd__free(sql);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            pg_fail(s, r, what);
+            PQclear(r);
+            return NULL;
+        }
+        PQclear(r);
+        p->prepared[id] = true;
+    }
+    PGresult *r = PQexecPrepared(p->conn, name, n, vals, lens, fmts, 1);
+    if (PQresultStatus(r) != want) {
+        pg_fail(s, r, what);
+        PQclear(r);
+        return NULL;
+    }
+    return r;
+}
+
+static jsd_status simple(jsd_store *s, const char *sql, const char *what)
+{
+    PGresult *r = PQexec(PG(s)->conn, sql);
+    jsd_status rc = PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, what);
+    PQclear(r);
+    return rc;
+}
+
+/* Binary result readers. */
+static int64_t get_i64(const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col))
+        return 0;
+    const unsigned char *v = (const unsigned char *)PQgetvalue(r, row, col);
+    int len = PQgetlength(r, row, col);
+    uint64_t x = 0;
+    for (int i = 0; i < len && i < 8; i++)
+        x = (x << 8) | v[i];
+    if (len == 4)
+        return (int32_t)(uint32_t)x;
+    if (len == 1)
+        return v[0] != 0;
+    return (int64_t)x;
+}
+
+static const char *get_str(const PGresult *r, int row, int col, size_t *len)
+{
+    if (PQgetisnull(r, row, col)) {
+        if (len)
+            *len = 0;
+        return NULL;
+    }
+    if (len)
+        *len = (size_t)PQgetlength(r, row, col);
+    return PQgetvalue(r, row, col);
+}
+
+static char *get_dup(const PGresult *r, int row, int col)
+{
+    size_t n;
+    const char *v = get_str(r, row, col, &n);
+    return v ? jsd__strndup(v, n) : NULL;
+}
+
+/* Parameter helpers. */
+typedef struct params {
+    const char *v[12];
+    int len[12];
+    int fmt[12];
+    char num[12][24];
+    int n;
+} params;
+
+static void p_text(params *p, const char *v)
+{
+    p->v[p->n] = v;
+    p->len[p->n] = 0;
+    p->fmt[p->n] = 0;
+    p->n++;
+}
+
+static void p_i64(params *p, int64_t v)
+{
+    jsd__snprintf(p->num[p->n], sizeof(p->num[0]), "%lld", (long long)v);
+    p_text(p, p->num[p->n]);
+}
+
+static void p_bin(params *p, const void *v, size_t n)
+{
+    p->v[p->n] = (const char *)v; /* NULL is SQL NULL */
+    p->len[p->n] = (int)n;
+    p->fmt[p->n] = 1;
+    p->n++;
+}
+
+/* A one-dimensional array in PostgreSQL's binary format. */
+typedef struct arr {
+    unsigned char *buf;
+    size_t len, cap;
+    uint32_t count;
+    bool has_null, oom;
+    uint32_t oid;
+} arr;
+
+static void put32(unsigned char *b, uint32_t v)
+{
+    b[0] = (unsigned char)(v >> 24);
+    b[1] = (unsigned char)(v >> 16);
+    b[2] = (unsigned char)(v >> 8);
+    b[3] = (unsigned char)v;
+}
+
+static void arr_init(arr *a, uint32_t oid)
+{
+    memset(a, 0, sizeof(*a));
+    a->oid = oid;
+    a->len = 20; /* header written by arr_done */
+}
+
+static void arr_raw(arr *a, const void *v, int32_t n)
+{
+    size_t need = a->len + 4 + (n > 0 ? (size_t)n : 0);
+    if (a->oom)
+        return;
+    if (need > a->cap) {
+        size_t cap = a->cap ? a->cap : 256;
+        while (cap < need)
+            cap *= 2;
+        unsigned char *nb = jsd__realloc(a->buf, cap);
+        if (!nb) {
+            a->oom = true;
+            return;
+        }
+        a->buf = nb;
+        a->cap = cap;
+    }
+    put32(a->buf + a->len, (uint32_t)n);
+    a->len += 4;
+    if (n > 0) {
+        memcpy(a->buf + a->len, v, (size_t)n);
+        a->len += (size_t)n;
+    }
+    if (n < 0)
+        a->has_null = true;
+    a->count++;
+}
+
+static void arr_str(arr *a, const char *v)
+{
+    arr_raw(a, v, v ? (int32_t)strlen(v) : -1);
+}
+
+static void arr_i64(arr *a, int64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)v >> (56 - 8 * i));
+    arr_raw(a, b, 8);
+}
+
+static void arr_i64_or_null(arr *a, int64_t v, bool null)
+{
+    if (null)
+        arr_raw(a, NULL, -1);
+    else
+        arr_i64(a, v);
+}
+
+static void arr_i32(arr *a, int32_t v)
+{
+    unsigned char b[4];
+    put32(b, (uint32_t)v);
+    arr_raw(a, b, 4);
+}
+
+static void arr_bool(arr *a, bool v)
+{
+    unsigned char b = v ? 1 : 0;
+    arr_raw(a, &b, 1);
+}
+
+static bool arr_done(arr *a)
+{
+    if (a->oom)
+        return false;
+    if (!a->buf) {
+        a->buf = jsd__malloc(20);
+        if (!a->buf)
+            return false;
+        a->cap = 20;
+    }
+    put32(a->buf, 1);
+    put32(a->buf + 4, a->has_null ? 1 : 0);
+    put32(a->buf + 8, a->oid);
+    put32(a->buf + 12, a->count);
+    put32(a->buf + 16, 1);
+    return true;
+}
+
+static void arr_free(arr *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        jsd__free(a[i].buf);
+}
+
+static void p_arr(params *p, const arr *a)
+{
+    p_bin(p, a->buf, a->len);
+}
+
+/* ---- operations ---------------------------------------------------------------------- */
+
+static void pg_close(jsd_store *s)
+{
+    pg *p = PG(s);
+    if (!p)
+        return;
+    PQfinish(p->conn);
+    jsd__free_secret(p->password);
+    jsd__free(p);
+    s->be = NULL;
+}
+
+static jsd_status pg_tx(jsd_store *s, jsd__txop op)
+{
+    switch (op) {
+    case JSD__TX_BEGIN: {
+        jsd_status rc = ready(s);
+        return rc != JSD_OK ? rc : simple(s, "BEGIN", "BEGIN");
+    }
+    case JSD__TX_COMMIT:
+    case JSD__TX_COMMIT_NOTIFY: {
+        /* One round trip; NOTIFY is delivered only if the COMMIT succeeds. */
+        PGresult *r = PQexec(
+            PG(s)->conn, op == JSD__TX_COMMIT ? "COMMIT" : "NOTIFY " JSD__PG_CHANNEL "; COMMIT");
+        jsd_status rc;
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            rc = pg_fail(s, r, "COMMIT");
+        else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
+            rc = jsd__store_err(s, JSD_ERR_STORE,
+                                "COMMIT on store \"%s\" rolled back instead: an earlier statement "
+                                "of the transaction failed, so nothing was committed",
+                                s->url_safe);
+        else
+            rc = JSD_OK;
+        PQclear(r);
+        return rc;
+    }
+    case JSD__TX_ROLLBACK:
+        if (PQtransactionStatus(PG(s)->conn) == PQTRANS_IDLE)
+            return JSD_OK;
+        return simple(s, "ROLLBACK", "ROLLBACK");
+    case JSD__TX_SAVEPOINT:
+        return simple(s, "SAVEPOINT jsd_sp", "SAVEPOINT");
+    case JSD__TX_RELEASE:
+        return simple(s, "RELEASE SAVEPOINT jsd_sp", "RELEASE SAVEPOINT");
+    case JSD__TX_ROLLBACK_TO:
+        return simple(s, "ROLLBACK TO SAVEPOINT jsd_sp; RELEASE SAVEPOINT jsd_sp",
+                      "ROLLBACK TO SAVEPOINT");
+    }
+    return JSD_ERR_INTERNAL;
+}
+
+static jsd_status emit_one(jsd_store *s, const jsd__row *r, size_t *dup_index)
+{
+    params p = {.n = 0};
+    p_text(&p, r->owner);
+    p_text(&p, r->effect_id);
+    p_text(&p, r->msg_id);
+    p_text(&p, r->subject);
+    p_bin(&p, r->headers, r->headers_len);
+    p_bin(&p, r->payload, r->len);
+    p_text(&p, r->order_key);
+    p_i64(&p, r->created_at);
+    p_i64(&p, r->not_before);
+    PGresult *res =
+        pexec(s, P_INSERT1, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "emitting an effect");
+    if (!res)
+        return s->err.status;
+    bool inserted = strcmp(PQcmdTuples(res), "1") == 0;
+    PQclear(res);
+    if (!inserted) {
+        *dup_index = 0;
+        return JSD_ERR_EXISTS;
+    }
+    return JSD_OK;
+}
+
+static jsd_status pg_emit(jsd_store *s, const jsd__row *rows, size_t n, size_t *dup_index)
+{
+    if (n == 1)
+        return emit_one(s, rows, dup_index);
+    arr a[9];
+    static const uint32_t oids[9] = {OID_TEXT,  OID_TEXT, OID_TEXT, OID_TEXT, OID_BYTEA,
+                                     OID_BYTEA, OID_TEXT, OID_INT8, OID_INT8};
+    for (int i = 0; i < 9; i++)
+        arr_init(&a[i], oids[i]);
+    for (size_t i = 0; i < n; i++) {
+        const jsd__row *r = &rows[i];
+        arr_str(&a[0], r->owner);
+        arr_str(&a[1], r->effect_id);
+        arr_str(&a[2], r->msg_id);
+        arr_str(&a[3], r->subject);
+        arr_raw(&a[4], r->headers, r->headers ? (int32_t)r->headers_len : -1);
+        arr_raw(&a[5], r->payload, (int32_t)r->len);
+        arr_str(&a[6], r->order_key);
+        arr_i64(&a[7], r->created_at);
+        arr_i64(&a[8], r->not_before);
+    }
+    jsd_status rc = JSD_OK;
+    params p = {.n = 0};
+    for (int i = 0; i < 9; i++) {
+        if (!arr_done(&a[i])) {
+            rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory emitting %zu effects", n);
+            goto out;
+        }
+        p_arr(&p, &a[i]);
+    }
+    PGresult *res =
+        pexec(s, P_INSERT_MANY, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "emitting effects");
+    if (!res) {
+        rc = s->err.status;
+        goto out;
+    }
+    size_t got = (size_t)PQntuples(res);
+    if (got < n) {
+        /* Find the first input row that was not inserted, then undo the rest so
+         * the batch is all or nothing. */
+        size_t first = n;
+        for (size_t i = 0; i < n && first == n; i++) {
+            bool found = false;
+            for (size_t k = 0; k < got && !found; k++) {
+                size_t ol, il;
+                const char *o = get_str(res, (int)k, 1, &ol);
+                const char *e = get_str(res, (int)k, 2, &il);
+                found = ol == strlen(rows[i].owner) && !memcmp(o, rows[i].owner, ol) &&
+                        il == strlen(rows[i].effect_id) && !memcmp(e, rows[i].effect_id, il);
+            }
+            /* A repeat inside the batch also counts: it was inserted once. */
+            for (size_t j = 0; j < i && found; j++)
+                if (!strcmp(rows[j].owner, rows[i].owner) &&
+                    !strcmp(rows[j].effect_id, rows[i].effect_id))
+                    found = false;
+            if (!found)
+                first = i;
+        }
+        *dup_index = first < n ? first : 0;
+        arr ids;
+        arr_init(&ids, OID_INT8);
+        for (size_t k = 0; k < got; k++)
+            arr_i64(&ids, get_i64(res, (int)k, 0));
+        PQclear(res);
+        rc = JSD_ERR_EXISTS;
+        if (got > 0) {
+            params d = {.n = 0};
+            if (!arr_done(&ids)) {
+                rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory undoing a batch");
+            } else {
+                p_arr(&d, &ids);
+                PGresult *dr = pexec(s, P_DELETE_IDS, d.n, d.v, d.len, d.fmt, PGRES_COMMAND_OK,
+                                     "undoing a partly inserted batch");
+                if (!dr)
+                    rc = s->err.status;
+                PQclear(dr);
+            }
+        }
+        arr_free(&ids, 1);
+        goto out;
+    }
+    PQclear(res);
+out:
+    arr_free(a, 9);
+    return rc;
+}
+
+static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *token, int64_t now,
+                           jsd__effect_batch *out)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_text(&p, token);
+    p_i64(&p, now + lease_ms);
+    p_i64(&p, now);
+    p_i64(&p, max);
+    PGresult *r = pexec(s, P_CLAIM, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "claim");
+    if (!r)
+        return s->err.status;
+    int n = PQntuples(r);
+    for (int i = 0; i < n && rc == JSD_OK; i++) {
+        size_t ol, il, ml, sl, hl, pl, kl;
+        const char *owner = get_str(r, i, 1, &ol);
+        const char *eid = get_str(r, i, 2, &il);
+        const char *mid = get_str(r, i, 3, &ml);
+        const char *subj = get_str(r, i, 4, &sl);
+        const unsigned char *h = (const unsigned char *)get_str(r, i, 5, &hl);
+        const unsigned char *pay = (const unsigned char *)get_str(r, i, 6, &pl);
+        const char *key = get_str(r, i, 8, &kl);
+        rc =
+            jsd__batch_add(out, get_i64(r, i, 0), owner, ol, eid, il, mid, ml, subj, sl, h, hl, pay,
+                           pl, (int)get_i64(r, i, 7), key, kl, get_i64(r, i, 9), get_i64(r, i, 10));
+        if (rc != JSD_OK)
+            jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory; its lease will expire",
+                           (long long)get_i64(r, i, 0));
+    }
+    PQclear(r);
+    return rc;
+}
+
+static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receipt *rc_in, size_t n,
+                              size_t *applied)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    arr a[5];
+    arr_init(&a[0], OID_INT8);
+    arr_init(&a[1], OID_TEXT);
+    arr_init(&a[2], OID_INT8);
+    arr_init(&a[3], OID_BOOL);
+    arr_init(&a[4], OID_INT8);
+    for (size_t i = 0; i < n; i++) {
+        arr_i64(&a[0], rc_in[i].row_id);
+        arr_str(&a[1], rc_in[i].stream);
+        arr_i64(&a[2], (int64_t)rc_in[i].seq);
+        arr_bool(&a[3], rc_in[i].duplicate);
+        arr_i64(&a[4], rc_in[i].published_at_ms);
+    }
+    params p = {.n = 0};
+    p_text(&p, token);
+    for (int i = 0; i < 5 && rc == JSD_OK; i++) {
+        if (!arr_done(&a[i]))
+            rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording receipts");
+        p_arr(&p, &a[i]);
+    }
+    if (rc == JSD_OK) {
+        PGresult *r =
+            pexec(s, P_RECEIPTS, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "recording receipts");
+        if (r) {
+            *applied = (size_t)strtoul(PQcmdTuples(r), NULL, 10);
+            PQclear(r);
+        } else {
+            rc = s->err.status;
+        }
+    }
+    arr_free(a, 5);
+    return rc;
+}
+
+static jsd_status ids_array(jsd_store *s, arr *a, const int64_t *ids, size_t n)
+{
+    arr_init(a, OID_INT8);
+    for (size_t i = 0; i < n; i++)
+        arr_i64(a, ids[i]);
+    if (!arr_done(a))
+        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory building an id list");
+    return JSD_OK;
+}
+
+static jsd_status pg_failures(jsd_store *s, const char *token, const jsd__failure *f, size_t n,
+                              const jsd__backoff *b, int budget, int64_t now, size_t *applied,
+                              size_t *dead)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    arr ids, u[6];
+    int nu = 0;
+    int64_t *tmp = jsd__malloc(n * sizeof(int64_t));
+    if (!tmp)
+        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording failures");
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = f[i].row_id;
+    rc = ids_array(s, &ids, tmp, n);
+    jsd__free(tmp);
+    if (rc != JSD_OK) {
+        arr_free(&ids, 1);
+        return rc;
+    }
+    if ((rc = simple(s, "BEGIN", "recording failures")) != JSD_OK) {
+        arr_free(&ids, 1);
+        return rc;
+    }
+    params p = {.n = 0};
+    p_text(&p, token);
+    p_arr(&p, &ids);
+    PGresult *r =
+        pexec(s, P_FAIL_SEL, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "recording failures");
+    size_t a = 0, d = 0;
+    if (!r) {
+        rc = s->err.status;
+        goto out;
+    }
+    static const uint32_t oids[6] = {OID_INT8, OID_INT4, OID_TEXT, OID_INT8, OID_INT8, OID_TEXT};
+    for (nu = 0; nu < 6; nu++)
+        arr_init(&u[nu], oids[nu]);
+    for (int k = 0; k < PQntuples(r); k++) {
+        int64_t id = get_i64(r, k, 0);
+        int next = (int)get_i64(r, k, 1) + 1;
+        const jsd__failure *fi = NULL;
+        for (size_t i = 0; i < n && !fi; i++)
+            if (f[i].row_id == id)
+                fi = &f[i];
+        if (!fi)
+            continue;
+        bool is_dead = fi->dead_letter_now || next >= budget;
+        char err[JSD__ERROR_TEXT_MAX + 1], reason[JSD__ERROR_TEXT_MAX + 1];
+        jsd__strlcpy(err, fi->error ? fi->error : "unknown error", sizeof(err));
+        arr_i64(&u[0], id);
+        arr_i32(&u[1], next);
+        arr_str(&u[2], err);
+        if (is_dead) {
+            jsd__dead_reason(reason, sizeof(reason), fi, next, budget);
+            arr_i64(&u[3], now);
+            arr_i64_or_null(&u[4], now, false);
+            arr_str(&u[5], reason);
+        } else {
+            arr_i64(&u[3], now + jsd__backoff_delay_ms(b, next, id));
+            arr_i64_or_null(&u[4], 0, true);
+            arr_str(&u[5], NULL);
+        }
+        a++;
+        d += is_dead;
+    }
+    PQclear(r);
+    if (a > 0) {
+        params q = {.n = 0};
+        p_text(&q, token);
+        for (int i = 0; i < 6 && rc == JSD_OK; i++) {
+            if (!arr_done(&u[i]))
+                rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording failures");
+            p_arr(&q, &u[i]);
+        }
+        if (rc == JSD_OK) {
+            PGresult *ur = pexec(s, P_FAIL_UPD, q.n, q.v, q.len, q.fmt, PGRES_COMMAND_OK,
+                                 "recording failures");
+            if (!ur)
+                rc = s->err.status;
+            PQclear(ur);
+        }
+    }
+out:
+    arr_free(&ids, 1);
+    arr_free(u, (size_t)nu);
+    if (rc == JSD_OK) {
+        rc = pg_tx(s, JSD__TX_COMMIT);
+    } else {
+        jsd_error keep = s->err;
+        pg_tx(s, JSD__TX_ROLLBACK);
+        s->err = keep;
+    }
+    if (rc == JSD_OK) {
+        *applied = a;
+        *dead = d;
+    }
+    return rc;
+}
+
+static jsd_status pg_release(jsd_store *s, const char *token, const int64_t *ids, size_t n,
+                             size_t *released)
+{
+    jsd_status rc = ready(s);
+    arr a;
+    if (rc != JSD_OK)
+        return rc;
+    if ((rc = ids_array(s, &a, ids, n)) == JSD_OK) {
+        params p = {.n = 0};
+        p_text(&p, token);
+        p_arr(&p, &a);
+        PGresult *r =
+            pexec(s, P_RELEASE, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "releasing leases");
+        if (r)
+            *released = (size_t)strtoul(PQcmdTuples(r), NULL, 10);
+        else
+            rc = s->err.status;
+        PQclear(r);
+    }
+    arr_free(&a, 1);
+    return rc;
+}
+
+static jsd_status pg_requeue(jsd_store *s, const int64_t *ids, size_t n, int64_t now,
+                             size_t *requeued)
+{
+    jsd_status rc = ready(s);
+    arr a;
+    if (rc != JSD_OK)
+        return rc;
+    if ((rc = ids_array(s, &a, ids, n)) == JSD_OK) {
+        params p = {.n = 0};
+        p_arr(&p, &a);
+        p_i64(&p, now);
+        PGresult *r = pexec(s, P_REQUEUE, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK,
+                            "requeueing dead letters");
+        if (r)
+            *requeued = (size_t)strtoul(PQcmdTuples(r), NULL, 10);
+        else
+            rc = s->err.status;
+        PQclear(r);
+    }
+    arr_free(&a, 1);
+    return rc;
+}
+
+static jsd_status pg_next_due(jsd_store *s, bool *found, int64_t *next)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    PGresult *r =
+        pexec(s, P_NEXT_DUE, 0, NULL, NULL, NULL, PGRES_TUPLES_OK, "reading the next due time");
+    if (!r)
+        return s->err.status;
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+        *found = true;
+        *next = get_i64(r, 0, 0);
+    }
+    PQclear(r);
+    return JSD_OK;
+}
+
+static bool drain_notifies(PGconn *c)
+{
+    bool any = false;
+    PGnotify *n;
+    while ((n = PQnotifies(c)) != NULL) {
+        any = true;
+        PQfreemem(n);
+    }
+    return any;
+}
+
+static jsd_status pg_wait(jsd_store *s, int timeout_ms, bool *woken)
+{
+    pg *p = PG(s);
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    if (!p->listening) {
+        if ((rc = simple(s, "LISTEN " JSD__PG_CHANNEL, "LISTEN")) != JSD_OK)
+            return rc;
+        p->listening = true;
+    }
+    int64_t end = jsd__mono_ms() + timeout_ms;
+    for (;;) {
+        if (!PQconsumeInput(p->conn))
+            return pg_fail(s, NULL, "waiting for a wake-up");
+        if (drain_notifies(p->conn)) {
+            *woken = true;
+            return JSD_OK;
+        }
+        int64_t left = end - jsd__mono_ms();
+        if (left <= 0)
+            return JSD_OK;
+        struct pollfd pfd = {.fd = PQsocket(p->conn), .events = POLLIN};
+        if (pfd.fd < 0)
+            return pg_fail(s, NULL, "waiting for a wake-up");
+        (void)poll(&pfd, 1, (int)JSD_MIN(left, 1000));
+    }
+}
+
+static void fill_outcome(const PGresult *r, jsd__inbox_outcome *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof(*out));
+    out->code = (int)get_i64(r, 0, 0);
+    size_t n;
+    const char *d = get_str(r, 0, 1, &n);
+    if (d) {
+        n = JSD_MIN(n, sizeof(out->detail) - 1);
+        memcpy(out->detail, d, n);
+        out->detail[n] = '\0';
+    }
+    const char *m = get_str(r, 0, 2, &n);
+    if (m) {
+        n = JSD_MIN(n, sizeof(out->msg_id) - 1);
+        memcpy(out->msg_id, m, n);
+        out->msg_id[n] = '\0';
+    }
+    out->stream_seq = (uint64_t)get_i64(r, 0, 3);
+    out->created_at_ms = get_i64(r, 0, 4);
+}
+
+static jsd_status pg_inbox_lookup(jsd_store *s, const char *stream, const char *consumer,
+                                  uint64_t seq, const char *msg_id, bool *found,
+                                  jsd__inbox_outcome *out)
+{
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    if (msg_id)
+        p_text(&p, msg_id);
+    else
+        p_i64(&p, (int64_t)seq);
+    PGresult *r = pexec(s, msg_id ? P_INBOX_GET_MSG : P_INBOX_GET, p.n, p.v, p.len, p.fmt,
+                        PGRES_TUPLES_OK, "inbox lookup");
+    if (!r)
+        return s->err.status;
+    if (PQntuples(r) > 0) {
+        *found = true;
+        fill_outcome(r, out);
+    }
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_inbox_insert(jsd_store *s, const char *stream, const char *consumer,
+                                  uint64_t seq, const char *msg_id, int code, const char *detail,
+                                  int64_t now)
+{
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    p_i64(&p, (int64_t)seq);
+    p_text(&p, msg_id);
+    p_i64(&p, code);
+    p_text(&p, detail);
+    p_i64(&p, now);
+    PGresult *r = pexec(s, P_INBOX_INS, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "inbox insert");
+    if (!r)
+        return s->err.status;
+    bool ins = strcmp(PQcmdTuples(r), "1") == 0;
+    PQclear(r);
+    return ins ? JSD_OK : JSD_ERR_EXISTS;
+}
+
+static jsd_status pg_poison_insert(jsd_store *s, const jsd__poison *pz, int64_t now, bool *inserted)
+{
+    params p = {.n = 0};
+    p_text(&p, pz->stream);
+    p_text(&p, pz->consumer);
+    p_i64(&p, (int64_t)pz->stream_seq);
+    p_text(&p, pz->msg_id);
+    p_text(&p, pz->subject);
+    p_text(&p, pz->diagnostic);
+    p_bin(&p, pz->headers, pz->headers_len);
+    p_bin(&p, pz->payload ? pz->payload : "", pz->len);
+    p_i64(&p, now);
+    PGresult *r = pexec(s, P_POISON_INS, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "poison insert");
+    if (!r)
+        return s->err.status;
+    *inserted = strcmp(PQcmdTuples(r), "1") == 0;
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_poison_mark(jsd_store *s, const char *stream, const char *consumer,
+                                 uint64_t seq, const char *dlq_stream, uint64_t dlq_seq)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    p_i64(&p, (int64_t)seq);
+    p_text(&p, dlq_stream);
+    p_i64(&p, (int64_t)dlq_seq);
+    PGresult *r = pexec(s, P_POISON_MARK, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK,
+                        "marking a poison record published");
+    if (!r)
+        return s->err.status;
+    bool hit = strcmp(PQcmdTuples(r), "0") != 0;
+    PQclear(r);
+    return hit ? JSD_OK
+               : jsd__store_err(s, JSD_ERR_NOT_FOUND, "no poison record for that delivery");
+}
+
+static void *bin_dup(const PGresult *r, int row, int col, size_t *len)
+{
+    const char *v = get_str(r, row, col, len);
+    if (!v)
+        return NULL;
+    return jsd__memdup(v, *len ? *len : 1);
+}
+
+static jsd_status pg_poison_read(jsd_store *s, const char *stream, const char *consumer,
+                                 uint64_t seq, int64_t after_id, size_t max,
+                                 jsd__poison_record **out, size_t *n)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    if (stream) {
+        p_text(&p, stream);
+        p_text(&p, consumer);
+        p_i64(&p, (int64_t)seq);
+    } else {
+        p_i64(&p, after_id);
+        p_i64(&p, (int64_t)max);
+    }
+    PGresult *r = pexec(s, stream ? P_POISON_GET : P_POISON_LIST, p.n, p.v, p.len, p.fmt,
+                        PGRES_TUPLES_OK, "reading poison records");
+    if (!r)
+        return s->err.status;
+    size_t k = (size_t)PQntuples(r);
+    jsd__poison_record *recs = jsd__calloc(k ? k : 1, sizeof(*recs));
+    if (!recs) {
+        PQclear(r);
+        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading poison records");
+    }
+    for (size_t i = 0; i < k; i++) {
+        int row = (int)i;
+        jsd__poison_record *x = &recs[i];
+        x->id = get_i64(r, row, 0);
+        x->stream = get_dup(r, row, 1);
+        x->consumer = get_dup(r, row, 2);
+        x->stream_seq = (uint64_t)get_i64(r, row, 3);
+        x->msg_id = get_dup(r, row, 4);
+        if (!x->msg_id)
+            x->msg_id = jsd__strdup("");
+        x->subject = get_dup(r, row, 5);
+        x->diagnostic = get_dup(r, row, 6);
+        x->headers = bin_dup(r, row, 7, &x->headers_len);
+        x->payload = bin_dup(r, row, 8, &x->len);
+        x->created_at_ms = get_i64(r, row, 9);
+        x->dlq_stream = get_dup(r, row, 10);
+        x->dlq_seq = (uint64_t)get_i64(r, row, 11);
+        if (!x->stream || !x->consumer || !x->msg_id || !x->subject || !x->diagnostic)
+            rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading poison records");
+    }
+    PQclear(r);
+    if (rc != JSD_OK) {
+        jsd__poison_records_free(recs, k);
+        return rc;
+    }
+    *out = recs;
+    *n = k;
+    return JSD_OK;
+}
+
+static jsd_status pg_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *removed)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_i64(&p, cutoff);
+    p_i64(&p, batch);
+    PGresult *r = pexec(s, P_GC, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "retention");
+    if (!r)
+        return s->err.status;
+    *removed = get_i64(r, 0, 0);
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_stats(jsd_store *s, int64_t now, jsd_store_stats *o)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_i64(&p, now);
+    PGresult *r =
+        pexec(s, P_STATS, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "reading store counts");
+    if (!r)
+        return s->err.status;
+    o->backlog = get_i64(r, 0, 0);
+    o->due = get_i64(r, 0, 1);
+    if (!PQgetisnull(r, 0, 2))
+        o->oldest_due_age_ms = JSD_MAX(0, now - get_i64(r, 0, 2));
+    o->published = get_i64(r, 0, 3);
+    o->dead_lettered = get_i64(r, 0, 4);
+    o->inbox_rows = get_i64(r, 0, 5);
+    o->poison_records = get_i64(r, 0, 6);
+    PQclear(r);
+    return JSD_OK;
+}
+
+static const jsd__store_ops pg_ops = {
+    .close = pg_close,
+    .tx = pg_tx,
+    .emit = pg_emit,
+    .claim = pg_claim,
+    .receipts = pg_receipts,
+    .failures = pg_failures,
+    .release = pg_release,
+    .requeue = pg_requeue,
+    .next_due = pg_next_due,
+    .wait = pg_wait,
+    .inbox_lookup = pg_inbox_lookup,
+    .inbox_insert = pg_inbox_insert,
+    .poison_insert = pg_poison_insert,
+    .poison_mark = pg_poison_mark,
+    .poison_read = pg_poison_read,
+    .gc_step = pg_gc_step,
+    .stats = pg_stats,
+};
+
+/* ---- open and migrate -------------------------------------------------------------- */
+
+static jsd_status run_schema_sql(jsd_store *s, const char *sql, const char *what)
+{
+    char *q = with_schema(s, sql);
+    if (!q)
+        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory migrating the schema");
+    jsd_status rc = simple(s, q, what);
+    jsd__free(q);
+    return rc;
+}
+
+static jsd_status migrate(jsd_store *s)
+{
+    pg *p = PG(s);
+    jsd_status rc = simple(s, "BEGIN", "opening the store (migration)");
+    if (rc != JSD_OK)
+        return rc;
+    /* Serialise migrations of this schema across processes. */
+    char key[128];
+    jsd__snprintf(key, sizeof(key), "jsdurable.migrate.%s", p->schema);
+    const char *kv[1] = {key};
+    PGresult *r = PQexecParams(p->conn, "SELECT pg_advisory_xact_lock(hashtext($1))", 1, NULL, kv,
+                               NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        rc = pg_fail(s, r, "taking the migration lock");
+    PQclear(r);
+    if (rc == JSD_OK) {
+        const char *sv[1] = {p->schema};
+        r = PQexecParams(p->conn, "SELECT 1 FROM pg_namespace WHERE nspname = $1", 1, NULL, sv,
+                         NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK)
+            rc = pg_fail(s, r, "looking up the schema");
+        bool exists = rc == JSD_OK && PQntuples(r) > 0;
+        PQclear(r);
+        if (rc == JSD_OK && !exists) {
+            char sql[128];
+            jsd__snprintf(sql, sizeof(sql), "CREATE SCHEMA \"%s\"", p->schema);
+            rc = simple(s, sql, "creating the schema");
+        }
+    }
+    if (rc == JSD_OK)
+        rc = run_schema_sql(s,
+                            "CREATE TABLE IF NOT EXISTS @jsd_schema_version ("
+                            " version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+                            "creating jsd_schema_version");
+    int64_t cur = 0;
+    if (rc == JSD_OK) {
+        char *q = with_schema(s, "SELECT coalesce(max(version), 0)::int8 FROM @jsd_schema_version");
+        r = q ? PQexecParams(p->conn, q, 0, NULL, NULL, NULL, NULL, 1) : NULL;
+        jsd__free(q);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+            cur = get_i64(r, 0, 0);
+        else
+            rc = r ? pg_fail(s, r, "reading the schema version")
+                   : jsd__store_err(s, JSD_ERR_NOMEM, "out of memory migrating the schema");
+        PQclear(r);
+    }
+    if (rc == JSD_OK && cur > JSD__SCHEMA_VERSION)
+        rc = jsd__store_err(s, JSD_ERR_SCHEMA,
+                            "store \"%s\" (schema \"%s\") has schema version %lld, newer than "
+                            "this jsdurable knows (%d): upgrade jsdurable",
+                            s->url_safe, p->schema, (long long)cur, JSD__SCHEMA_VERSION);
+    for (int64_t v = cur + 1; rc == JSD_OK && v <= JSD__SCHEMA_VERSION; v++) {
+        for (const char *const *q = MIGRATIONS[v - 1]; *q && rc == JSD_OK; q++)
+            rc = run_schema_sql(s, *q, "applying a schema migration");
+        if (rc == JSD_OK) {
+            char ins[160];
+            jsd__snprintf(ins, sizeof(ins),
+                          "INSERT INTO @jsd_schema_version (version, applied_at) "
+                          "VALUES (%lld, %lld)",
+                          (long long)v, (long long)jsd__now_ms());
+            rc = run_schema_sql(s, ins, "recording the schema version");
+        }
+    }
+    if (rc == JSD_OK)
+        return pg_tx(s, JSD__TX_COMMIT);
+    jsd_error keep = s->err;
+    pg_tx(s, JSD__TX_ROLLBACK);
+    s->err = keep;
+    return rc;
+}
+
+/* The password in a postgres URL (user:PASSWORD@ or password=PASSWORD), or NULL. */
+static char *url_password(const char *url)
+{
+    const char *sch = strstr(url, "://");
+    if (sch) {
+        const char *auth = sch + 3;
+        size_t alen = strcspn(auth, "/?#");
+        const char *at = NULL;
+        for (size_t i = 0; i < alen; i++)
+            if (auth[i] == '@')
+                at = auth + i;
+        if (at) {
+            const char *colon = memchr(auth, ':', (size_t)(at - auth));
+            if (colon && at > colon + 1)
+                return jsd__strndup(colon + 1, (size_t)(at - colon - 1));
+        }
+    }
+    const char *pw = strstr(url, "password=");
+    if (pw) {
+        pw += 9;
+        return jsd__strndup(pw, strcspn(pw, "& "));
+    }
+    return NULL;
+}
+
+jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, jsd_error *err)
+{
+    jsd_status rc;
+    pg *p = jsd__calloc(1, sizeof(*p));
+    if (!p)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening the store");
+    s->be = p;
+    s->ops = &pg_ops;
+    s->backend = JSD_STORE_POSTGRES;
+    jsd__strlcpy(p->schema, schema, sizeof(p->schema));
+    jsd__snprintf(p->prefix, sizeof(p->prefix), "\"%s\".", schema);
+    p->password = url_password(conninfo);
+
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(conninfo, &perr);
+    if (!opts) {
+        char clean[300];
+        clean_msg(s, perr ? perr : "out of memory", clean, sizeof(clean));
+        rc = jsd__store_err(s, perr ? JSD_ERR_CONFIG : JSD_ERR_NOMEM,
+                            "store URL \"%s\" is malformed: %s", s->url_safe, clean);
+        PQfreemem(perr);
+        goto fail;
+    }
+    PQconninfoFree(opts);
+    const char *kw[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
+    const char *vals[] = {"10", "jsdurable", conninfo, NULL};
+    p->conn = PQconnectdbParams(kw, vals, 1);
+    if (!p->conn) {
+        rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory connecting to PostgreSQL");
+        goto fail;
+    }
+    if (PQstatus(p->conn) != CONNECTION_OK) {
+        char clean[400];
+        clean_msg(s, PQerrorMessage(p->conn), clean, sizeof(clean));
+        bool auth = strstr(clean, "authentication failed") || strstr(clean, "password");
+        rc =
+            jsd__store_err(s, auth ? JSD_ERR_AUTH : JSD_ERR_CONNECT,
+                           "cannot connect to the PostgreSQL store \"%s\": %s", s->url_safe, clean);
+        goto fail;
+    }
+    /* Session settings the library relies on. */
+    if ((rc = simple(s, "SET client_min_messages = warning", "configuring the session")) !=
+            JSD_OK ||
+        (rc = migrate(s)) != JSD_OK)
+        goto fail;
+    return JSD_OK;
+fail:
+    jsd__err_copy(err, &s->err);
+    pg_close(s);
+    return rc;
+}
+
+struct pg_conn *jsd__pg_handle(jsd_store *s)
+{
+    return s && s->backend == JSD_STORE_POSTGRES && s->be ? PG(s)->conn : NULL;
+}

@@ -1,0 +1,1108 @@
+/*
+ * The SQLite back end of the store (the default): one sqlite3 connection per
+ * jsd_store, WAL journal, synchronous=FULL (a committed effect survives power
+ * loss), a busy timeout, foreign keys on, extended result codes, and every
+ * statement prepared once and cached.
+ *
+ * Concurrency: every writing transaction starts with BEGIN IMMEDIATE, which
+ * takes the database's single write lock up front (waiting up to the busy
+ * timeout), so a claim in one process and a claim in another are serialised
+ * and can never lease the same effect, and no transaction fails half-way with
+ * SQLITE_BUSY on a lock upgrade.
+ *
+ * Wake-ups: a process-wide registry keeps one signal (mutex, condition
+ * variable, counter) per database file; commits that emitted effects bump it.
+ * Commits from other processes are noticed through PRAGMA data_version,
+ * checked every 50 ms while a relay waits.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+#include "store/backend.h"
+
+enum {
+    S_BEGIN,
+    S_COMMIT,
+    S_ROLLBACK,
+    S_SAVEPOINT,
+    S_RELEASE,
+    S_ROLLBACK_TO,
+    S_EMIT_SP,
+    S_EMIT_RELEASE,
+    S_EMIT_ROLLBACK_TO,
+    S_INSERT,
+    S_CLAIM,
+    S_RECEIPT,
+    S_FAIL_SEL,
+    S_FAIL_UPD,
+    S_RELEASE_LEASE,
+    S_REQUEUE,
+    S_NEXT_DUE,
+    S_INBOX_GET,
+    S_INBOX_GET_MSG,
+    S_INBOX_INS,
+    S_POISON_INS,
+    S_POISON_MARK,
+    S_POISON_GET,
+    S_POISON_LIST,
+    S_GC_OUT,
+    S_GC_IN,
+    S_STATS_PENDING,
+    S_STATS_DEAD,
+    S_STATS_PUBLISHED,
+    S_STATS_INBOX,
+    S_STATS_POISON,
+    S_DATA_VERSION,
+    S__COUNT
+};
+
+#define OUTBOX_COLS                                                                                \
+    "id, owner, effect_id, msg_id, subject, headers, payload, attempts, order_key, created_at, "   \
+    "not_before"
+#define POISON_COLS                                                                                \
+    "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
+    "created_at, dlq_stream, dlq_seq"
+#define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
+
+static const char *const sql_text[S__COUNT] = {
+    [S_BEGIN] = "BEGIN IMMEDIATE",
+    [S_COMMIT] = "COMMIT",
+    [S_ROLLBACK] = "ROLLBACK",
+    [S_SAVEPOINT] = "SAVEPOINT jsd_sp",
+    [S_RELEASE] = "RELEASE jsd_sp",
+    [S_ROLLBACK_TO] = "ROLLBACK TO jsd_sp",
+    [S_EMIT_SP] = "SAVEPOINT jsd_emit",
+    [S_EMIT_RELEASE] = "RELEASE jsd_emit",
+    [S_EMIT_ROLLBACK_TO] = "ROLLBACK TO jsd_emit",
+    [S_INSERT] = "INSERT INTO jsd_outbox (owner, effect_id, msg_id, subject, headers, payload, "
+                 "order_key, created_at, not_before, next_attempt_at) "
+                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) "
+                 "ON CONFLICT (owner, effect_id) DO NOTHING",
+    [S_CLAIM] = "UPDATE jsd_outbox SET lease_token = ?1, lease_expires = ?2 WHERE id IN ("
+                "SELECT c.id FROM jsd_outbox c WHERE c.published_at IS NULL "
+                "AND c.dead_lettered_at IS NULL AND c.next_attempt_at <= ?3 "
+                "AND (c.lease_expires IS NULL OR c.lease_expires <= ?3) "
+                "AND (c.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM jsd_outbox p "
+                "WHERE p.order_key = c.order_key AND p.id < c.id AND p.published_at IS NULL "
+                "AND p.dead_lettered_at IS NULL)) "
+                "ORDER BY c.id LIMIT ?4) RETURNING " OUTBOX_COLS,
+    [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
+                  "published_at = ?6, lease_token = NULL, lease_expires = NULL "
+                  "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
+    [S_FAIL_SEL] =
+        "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND lease_token = ?2 AND " PENDING,
+    [S_FAIL_UPD] = "UPDATE jsd_outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, "
+                   "dead_lettered_at = ?5, dead_reason = ?6, lease_token = NULL, "
+                   "lease_expires = NULL WHERE id = ?1",
+    [S_RELEASE_LEASE] = "UPDATE jsd_outbox SET lease_token = NULL, lease_expires = NULL "
+                        "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
+    [S_REQUEUE] = "UPDATE jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
+                  "attempts = 0, next_attempt_at = ?2, lease_token = NULL, lease_expires = NULL "
+                  "WHERE id = ?1 AND dead_lettered_at IS NOT NULL AND published_at IS NULL",
+    [S_NEXT_DUE] = "SELECT min(max(next_attempt_at, coalesce(lease_expires, 0))) FROM jsd_outbox "
+                   "WHERE " PENDING,
+    [S_INBOX_GET] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM jsd_inbox "
+                    "WHERE stream = ?1 AND consumer = ?2 AND stream_seq = ?3",
+    [S_INBOX_GET_MSG] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM jsd_inbox "
+                        "WHERE stream = ?1 AND consumer = ?2 AND msg_id = ?3 "
+                        "ORDER BY created_at, stream_seq LIMIT 1",
+    [S_INBOX_INS] = "INSERT INTO jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, detail, "
+                    "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+                    "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
+    [S_POISON_INS] = "INSERT INTO jsd_poison (stream, consumer, stream_seq, msg_id, subject, "
+                     "diagnostic, headers, payload, created_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+                     "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
+    [S_POISON_MARK] = "UPDATE jsd_poison SET dlq_stream = ?4, dlq_seq = ?5 "
+                      "WHERE stream = ?1 AND consumer = ?2 AND stream_seq = ?3",
+    [S_POISON_GET] = "SELECT " POISON_COLS " FROM jsd_poison "
+                     "WHERE stream = ?1 AND consumer = ?2 AND stream_seq = ?3",
+    [S_POISON_LIST] = "SELECT " POISON_COLS " FROM jsd_poison WHERE id > ?1 ORDER BY id LIMIT ?2",
+    [S_GC_OUT] = "DELETE FROM jsd_outbox WHERE id IN (SELECT id FROM jsd_outbox "
+                 "WHERE published_at IS NOT NULL AND published_at < ?1 "
+                 "ORDER BY published_at LIMIT ?2)",
+    [S_GC_IN] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
+                "WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
+    [S_STATS_PENDING] = "SELECT count(*), coalesce(sum(next_attempt_at <= ?1), 0), "
+                        "min(CASE WHEN next_attempt_at <= ?1 THEN not_before END) "
+                        "FROM jsd_outbox WHERE " PENDING,
+    [S_STATS_DEAD] = "SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL",
+    [S_STATS_PUBLISHED] = "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL",
+    [S_STATS_INBOX] = "SELECT count(*) FROM jsd_inbox",
+    [S_STATS_POISON] = "SELECT count(*) FROM jsd_poison",
+    [S_DATA_VERSION] = "PRAGMA data_version",
+};
+
+/* Schema migrations: MIGRATIONS[v - 1] takes the schema from v - 1 to v. */
+static const char *const migration_1[] = {
+    "CREATE TABLE jsd_outbox ("
+    " id INTEGER PRIMARY KEY,"
+    " owner TEXT NOT NULL,"
+    " effect_id TEXT NOT NULL,"
+    " msg_id TEXT NOT NULL,"
+    " subject TEXT NOT NULL,"
+    " headers BLOB,"
+    " payload BLOB NOT NULL,"
+    " order_key TEXT,"
+    " created_at INTEGER NOT NULL,"
+    " not_before INTEGER NOT NULL,"
+    " next_attempt_at INTEGER NOT NULL,"
+    " lease_token TEXT,"
+    " lease_expires INTEGER,"
+    " attempts INTEGER NOT NULL DEFAULT 0,"
+    " last_error TEXT,"
+    " dead_lettered_at INTEGER,"
+    " dead_reason TEXT,"
+    " stream TEXT,"
+    " stream_seq INTEGER,"
+    " duplicate INTEGER,"
+    " published_at INTEGER,"
+    " UNIQUE (owner, effect_id))",
+    "CREATE INDEX jsd_outbox_pending ON jsd_outbox (id, next_attempt_at) WHERE " PENDING,
+    "CREATE INDEX jsd_outbox_due ON jsd_outbox (next_attempt_at) WHERE " PENDING,
+    "CREATE INDEX jsd_outbox_key ON jsd_outbox (order_key, id) "
+    "WHERE order_key IS NOT NULL AND " PENDING,
+    "CREATE INDEX jsd_outbox_published ON jsd_outbox (published_at) "
+    "WHERE published_at IS NOT NULL",
+    "CREATE INDEX jsd_outbox_dead ON jsd_outbox (dead_lettered_at) "
+    "WHERE dead_lettered_at IS NOT NULL",
+    "CREATE TABLE jsd_inbox ("
+    " stream TEXT NOT NULL,"
+    " consumer TEXT NOT NULL,"
+    " stream_seq INTEGER NOT NULL,"
+    " msg_id TEXT,"
+    " outcome INTEGER NOT NULL,"
+    " detail TEXT,"
+    " created_at INTEGER NOT NULL,"
+    " PRIMARY KEY (stream, consumer, stream_seq))",
+    "CREATE INDEX jsd_inbox_msg ON jsd_inbox (stream, consumer, msg_id) WHERE msg_id IS NOT NULL",
+    "CREATE INDEX jsd_inbox_created ON jsd_inbox (created_at)",
+    "CREATE TABLE jsd_poison ("
+    " id INTEGER PRIMARY KEY,"
+    " stream TEXT NOT NULL,"
+    " consumer TEXT NOT NULL,"
+    " stream_seq INTEGER NOT NULL,"
+    " msg_id TEXT,"
+    " subject TEXT NOT NULL,"
+    " diagnostic TEXT NOT NULL,"
+    " headers BLOB,"
+    " payload BLOB,"
+    " created_at INTEGER NOT NULL,"
+    " dlq_stream TEXT,"
+    " dlq_seq INTEGER,"
+    " UNIQUE (stream, consumer, stream_seq))",
+    NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1};
+
+/* ---- the wake-up registry ----------------------------------------------------------- */
+
+typedef struct wake {
+    char *path;
+    int refs;
+    uint64_t counter;
+    pthread_cond_t cv;
+    struct wake *next;
+} wake;
+
+static pthread_mutex_t wake_mu = PTHREAD_MUTEX_INITIALIZER;
+static wake *wake_list;
+
+static wake *wake_get(const char *path)
+{
+    pthread_mutex_lock(&wake_mu);
+    wake *w = wake_list;
+    while (w && strcmp(w->path, path) != 0)
+        w = w->next;
+    if (w) {
+        w->refs++;
+    } else if ((w = jsd__calloc(1, sizeof(*w))) && (w->path = jsd__strdup(path))) {
+        pthread_condattr_t a;
+        pthread_condattr_init(&a);
+        pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+        pthread_cond_init(&w->cv, &a);
+        pthread_condattr_destroy(&a);
+        w->refs = 1;
+        w->next = wake_list;
+        wake_list = w;
+    } else {
+        jsd__free(w);
+        w = NULL;
+    }
+    pthread_mutex_unlock(&wake_mu);
+    return w;
+}
+
+static void wake_put(wake *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&wake_mu);
+    if (--w->refs == 0) {
+        wake **pp = &wake_list;
+        while (*pp != w)
+            pp = &(*pp)->next;
+        *pp = w->next;
+        pthread_cond_destroy(&w->cv);
+        jsd__free(w->path);
+        jsd__free(w);
+    }
+    pthread_mutex_unlock(&wake_mu);
+}
+
+/* ---- state and helpers ------------------------------------------------------------- */
+
+typedef struct sq {
+    sqlite3 *db;
+    sqlite3_stmt *st[S__COUNT];
+    wake *wake;
+    uint64_t seen;
+    int64_t data_version;
+} sq;
+
+#define SQ(s) ((sq *)(s)->be)
+
+/* Map a SQLite result to a status and record it on the store. */
+static jsd_status sq_fail(jsd_store *s, int rc, const char *what)
+{
+    sqlite3 *db = SQ(s) ? SQ(s)->db : NULL;
+    int prim = rc & 0xff;
+    jsd_status st;
+    const char *hint = "";
+    int sys = db ? sqlite3_system_errno(db) : 0;
+    switch (prim) {
+    case SQLITE_READONLY:
+        st = JSD_ERR_READONLY;
+        hint = "; the store file or its folder is read-only: jsdurable must write it";
+        break;
+    case SQLITE_FULL:
+        st = JSD_ERR_FULL;
+        hint = "; the disk holding the store is full: free space, nothing was committed";
+        break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        st = JSD_ERR_BUSY;
+        hint = "; another connection held the write lock past the busy timeout";
+        break;
+    case SQLITE_CONSTRAINT:
+        st = (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY) ? JSD_ERR_EXISTS
+                                                                                    : JSD_ERR_STORE;
+        break;
+    case SQLITE_NOMEM:
+        st = JSD_ERR_NOMEM;
+        break;
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+        st = sys == ENOSPC ? JSD_ERR_FULL : sys == EROFS ? JSD_ERR_READONLY : JSD_ERR_IO;
+        if (st == JSD_ERR_FULL)
+            hint = "; the disk holding the store is full: free space, nothing was committed";
+        break;
+    default:
+        st = JSD_ERR_STORE;
+    }
+    jsd__store_err(s, st, "%s failed on store \"%s\": %s (SQLite code %d)%s", what, s->url_safe,
+                   db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), rc, hint);
+    s->err.sqlite_code = rc;
+    return st;
+}
+
+static sqlite3_stmt *stmt(jsd_store *s, int id)
+{
+    sq *q = SQ(s);
+    if (!q->st[id]) {
+        int rc = sqlite3_prepare_v3(q->db, sql_text[id], -1, SQLITE_PREPARE_PERSISTENT, &q->st[id],
+                                    NULL);
+        if (rc != SQLITE_OK) {
+            sq_fail(s, rc, "preparing a statement");
+            q->st[id] = NULL;
+        }
+    }
+    return q->st[id];
+}
+
+static void done(sqlite3_stmt *st)
+{
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+/* Run a statement that returns no rows. */
+static jsd_status run(jsd_store *s, int id, const char *what)
+{
+    sqlite3_stmt *st = stmt(s, id);
+    if (!st)
+        return s->err.status;
+    int rc = sqlite3_step(st);
+    done(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return sq_fail(s, rc, what);
+    return JSD_OK;
+}
+
+static jsd_status exec_sql(jsd_store *s, const char *sql, const char *what)
+{
+    int rc = sqlite3_exec(SQ(s)->db, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? JSD_OK : sq_fail(s, rc, what);
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *v)
+{
+    if (v)
+        sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static void bind_blob(sqlite3_stmt *st, int i, const void *v, size_t n)
+{
+    if (v)
+        sqlite3_bind_blob64(st, i, n ? v : "", n, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static const char *col_text(sqlite3_stmt *st, int i, size_t *len)
+{
+    const char *t = (const char *)sqlite3_column_text(st, i);
+    if (len)
+        *len = (size_t)sqlite3_column_bytes(st, i);
+    return t;
+}
+
+static char *col_dup(sqlite3_stmt *st, int i)
+{
+    size_t n;
+    const char *t = col_text(st, i, &n);
+    return t ? jsd__strndup(t, n) : NULL;
+}
+
+/* In a transaction of its own: begin, or run inside the open one. */
+static jsd_status own_begin(jsd_store *s, const char *what)
+{
+    return run(s, S_BEGIN, what);
+}
+
+static jsd_status own_end(jsd_store *s, jsd_status rc, const char *what)
+{
+    if (rc == JSD_OK)
+        return run(s, S_COMMIT, what);
+    jsd_error keep = s->err;
+    run(s, S_ROLLBACK, "rollback");
+    s->err = keep;
+    return rc;
+}
+
+/* ---- operations -------------------------------------------------------------------- */
+
+static void sq_close(jsd_store *s)
+{
+    sq *q = SQ(s);
+    if (!q)
+        return;
+    for (int i = 0; i < S__COUNT; i++)
+        sqlite3_finalize(q->st[i]);
+    sqlite3_close_v2(q->db);
+    wake_put(q->wake);
+    jsd__free(q);
+    s->be = NULL;
+}
+
+static int64_t read_data_version(jsd_store *s)
+{
+    sqlite3_stmt *st = stmt(s, S_DATA_VERSION);
+    int64_t v = -1;
+    if (st && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    if (st)
+        done(st);
+    return v;
+}
+
+static jsd_status sq_tx(jsd_store *s, jsd__txop op)
+{
+    switch (op) {
+    case JSD__TX_BEGIN:
+        return run(s, S_BEGIN, "BEGIN");
+    case JSD__TX_COMMIT:
+        return run(s, S_COMMIT, "COMMIT");
+    case JSD__TX_COMMIT_NOTIFY: {
+        jsd_status rc = run(s, S_COMMIT, "COMMIT");
+        if (rc == JSD_OK && SQ(s)->wake) {
+            wake *w = SQ(s)->wake;
+            pthread_mutex_lock(&wake_mu);
+            w->counter++;
+            pthread_cond_broadcast(&w->cv);
+            pthread_mutex_unlock(&wake_mu);
+        }
+        return rc;
+    }
+    case JSD__TX_ROLLBACK:
+        if (sqlite3_get_autocommit(SQ(s)->db))
+            return JSD_OK; /* SQLite already rolled back (e.g. after SQLITE_FULL) */
+        return run(s, S_ROLLBACK, "ROLLBACK");
+    case JSD__TX_SAVEPOINT:
+        return run(s, S_SAVEPOINT, "SAVEPOINT");
+    case JSD__TX_RELEASE:
+        return run(s, S_RELEASE, "RELEASE SAVEPOINT");
+    case JSD__TX_ROLLBACK_TO: {
+        jsd_status rc = run(s, S_ROLLBACK_TO, "ROLLBACK TO SAVEPOINT");
+        return rc == JSD_OK ? run(s, S_RELEASE, "RELEASE SAVEPOINT") : rc;
+    }
+    }
+    return JSD_ERR_INTERNAL;
+}
+
+static jsd_status sq_emit(jsd_store *s, const jsd__row *rows, size_t n, size_t *dup_index)
+{
+    sqlite3_stmt *st = stmt(s, S_INSERT);
+    if (!st)
+        return s->err.status;
+    jsd_status rc = JSD_OK;
+    if (n > 1 && (rc = run(s, S_EMIT_SP, "SAVEPOINT")) != JSD_OK)
+        return rc;
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        const jsd__row *r = &rows[i];
+        bind_text(st, 1, r->owner);
+        bind_text(st, 2, r->effect_id);
+        bind_text(st, 3, r->msg_id);
+        bind_text(st, 4, r->subject);
+        bind_blob(st, 5, r->headers, r->headers_len);
+        bind_blob(st, 6, r->payload, r->len);
+        bind_text(st, 7, r->order_key);
+        sqlite3_bind_int64(st, 8, r->created_at);
+        sqlite3_bind_int64(st, 9, r->not_before);
+        int x = sqlite3_step(st);
+        done(st);
+        if (x != SQLITE_DONE) {
+            rc = sq_fail(s, x, "emitting an effect");
+        } else if (sqlite3_changes(SQ(s)->db) == 0) {
+            *dup_index = i;
+            rc = JSD_ERR_EXISTS;
+        }
+    }
+    if (n > 1) {
+        jsd_error keep = s->err;
+        if (rc != JSD_OK && !sqlite3_get_autocommit(SQ(s)->db))
+            run(s, S_EMIT_ROLLBACK_TO, "ROLLBACK TO SAVEPOINT");
+        if (!sqlite3_get_autocommit(SQ(s)->db)) {
+            jsd_status r2 = run(s, S_EMIT_RELEASE, "RELEASE SAVEPOINT");
+            if (rc == JSD_OK)
+                rc = r2;
+            else
+                s->err = keep;
+        }
+    }
+    return rc;
+}
+
+static jsd_status sq_claim(jsd_store *s, int max, int64_t lease_ms, const char *token, int64_t now,
+                           jsd__effect_batch *out)
+{
+    jsd_status rc = own_begin(s, "claim");
+    if (rc != JSD_OK)
+        return rc;
+    sqlite3_stmt *st = stmt(s, S_CLAIM);
+    if (!st)
+        return own_end(s, s->err.status, "claim");
+    bind_text(st, 1, token);
+    sqlite3_bind_int64(st, 2, now + lease_ms);
+    sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_int(st, 4, max);
+    int x;
+    while ((x = sqlite3_step(st)) == SQLITE_ROW && rc == JSD_OK) {
+        size_t ol, il, ml, sl, kl;
+        const char *owner = col_text(st, 1, &ol);
+        const char *eid = col_text(st, 2, &il);
+        const char *mid = col_text(st, 3, &ml);
+        const char *subj = col_text(st, 4, &sl);
+        const unsigned char *h = sqlite3_column_blob(st, 5);
+        size_t hl = (size_t)sqlite3_column_bytes(st, 5);
+        const unsigned char *p = sqlite3_column_blob(st, 6);
+        size_t pl = (size_t)sqlite3_column_bytes(st, 6);
+        const char *key = col_text(st, 8, &kl);
+        rc = jsd__batch_add(out, sqlite3_column_int64(st, 0), owner, ol, eid, il, mid, ml, subj, sl,
+                            h, hl, p, pl, sqlite3_column_int(st, 7), key, kl,
+                            sqlite3_column_int64(st, 9), sqlite3_column_int64(st, 10));
+        if (rc != JSD_OK)
+            jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory",
+                           (long long)sqlite3_column_int64(st, 0));
+    }
+    if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
+        rc = sq_fail(s, x, "claim");
+    done(st);
+    return own_end(s, rc, "claim");
+}
+
+static jsd_status sq_receipts(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
+                              size_t *applied)
+{
+    jsd_status rc = own_begin(s, "recording receipts");
+    if (rc != JSD_OK)
+        return rc;
+    sqlite3_stmt *st = stmt(s, S_RECEIPT);
+    if (!st)
+        return own_end(s, s->err.status, "receipts");
+    size_t a = 0;
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        sqlite3_bind_int64(st, 1, r[i].row_id);
+        bind_text(st, 2, token);
+        bind_text(st, 3, r[i].stream);
+        sqlite3_bind_int64(st, 4, (int64_t)r[i].seq);
+        sqlite3_bind_int(st, 5, r[i].duplicate ? 1 : 0);
+        sqlite3_bind_int64(st, 6, r[i].published_at_ms);
+        int x = sqlite3_step(st);
+        done(st);
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, "recording a receipt");
+        else
+            a += (size_t)sqlite3_changes(SQ(s)->db);
+    }
+    rc = own_end(s, rc, "recording receipts");
+    *applied = rc == JSD_OK ? a : 0;
+    return rc;
+}
+
+static jsd_status sq_failures(jsd_store *s, const char *token, const jsd__failure *f, size_t n,
+                              const jsd__backoff *b, int budget, int64_t now, size_t *applied,
+                              size_t *dead)
+{
+    jsd_status rc = own_begin(s, "recording failures");
+    if (rc != JSD_OK)
+        return rc;
+    sqlite3_stmt *sel = stmt(s, S_FAIL_SEL), *upd = sel ? stmt(s, S_FAIL_UPD) : NULL;
+    if (!upd)
+        return own_end(s, s->err.status, "failures");
+    size_t a = 0, d = 0;
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        sqlite3_bind_int64(sel, 1, f[i].row_id);
+        bind_text(sel, 2, token);
+        int x = sqlite3_step(sel);
+        int attempts = x == SQLITE_ROW ? sqlite3_column_int(sel, 0) : 0;
+        done(sel);
+        if (x == SQLITE_DONE)
+            continue; /* lease lost, or already settled */
+        if (x != SQLITE_ROW) {
+            rc = sq_fail(s, x, "recording a failure");
+            break;
+        }
+        int next = attempts + 1;
+        bool is_dead = f[i].dead_letter_now || next >= budget;
+        char err[JSD__ERROR_TEXT_MAX + 1], reason[JSD__ERROR_TEXT_MAX + 1];
+        jsd__strlcpy(err, f[i].error ? f[i].error : "unknown error", sizeof(err));
+        sqlite3_bind_int64(upd, 1, f[i].row_id);
+        sqlite3_bind_int(upd, 2, next);
+        bind_text(upd, 3, err);
+        if (is_dead) {
+            jsd__dead_reason(reason, sizeof(reason), &f[i], next, budget);
+            sqlite3_bind_int64(upd, 4, now);
+            sqlite3_bind_int64(upd, 5, now);
+            bind_text(upd, 6, reason);
+        } else {
+            sqlite3_bind_int64(upd, 4, now + jsd__backoff_delay_ms(b, next, f[i].row_id));
+            sqlite3_bind_null(upd, 5);
+            sqlite3_bind_null(upd, 6);
+        }
+        x = sqlite3_step(upd);
+        done(upd);
+        if (x != SQLITE_DONE) {
+            rc = sq_fail(s, x, "recording a failure");
+        } else {
+            a++;
+            d += is_dead;
+        }
+    }
+    rc = own_end(s, rc, "recording failures");
+    if (rc == JSD_OK) {
+        *applied = a;
+        *dead = d;
+    }
+    return rc;
+}
+
+/* Run one per-id update for each id in one transaction; count changed rows. */
+static jsd_status each_id(jsd_store *s, int id, const char *token, int64_t now, const int64_t *ids,
+                          size_t n, size_t *changed, const char *what)
+{
+    jsd_status rc = own_begin(s, what);
+    if (rc != JSD_OK)
+        return rc;
+    sqlite3_stmt *st = stmt(s, id);
+    if (!st)
+        return own_end(s, s->err.status, what);
+    size_t k = 0;
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        sqlite3_bind_int64(st, 1, ids[i]);
+        if (token)
+            bind_text(st, 2, token);
+        else
+            sqlite3_bind_int64(st, 2, now);
+        int x = sqlite3_step(st);
+        done(st);
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, what);
+        else
+            k += (size_t)sqlite3_changes(SQ(s)->db);
+    }
+    rc = own_end(s, rc, what);
+    *changed = rc == JSD_OK ? k : 0;
+    return rc;
+}
+
+static jsd_status sq_release(jsd_store *s, const char *token, const int64_t *ids, size_t n,
+                             size_t *released)
+{
+    return each_id(s, S_RELEASE_LEASE, token, 0, ids, n, released, "releasing leases");
+}
+
+static jsd_status sq_requeue(jsd_store *s, const int64_t *ids, size_t n, int64_t now,
+                             size_t *requeued)
+{
+    return each_id(s, S_REQUEUE, NULL, now, ids, n, requeued, "requeueing dead letters");
+}
+
+static jsd_status sq_next_due(jsd_store *s, bool *found, int64_t *next)
+{
+    sqlite3_stmt *st = stmt(s, S_NEXT_DUE);
+    if (!st)
+        return s->err.status;
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        *found = true;
+        *next = sqlite3_column_int64(st, 0);
+    }
+    done(st);
+    return x == SQLITE_ROW ? JSD_OK : sq_fail(s, x, "reading the next due time");
+}
+
+static jsd_status sq_wait(jsd_store *s, int timeout_ms, bool *woken)
+{
+    sq *q = SQ(s);
+    int64_t end = jsd__mono_ms() + timeout_ms;
+    for (;;) {
+        if (q->wake) {
+            pthread_mutex_lock(&wake_mu);
+            if (q->wake->counter != q->seen) {
+                q->seen = q->wake->counter;
+                pthread_mutex_unlock(&wake_mu);
+                q->data_version = read_data_version(s);
+                *woken = true;
+                return JSD_OK;
+            }
+            int64_t left = end - jsd__mono_ms();
+            if (left > 0) {
+                int64_t slice = JSD_MIN(left, 50);
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_sec += slice / 1000;
+                ts.tv_nsec += (long)(slice % 1000) * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&q->wake->cv, &wake_mu, &ts);
+            }
+            pthread_mutex_unlock(&wake_mu);
+        } else {
+            jsd__sleep_ms(JSD_MIN(JSD_MAX(end - jsd__mono_ms(), 0), 50));
+        }
+        int64_t dv = read_data_version(s);
+        if (dv != q->data_version) {
+            q->data_version = dv;
+            *woken = true;
+            return JSD_OK;
+        }
+        if (jsd__mono_ms() >= end)
+            return JSD_OK;
+    }
+}
+
+static jsd_status read_outcome(sqlite3_stmt *st, jsd__inbox_outcome *out)
+{
+    if (!out)
+        return JSD_OK;
+    memset(out, 0, sizeof(*out));
+    out->code = sqlite3_column_int(st, 0);
+    const char *d = col_text(st, 1, NULL);
+    jsd__strlcpy(out->detail, d ? d : "", sizeof(out->detail));
+    const char *m = col_text(st, 2, NULL);
+    jsd__strlcpy(out->msg_id, m ? m : "", sizeof(out->msg_id));
+    out->stream_seq = (uint64_t)sqlite3_column_int64(st, 3);
+    out->created_at_ms = sqlite3_column_int64(st, 4);
+    return JSD_OK;
+}
+
+static jsd_status sq_inbox_lookup(jsd_store *s, const char *stream, const char *consumer,
+                                  uint64_t seq, const char *msg_id, bool *found,
+                                  jsd__inbox_outcome *out)
+{
+    sqlite3_stmt *st = stmt(s, msg_id ? S_INBOX_GET_MSG : S_INBOX_GET);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, stream);
+    bind_text(st, 2, consumer);
+    if (msg_id)
+        bind_text(st, 3, msg_id);
+    else
+        sqlite3_bind_int64(st, 3, (int64_t)seq);
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        *found = true;
+        read_outcome(st, out);
+    }
+    done(st);
+    if (x != SQLITE_ROW && x != SQLITE_DONE)
+        return sq_fail(s, x, "inbox lookup");
+    return JSD_OK;
+}
+
+static jsd_status sq_inbox_insert(jsd_store *s, const char *stream, const char *consumer,
+                                  uint64_t seq, const char *msg_id, int code, const char *detail,
+                                  int64_t now)
+{
+    sqlite3_stmt *st = stmt(s, S_INBOX_INS);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, stream);
+    bind_text(st, 2, consumer);
+    sqlite3_bind_int64(st, 3, (int64_t)seq);
+    bind_text(st, 4, msg_id);
+    sqlite3_bind_int(st, 5, code);
+    bind_text(st, 6, detail);
+    sqlite3_bind_int64(st, 7, now);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "inbox insert");
+    return sqlite3_changes(SQ(s)->db) == 0 ? JSD_ERR_EXISTS : JSD_OK;
+}
+
+static jsd_status sq_poison_insert(jsd_store *s, const jsd__poison *p, int64_t now, bool *inserted)
+{
+    sqlite3_stmt *st = stmt(s, S_POISON_INS);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, p->stream);
+    bind_text(st, 2, p->consumer);
+    sqlite3_bind_int64(st, 3, (int64_t)p->stream_seq);
+    bind_text(st, 4, p->msg_id);
+    bind_text(st, 5, p->subject);
+    bind_text(st, 6, p->diagnostic);
+    bind_blob(st, 7, p->headers, p->headers_len);
+    bind_blob(st, 8, p->payload ? p->payload : "", p->len);
+    sqlite3_bind_int64(st, 9, now);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "poison insert");
+    *inserted = sqlite3_changes(SQ(s)->db) > 0;
+    return JSD_OK;
+}
+
+static jsd_status sq_poison_mark(jsd_store *s, const char *stream, const char *consumer,
+                                 uint64_t seq, const char *dlq_stream, uint64_t dlq_seq)
+{
+    sqlite3_stmt *st = stmt(s, S_POISON_MARK);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, stream);
+    bind_text(st, 2, consumer);
+    sqlite3_bind_int64(st, 3, (int64_t)seq);
+    bind_text(st, 4, dlq_stream);
+    sqlite3_bind_int64(st, 5, (int64_t)dlq_seq);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "marking a poison record published");
+    if (sqlite3_changes(SQ(s)->db) == 0)
+        return jsd__store_err(s, JSD_ERR_NOT_FOUND, "no poison record for that delivery");
+    return JSD_OK;
+}
+
+static void *blob_dup(sqlite3_stmt *st, int i, size_t *len)
+{
+    const void *b = sqlite3_column_blob(st, i);
+    *len = (size_t)sqlite3_column_bytes(st, i);
+    if (sqlite3_column_type(st, i) == SQLITE_NULL)
+        return NULL;
+    return jsd__memdup(b ? b : "", *len ? *len : 1);
+}
+
+static jsd_status sq_poison_read(jsd_store *s, const char *stream, const char *consumer,
+                                 uint64_t seq, int64_t after_id, size_t max,
+                                 jsd__poison_record **out, size_t *n)
+{
+    sqlite3_stmt *st = stmt(s, stream ? S_POISON_GET : S_POISON_LIST);
+    if (!st)
+        return s->err.status;
+    if (stream) {
+        bind_text(st, 1, stream);
+        bind_text(st, 2, consumer);
+        sqlite3_bind_int64(st, 3, (int64_t)seq);
+    } else {
+        sqlite3_bind_int64(st, 1, after_id);
+        sqlite3_bind_int64(st, 2, (int64_t)max);
+    }
+    jsd__poison_record *recs = NULL;
+    size_t k = 0, cap = 0;
+    jsd_status rc = JSD_OK;
+    int x;
+    while ((x = sqlite3_step(st)) == SQLITE_ROW) {
+        if (k == cap) {
+            size_t nc = cap ? cap * 2 : 8;
+            jsd__poison_record *nr = jsd__realloc(recs, nc * sizeof(*nr));
+            if (!nr) {
+                rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading poison records");
+                break;
+            }
+            recs = nr;
+            cap = nc;
+        }
+        jsd__poison_record *r = &recs[k++];
+        memset(r, 0, sizeof(*r));
+        r->id = sqlite3_column_int64(st, 0);
+        r->stream = col_dup(st, 1);
+        r->consumer = col_dup(st, 2);
+        r->stream_seq = (uint64_t)sqlite3_column_int64(st, 3);
+        r->msg_id = col_dup(st, 4);
+        if (!r->msg_id)
+            r->msg_id = jsd__strdup("");
+        r->subject = col_dup(st, 5);
+        r->diagnostic = col_dup(st, 6);
+        r->headers = blob_dup(st, 7, &r->headers_len);
+        r->payload = blob_dup(st, 8, &r->len);
+        r->created_at_ms = sqlite3_column_int64(st, 9);
+        r->dlq_stream = col_dup(st, 10);
+        r->dlq_seq = (uint64_t)sqlite3_column_int64(st, 11);
+        if (!r->stream || !r->consumer || !r->msg_id || !r->subject || !r->diagnostic) {
+            rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading poison records");
+            break;
+        }
+    }
+    if (rc == JSD_OK && x != SQLITE_DONE)
+        rc = sq_fail(s, x, "reading poison records");
+    done(st);
+    if (rc != JSD_OK) {
+        jsd__poison_records_free(recs, k);
+        return rc;
+    }
+    *out = recs;
+    *n = k;
+    return JSD_OK;
+}
+
+static jsd_status sq_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *removed)
+{
+    jsd_status rc = own_begin(s, "retention");
+    if (rc != JSD_OK)
+        return rc;
+    int64_t k = 0;
+    int ids[2] = {S_GC_OUT, S_GC_IN};
+    for (int i = 0; i < 2 && rc == JSD_OK; i++) {
+        sqlite3_stmt *st = stmt(s, ids[i]);
+        if (!st) {
+            rc = s->err.status;
+            break;
+        }
+        sqlite3_bind_int64(st, 1, cutoff);
+        sqlite3_bind_int(st, 2, batch);
+        int x = sqlite3_step(st);
+        done(st);
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, "retention");
+        else
+            k += sqlite3_changes(SQ(s)->db);
+    }
+    rc = own_end(s, rc, "retention");
+    *removed = rc == JSD_OK ? k : 0;
+    return rc;
+}
+
+static jsd_status count1(jsd_store *s, int id, int64_t *out)
+{
+    sqlite3_stmt *st = stmt(s, id);
+    if (!st)
+        return s->err.status;
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    done(st);
+    return x == SQLITE_ROW ? JSD_OK : sq_fail(s, x, "reading store counts");
+}
+
+static jsd_status sq_stats(jsd_store *s, int64_t now, jsd_store_stats *o)
+{
+    /* One read transaction, so the counts agree with each other. */
+    jsd_status rc = exec_sql(s, "BEGIN", "reading store counts");
+    if (rc != JSD_OK)
+        return rc;
+    sqlite3_stmt *st = stmt(s, S_STATS_PENDING);
+    if (!st) {
+        rc = s->err.status;
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, now);
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        o->backlog = sqlite3_column_int64(st, 0);
+        o->due = sqlite3_column_int64(st, 1);
+        if (sqlite3_column_type(st, 2) != SQLITE_NULL)
+            o->oldest_due_age_ms = JSD_MAX(0, now - sqlite3_column_int64(st, 2));
+    }
+    done(st);
+    if (x != SQLITE_ROW) {
+        rc = sq_fail(s, x, "reading store counts");
+        goto out;
+    }
+    if ((rc = count1(s, S_STATS_DEAD, &o->dead_lettered)) != JSD_OK ||
+        (rc = count1(s, S_STATS_PUBLISHED, &o->published)) != JSD_OK ||
+        (rc = count1(s, S_STATS_INBOX, &o->inbox_rows)) != JSD_OK ||
+        (rc = count1(s, S_STATS_POISON, &o->poison_records)) != JSD_OK)
+        goto out;
+out:;
+    jsd_error keep = s->err;
+    exec_sql(s, "COMMIT", "reading store counts");
+    if (rc != JSD_OK)
+        s->err = keep;
+    return rc;
+}
+
+static const jsd__store_ops sqlite_ops = {
+    .close = sq_close,
+    .tx = sq_tx,
+    .emit = sq_emit,
+    .claim = sq_claim,
+    .receipts = sq_receipts,
+    .failures = sq_failures,
+    .release = sq_release,
+    .requeue = sq_requeue,
+    .next_due = sq_next_due,
+    .wait = sq_wait,
+    .inbox_lookup = sq_inbox_lookup,
+    .inbox_insert = sq_inbox_insert,
+    .poison_insert = sq_poison_insert,
+    .poison_mark = sq_poison_mark,
+    .poison_read = sq_poison_read,
+    .gc_step = sq_gc_step,
+    .stats = sq_stats,
+};
+
+/* ---- open and migrate -------------------------------------------------------------- */
+
+static jsd_status migrate(jsd_store *s)
+{
+    jsd_status rc = exec_sql(s, "BEGIN IMMEDIATE", "opening the store (migration)");
+    if (rc != JSD_OK)
+        return rc;
+    rc = exec_sql(s,
+                  "CREATE TABLE IF NOT EXISTS jsd_schema_version ("
+                  " version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+                  "creating jsd_schema_version");
+    int64_t cur = 0;
+    if (rc == JSD_OK) {
+        sqlite3_stmt *st = NULL;
+        int x = sqlite3_prepare_v2(
+            SQ(s)->db, "SELECT coalesce(max(version), 0) FROM jsd_schema_version", -1, &st, NULL);
+        if (x == SQLITE_OK && (x = sqlite3_step(st)) == SQLITE_ROW)
+            cur = sqlite3_column_int64(st, 0);
+        else
+            rc = sq_fail(s, x, "reading the schema version");
+        sqlite3_finalize(st);
+    }
+    if (rc == JSD_OK && cur > JSD__SCHEMA_VERSION)
+        rc = jsd__store_err(s, JSD_ERR_SCHEMA,
+                            "store \"%s\" has schema version %lld, newer than this jsdurable "
+                            "knows (%d): upgrade jsdurable, or open an older copy of the store",
+                            s->url_safe, (long long)cur, JSD__SCHEMA_VERSION);
+    for (int64_t v = cur + 1; rc == JSD_OK && v <= JSD__SCHEMA_VERSION; v++) {
+        for (const char *const *q = MIGRATIONS[v - 1]; *q && rc == JSD_OK; q++)
+            rc = exec_sql(s, *q, "applying a schema migration");
+        if (rc == JSD_OK) {
+            char ins[128];
+            jsd__snprintf(
+                ins, sizeof(ins),
+                "INSERT INTO jsd_schema_version (version, applied_at) VALUES (%lld, %lld)",
+                (long long)v, (long long)jsd__now_ms());
+            rc = exec_sql(s, ins, "recording the schema version");
+        }
+    }
+    if (rc == JSD_OK)
+        return exec_sql(s, "COMMIT", "committing the schema migration");
+    jsd_error keep = s->err;
+    if (!sqlite3_get_autocommit(SQ(s)->db))
+        sqlite3_exec(SQ(s)->db, "ROLLBACK", NULL, NULL, NULL);
+    s->err = keep;
+    return rc;
+}
+
+jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
+{
+    jsd_status rc;
+    sq *q = jsd__calloc(1, sizeof(*q));
+    if (!q)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening the store");
+    s->be = q;
+    s->ops = &sqlite_ops;
+    s->backend = JSD_STORE_SQLITE;
+    int x = sqlite3_open_v2(path, &q->db,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (x != SQLITE_OK) {
+        rc = sq_fail(s, x, "opening the SQLite file");
+        goto fail;
+    }
+    sqlite3_extended_result_codes(q->db, 1);
+    sqlite3_busy_timeout(q->db, s->busy_timeout_ms);
+    if (sqlite3_db_readonly(q->db, "main") == 1) {
+        rc = jsd__store_err(s, JSD_ERR_READONLY,
+                            "store \"%s\" can only be opened read-only (file, folder or mount "
+                            "not writable): jsdurable must write it",
+                            s->url_safe);
+        s->err.sqlite_code = SQLITE_READONLY;
+        goto fail;
+    }
+    /* journal_mode answers with the mode in force. */
+    sqlite3_stmt *st = NULL;
+    x = sqlite3_prepare_v2(q->db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
+    if (x == SQLITE_OK)
+        x = sqlite3_step(st);
+    if (x != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        rc = sq_fail(s, x, "switching the store to WAL");
+        goto fail;
+    }
+    bool wal = sqlite3_strnicmp((const char *)sqlite3_column_text(st, 0), "wal", 3) == 0;
+    sqlite3_finalize(st);
+    if (!wal && strcmp(path, ":memory:") != 0) {
+        rc = jsd__store_err(s, JSD_ERR_STORE,
+                            "store \"%s\" cannot use WAL journaling (a network or read-only file "
+                            "system?): jsdurable needs WAL",
+                            s->url_safe);
+        goto fail;
+    }
+    if ((rc = exec_sql(s, "PRAGMA synchronous=FULL", "setting synchronous=FULL")) != JSD_OK ||
+        (rc = exec_sql(s, "PRAGMA foreign_keys=ON", "enabling foreign keys")) != JSD_OK ||
+        (rc = migrate(s)) != JSD_OK)
+        goto fail;
+    const char *fn = sqlite3_db_filename(q->db, "main");
+    q->wake = wake_get(fn && *fn ? fn : path);
+    if (q->wake) {
+        pthread_mutex_lock(&wake_mu);
+        q->seen = q->wake->counter;
+        pthread_mutex_unlock(&wake_mu);
+    }
+    q->data_version = read_data_version(s);
+    return JSD_OK;
+fail:
+    jsd__err_copy(err, &s->err);
+    sq_close(s);
+    return rc;
+}
+
+struct sqlite3 *jsd__sqlite_handle(jsd_store *s)
+{
+    return s && s->backend == JSD_STORE_SQLITE && s->be ? SQ(s)->db : NULL;
+}

@@ -1,0 +1,1382 @@
+/*
+ * The store's common front: opening from a URL, argument validation and
+ * limits, the headers encoding, effect message ids, claimed-effect batches,
+ * backoff, and the public and internal entry points that dispatch to the
+ * SQLite (sqlite.c) or PostgreSQL (postgres.c) back end.
+ *
+ * Everything a back end receives has been validated here, so both back ends
+ * reject bad input with the same status and the same message.
+ *
+ * Headers column encoding (version 1), NULL when an effect has no headers:
+ *   u8 version (1), u8 count, then per header:
+ *   u8 name length, name bytes, u16 big-endian value length, value bytes.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "store/backend.h"
+
+#define HEADERS_ENC_VERSION 1
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+jsd_status jsd__store_err(jsd_store *st, jsd_status s, const char *fmt, ...)
+{
+    va_list ap;
+    jsd_error_clear(&st->err);
+    va_start(ap, fmt);
+    jsd__verr(&st->err, s, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static jsd_status front_err(jsd_store *st, jsd_status s, const jsd_error *e)
+{
+    jsd__err_copy(&st->err, e);
+    st->err.status = s;
+    return s;
+}
+
+const char *jsd_store_errmsg(const jsd_store *s)
+{
+    if (!s)
+        return "no store";
+    return s->err.msg[0] ? s->err.msg : jsd_status_str(s->err.status);
+}
+
+const jsd_error *jsd_store_error(const jsd_store *s)
+{
+    return s ? &s->err : NULL;
+}
+
+jsd_store_backend jsd_store_backend_of(const jsd_store *s)
+{
+    return s ? s->backend : (jsd_store_backend)0;
+}
+
+/* ---- URLs -------------------------------------------------------------------------- */
+
+void jsd__store_redact_url(const char *url, char *out, size_t cap)
+{
+    if (!cap)
+        return;
+    out[0] = '\0';
+    if (!url)
+        return;
+    size_t o = 0;
+#define PUT(c)                                                                                     \
+    do {                                                                                           \
+        if (o + 1 < cap)                                                                           \
+            out[o++] = (c);                                                                        \
+    } while (0)
+    const char *p = url;
+    const char *sch = strstr(url, "://");
+    if (sch) {
+        const char *auth = sch + 3;
+        size_t alen = strcspn(auth, "/?#");
+        const char *at = NULL;
+        for (size_t i = 0; i < alen; i++)
+            if (auth[i] == '@')
+                at = auth + i;
+        for (; p < auth; p++)
+            PUT(*p);
+        if (at) {
+            const char *colon = memchr(auth, ':', (size_t)(at - auth));
+            const char *uend = colon ? colon : at;
+            for (; p < uend; p++)
+                PUT(*p);
+            if (colon) {
+                PUT(':');
+                PUT('*');
+                PUT('*');
+                PUT('*');
+            }
+            p = at;
+        }
+    }
+    /* The rest, with password=VALUE parameters hidden. */
+    while (*p) {
+        if ((p == url || p[-1] == '?' || p[-1] == '&' || p[-1] == ' ') &&
+            strncasecmp(p, "password=", 9) == 0) {
+            for (int i = 0; i < 9; i++)
+                PUT(p[i]);
+            PUT('*');
+            PUT('*');
+            PUT('*');
+            p += 9;
+            while (*p && *p != '&' && *p != ' ')
+                p++;
+            continue;
+        }
+        PUT(*p);
+        p++;
+    }
+    out[o] = '\0';
+#undef PUT
+}
+
+static bool schema_name_valid(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+                  (i > 0 && c >= '0' && c <= '9');
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* Remove "schema=NAME" from a postgres URL's query into *schema (owned). */
+static jsd_status split_pg_schema(const char *url, char **conninfo, char **schema)
+{
+    *conninfo = NULL;
+    *schema = NULL;
+    const char *q = strchr(url, '?');
+    size_t ulen = strlen(url);
+    char *ci = jsd__malloc(ulen + 1);
+    if (!ci)
+        return JSD_ERR_NOMEM;
+    if (!q) {
+        memcpy(ci, url, ulen + 1);
+        *conninfo = ci;
+        return JSD_OK;
+    }
+    size_t o = (size_t)(q - url);
+    memcpy(ci, url, o);
+    bool first = true;
+    const char *p = q + 1;
+    while (*p) {
+        size_t len = strcspn(p, "&");
+        if (len > 7 && strncmp(p, "schema=", 7) == 0) {
+            jsd__free(*schema);
+            *schema = jsd__strndup(p + 7, len - 7);
+            if (!*schema) {
+                jsd__free(ci);
+                return JSD_ERR_NOMEM;
+            }
+        } else if (len > 0) {
+            ci[o++] = first ? '?' : '&';
+            first = false;
+            memcpy(ci + o, p, len);
+            o += len;
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    ci[o] = '\0';
+    *conninfo = ci;
+    return JSD_OK;
+}
+
+void jsd_store_opts_init(jsd_store_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->busy_timeout_ms = 5000;
+    o->payload_max = JSD__PAYLOAD_MAX_DEFAULT;
+}
+
+jsd_status jsd_store_open(jsd_store **out, const char *url, jsd_error *err)
+{
+    jsd_store_opts o;
+    jsd_store_opts_init(&o);
+    o.url = url;
+    return jsd_store_open_opts(out, &o, err);
+}
+
+jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_error *err)
+{
+    jsd_status rc;
+    char *conninfo = NULL, *schema = NULL;
+    jsd_store *s = NULL;
+    jsd_error_clear(err);
+    if (!out || !o)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd_store_open: out and options are required");
+    *out = NULL;
+    const char *url = o->url;
+    if (!url || !*url)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "store URL is empty: give \"sqlite:PATH\", a file path or "
+                        "\"postgres://...\"");
+    if (o->busy_timeout_ms < 0)
+        return jsd__err(err, JSD_ERR_CONFIG, "busy_timeout_ms %d is negative", o->busy_timeout_ms);
+    if (o->payload_max > 64u * 1024 * 1024)
+        return jsd__err(err, JSD_ERR_CONFIG, "payload_max %zu is over the 64 MiB ceiling",
+                        o->payload_max);
+    s = jsd__calloc(1, sizeof(*s));
+    if (!s)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening the store");
+    s->payload_max = o->payload_max ? o->payload_max : JSD__PAYLOAD_MAX_DEFAULT;
+    s->busy_timeout_ms = o->busy_timeout_ms;
+    s->tx.store = s;
+    jsd__store_redact_url(url, s->url_safe, sizeof(s->url_safe));
+
+    if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0) {
+        rc = split_pg_schema(url, &conninfo, &schema);
+        if (rc != JSD_OK) {
+            jsd__err(err, rc, "out of memory opening the store");
+            goto fail;
+        }
+        const char *sch = o->pg_schema && *o->pg_schema ? o->pg_schema : schema;
+        if (!sch || !*sch)
+            sch = "public";
+        if (!schema_name_valid(sch)) {
+            rc = jsd__err(err, JSD_ERR_CONFIG,
+                          "PostgreSQL schema name \"%.64s\" is not valid: use 1..63 of "
+                          "[A-Za-z0-9_], not starting with a digit",
+                          sch);
+            goto fail;
+        }
+        rc = jsd__pg_open(s, conninfo, sch, err);
+        if (rc != JSD_OK)
+            goto fail;
+    } else {
+        const char *path = url;
+        if (strncmp(url, "sqlite:", 7) == 0) {
+            path = url + 7;
+            if (strncmp(path, "//", 2) == 0)
+                path += 2;
+        } else if (strstr(url, "://") || strncmp(url, "postgres:", 9) == 0) {
+            rc = jsd__err(err, JSD_ERR_CONFIG,
+                          "store URL \"%s\" has an unknown scheme: use \"sqlite:PATH\", a "
+                          "file path, or \"postgres://...\"",
+                          s->url_safe);
+            goto fail;
+        }
+        if (!*path) {
+            rc = jsd__err(err, JSD_ERR_CONFIG,
+                          "store URL \"%s\" names no file: use \"sqlite:PATH\"", s->url_safe);
+            goto fail;
+        }
+        rc = jsd__sqlite_open(s, path, err);
+        if (rc != JSD_OK)
+            goto fail;
+    }
+    jsd__free(conninfo);
+    jsd__free(schema);
+    *out = s;
+    return JSD_OK;
+fail:
+    jsd__free(conninfo);
+    jsd__free(schema);
+    jsd__free(s);
+    return rc;
+}
+
+void jsd_store_close(jsd_store *s)
+{
+    if (!s)
+        return;
+    if (s->tx.active) {
+        s->ops->tx(s, JSD__TX_ROLLBACK);
+        s->tx.active = false;
+    }
+    if (s->ops)
+        s->ops->close(s);
+    jsd__free(s);
+}
+
+/* ---- validation -------------------------------------------------------------------- */
+
+static bool is_token_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+}
+
+/* A small validator of exact subjects; the same rule as PUB-1. */
+jsd_status jsd__store_check_subject(const char *subject, jsd_error *err)
+{
+    if (!subject || !*subject)
+        return jsd__err(err, JSD_ERR_INVALID, "subject is required");
+    size_t n = strlen(subject);
+    if (n > JSD__SUBJECT_MAX)
+        return jsd__err(err, JSD_ERR_LIMIT, "subject is %zu bytes; the limit is %d", n,
+                        JSD__SUBJECT_MAX);
+    bool tok_empty = true;
+    for (size_t i = 0; i < n; i++) {
+        char c = subject[i];
+        if (c == '.') {
+            if (tok_empty)
+                return jsd__err(err, JSD_ERR_INVALID,
+                                "subject \"%.64s\" has an empty token: use tokens of "
+                                "[A-Za-z0-9_-] separated by single dots",
+                                subject);
+            tok_empty = true;
+        } else if (is_token_char(c)) {
+            tok_empty = false;
+        } else {
+            return jsd__err(err, JSD_ERR_INVALID,
+                            "subject \"%.64s\" has a character outside [A-Za-z0-9_-.] at "
+                            "byte %zu (no wildcards, spaces or control characters)",
+                            (c >= 0x20 && c < 0x7f) ? subject : "(unprintable)", i);
+        }
+    }
+    if (tok_empty)
+        return jsd__err(err, JSD_ERR_INVALID,
+                        "subject \"%.64s\" ends with an empty token: use tokens of "
+                        "[A-Za-z0-9_-] separated by single dots",
+                        subject);
+    return JSD_OK;
+}
+
+/* Valid UTF-8 without control characters. */
+static bool text_ok(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        if (c < 0x20 || c == 0x7f)
+            return false;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned int cp;
+        if ((c & 0xe0) == 0xc0) {
+            len = 2;
+            cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3;
+            cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (i + len > n)
+            return false;
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (p[i + k] & 0x3f);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+static jsd_status check_ident(const char *what, const char *v, bool required, jsd_error *err)
+{
+    if (!v) {
+        if (required)
+            return jsd__err(err, JSD_ERR_INVALID, "effect %s is required", what);
+        return JSD_OK;
+    }
+    size_t n = strlen(v);
+    if (n == 0 && required)
+        return jsd__err(err, JSD_ERR_INVALID, "effect %s is empty", what);
+    if (n > JSD__IDENT_MAX)
+        return jsd__err(err, JSD_ERR_LIMIT, "effect %s is %zu bytes; the limit is %d", what, n,
+                        JSD__IDENT_MAX);
+    if (!text_ok(v, n))
+        return jsd__err(err, JSD_ERR_INVALID,
+                        "effect %s is not valid UTF-8 text (control characters are refused)", what);
+    return JSD_OK;
+}
+
+static jsd_status check_header(const jsd_header *h, size_t i, jsd_error *err)
+{
+    if (!h->name || !h->value)
+        return jsd__err(err, JSD_ERR_INVALID, "header %zu has no name or no value", i);
+    size_t nl = strlen(h->name), vl = strlen(h->value);
+    if (nl == 0)
+        return jsd__err(err, JSD_ERR_INVALID, "header %zu has an empty name", i);
+    if (nl > JSD__HEADER_NAME_MAX)
+        return jsd__err(err, JSD_ERR_LIMIT,
+                        "header name \"%.32s...\" is %zu bytes; the limit is %d", h->name, nl,
+                        JSD__HEADER_NAME_MAX);
+    for (size_t k = 0; k < nl; k++) {
+        unsigned char c = (unsigned char)h->name[k];
+        if (c <= 0x20 || c >= 0x7f || c == ':')
+            return jsd__err(err, JSD_ERR_INVALID,
+                            "header %zu name has a byte 0x%02x at %zu: names are printable ASCII "
+                            "without spaces or ':'",
+                            i, c, k);
+    }
+    if (strncasecmp(h->name, "Nats-", 5) == 0)
+        return jsd__err(err, JSD_ERR_INVALID,
+                        "header name \"%s\" is reserved: names starting with \"Nats-\" are set by "
+                        "jsdurable and the server",
+                        h->name);
+    if (vl > JSD__HEADER_VALUE_MAX)
+        return jsd__err(err, JSD_ERR_LIMIT, "header \"%s\" value is %zu bytes; the limit is %d",
+                        h->name, vl, JSD__HEADER_VALUE_MAX);
+    for (size_t k = 0; k < vl; k++) {
+        char c = h->value[k];
+        if (c == '\r' || c == '\n')
+            return jsd__err(err, JSD_ERR_INVALID, "header \"%s\" value holds CR or LF at byte %zu",
+                            h->name, k);
+    }
+    return JSD_OK;
+}
+
+/* ---- headers encoding --------------------------------------------------------------- */
+
+static size_t headers_enc_size(const jsd_header *h, size_t n)
+{
+    size_t sz = 2;
+    for (size_t i = 0; i < n; i++)
+        sz += 1 + strlen(h[i].name) + 2 + strlen(h[i].value);
+    return sz;
+}
+
+static void headers_encode(const jsd_header *h, size_t n, unsigned char *out)
+{
+    size_t o = 0;
+    out[o++] = HEADERS_ENC_VERSION;
+    out[o++] = (unsigned char)n;
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = strlen(h[i].name), vl = strlen(h[i].value);
+        out[o++] = (unsigned char)nl;
+        memcpy(out + o, h[i].name, nl);
+        o += nl;
+        out[o++] = (unsigned char)(vl >> 8);
+        out[o++] = (unsigned char)(vl & 0xff);
+        memcpy(out + o, h[i].value, vl);
+        o += vl;
+    }
+}
+
+/* Walk the encoding: total bytes of strings (with NULs) and header count, or
+ * SIZE_MAX when malformed. */
+static size_t headers_walk(const unsigned char *enc, size_t len, size_t *n_headers)
+{
+    *n_headers = 0;
+    if (!enc || len == 0)
+        return 0;
+    if (len < 2 || enc[0] != HEADERS_ENC_VERSION)
+        return SIZE_MAX;
+    size_t n = enc[1], o = 2, strings = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o + 1 > len)
+            return SIZE_MAX;
+        size_t nl = enc[o++];
+        if (o + nl + 2 > len)
+            return SIZE_MAX;
+        o += nl;
+        size_t vl = ((size_t)enc[o] << 8) | enc[o + 1];
+        o += 2;
+        if (o + vl > len)
+            return SIZE_MAX;
+        o += vl;
+        strings += nl + 1 + vl + 1;
+    }
+    if (o != len)
+        return SIZE_MAX;
+    *n_headers = n;
+    return strings;
+}
+
+size_t jsd__headers_decoded_size(const unsigned char *enc, size_t len, size_t *n_headers)
+{
+    size_t strings = headers_walk(enc, len, n_headers);
+    if (strings == SIZE_MAX)
+        return SIZE_MAX;
+    return *n_headers * sizeof(jsd_header) + strings;
+}
+
+bool jsd__headers_decode(const unsigned char *enc, size_t len, jsd_header *out, char *strings)
+{
+    size_t n;
+    if (headers_walk(enc, len, &n) == SIZE_MAX)
+        return false;
+    size_t o = 2;
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = enc[o++];
+        memcpy(strings, enc + o, nl);
+        strings[nl] = '\0';
+        out[i].name = strings;
+        strings += nl + 1;
+        o += nl;
+        size_t vl = ((size_t)enc[o] << 8) | enc[o + 1];
+        o += 2;
+        memcpy(strings, enc + o, vl);
+        strings[vl] = '\0';
+        out[i].value = strings;
+        strings += vl + 1;
+        o += vl;
+    }
+    return true;
+}
+
+/* ---- message ids -------------------------------------------------------------------- */
+
+jsd_status jsd_effect_msg_id(const char *owner, const char *id, char out[JSD_MSG_ID_MAX])
+{
+    if (!id || !out)
+        return JSD_ERR_INVALID;
+    const char *parts[3] = {"jsdurable.effect.v1", owner ? owner : "", id};
+    jsd__ld_sha256_hex(parts, NULL, 3, out);
+    return JSD_OK;
+}
+
+/* ---- batches ------------------------------------------------------------------------ */
+
+void jsd__effect_batch_init(jsd__effect_batch *b)
+{
+    memset(b, 0, sizeof(*b));
+}
+
+void jsd__effect_batch_clear(jsd__effect_batch *b)
+{
+    if (!b)
+        return;
+    void **blocks = b->arena;
+    for (size_t i = 0; i < b->n; i++)
+        jsd__free(blocks[i]);
+    b->n = 0;
+}
+
+void jsd__effect_batch_free(jsd__effect_batch *b)
+{
+    if (!b)
+        return;
+    jsd__effect_batch_clear(b);
+    jsd__free(b->items);
+    jsd__free(b->arena);
+    memset(b, 0, sizeof(*b));
+}
+
+jsd_status jsd__batch_add(jsd__effect_batch *b, int64_t row_id, const char *owner, size_t owner_len,
+                          const char *effect_id, size_t id_len, const char *msg_id,
+                          size_t msg_id_len, const char *subject, size_t subject_len,
+                          const unsigned char *headers, size_t headers_len,
+                          const unsigned char *payload, size_t len, int attempts,
+                          const char *order_key, size_t order_key_len, int64_t created_at,
+                          int64_t not_before)
+{
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        jsd__claimed *items = jsd__realloc(b->items, cap * sizeof(*items));
+        if (!items)
+            return JSD_ERR_NOMEM;
+        b->items = items;
+        void **blocks = jsd__realloc(b->arena, cap * sizeof(void *));
+        if (!blocks)
+            return JSD_ERR_NOMEM;
+        b->arena = blocks;
+        b->cap = cap;
+    }
+    size_t nh = 0;
+    size_t hsz = jsd__headers_decoded_size(headers, headers_len, &nh);
+    if (hsz == SIZE_MAX)
+        return JSD_ERR_INTERNAL;
+    size_t total = hsz + owner_len + 1 + id_len + 1 + subject_len + 1 +
+                   (order_key ? order_key_len + 1 : 0) + len;
+    char *blk = jsd__malloc(total);
+    if (!blk)
+        return JSD_ERR_NOMEM;
+    jsd__claimed *c = &b->items[b->n];
+    memset(c, 0, sizeof(*c));
+    char *p = blk;
+    jsd_header *hdrs = (jsd_header *)(void *)p;
+    p += nh * sizeof(jsd_header);
+    size_t strings = hsz - nh * sizeof(jsd_header);
+    if (nh)
+        jsd__headers_decode(headers, headers_len, hdrs, p);
+    p += strings;
+    c->headers = nh ? hdrs : NULL;
+    c->n_headers = nh;
+#define COPYSTR(dst, src, n)                                                                       \
+    do {                                                                                           \
+        memcpy(p, (src), (n));                                                                     \
+        p[(n)] = '\0';                                                                             \
+        (dst) = p;                                                                                 \
+        p += (n) + 1;                                                                              \
+    } while (0)
+    COPYSTR(c->owner, owner ? owner : "", owner ? owner_len : 0);
+    COPYSTR(c->effect_id, effect_id, id_len);
+    COPYSTR(c->subject, subject, subject_len);
+    if (order_key)
+        COPYSTR(c->order_key, order_key, order_key_len);
+#undef COPYSTR
+    if (len) {
+        memcpy(p, payload, len);
+        c->payload = (const unsigned char *)p;
+    }
+    c->len = len;
+    c->row_id = row_id;
+    c->attempts = attempts;
+    c->created_at_ms = created_at;
+    c->not_before_ms = not_before;
+    if (msg_id_len < JSD_MSG_ID_MAX) {
+        memcpy(c->msg_id, msg_id, msg_id_len);
+        c->msg_id[msg_id_len] = '\0';
+    }
+    ((void **)b->arena)[b->n] = blk;
+    b->n++;
+    return JSD_OK;
+}
+
+static int cmp_claimed(const void *a, const void *b)
+{
+    int64_t x = ((const jsd__claimed *)a)->row_id, y = ((const jsd__claimed *)b)->row_id;
+    return x < y ? -1 : x > y;
+}
+
+void jsd__batch_sort(jsd__effect_batch *b)
+{
+    if (b->n < 2)
+        return;
+    /* Sort items and their blocks together: sort an index, then permute. */
+    void **blocks = b->arena;
+    for (size_t i = 1; i < b->n; i++) {
+        jsd__claimed ci = b->items[i];
+        void *bi = blocks[i];
+        size_t j = i;
+        while (j > 0 && cmp_claimed(&b->items[j - 1], &ci) > 0) {
+            b->items[j] = b->items[j - 1];
+            blocks[j] = blocks[j - 1];
+            j--;
+        }
+        b->items[j] = ci;
+        blocks[j] = bi;
+    }
+}
+
+/* ---- backoff ------------------------------------------------------------------------ */
+
+void jsd__backoff_init(jsd__backoff *b)
+{
+    b->base_ms = 1000;
+    b->cap_ms = 300000;
+    b->jitter_pct = 20;
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+int64_t jsd__backoff_delay_ms(const jsd__backoff *b, int n, int64_t row_id)
+{
+    jsd__backoff def;
+    if (!b) {
+        jsd__backoff_init(&def);
+        b = &def;
+    }
+    int64_t base = b->base_ms > 0 ? b->base_ms : 1;
+    int64_t cap = b->cap_ms >= base ? b->cap_ms : base;
+    int64_t d = base;
+    for (int i = 1; i < n && d < cap; i++)
+        d = d > cap / 2 ? cap : d * 2;
+    if (d > cap)
+        d = cap;
+    int pct = b->jitter_pct < 0 ? 0 : b->jitter_pct > 100 ? 100 : b->jitter_pct;
+    if (pct) {
+        uint64_t h = splitmix64((uint64_t)row_id * 1000003u + (uint64_t)n);
+        double frac = (double)(h >> 11) / 9007199254740992.0; /* [0, 1) */
+        d -= (int64_t)((double)d * pct / 100.0 * frac);
+    }
+    return d;
+}
+
+void jsd__dead_reason(char *out, size_t cap, const jsd__failure *f, int attempts, int budget)
+{
+    const char *e = f->error ? f->error : "unknown error";
+    if (f->dead_letter_now)
+        jsd__snprintf(out, cap, "permanent failure after %d attempt%s: %.900s", attempts,
+                      attempts == 1 ? "" : "s", e);
+    else
+        jsd__snprintf(out, cap, "attempt budget of %d spent: %.900s", budget, e);
+}
+
+/* ---- transactions ------------------------------------------------------------------- */
+
+static jsd_status need_idle(jsd_store *s, const char *what)
+{
+    if (s->tx.active)
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "%s: a transaction is open on this store; commit or roll it back "
+                              "first (or use another jsd_store)",
+                              what);
+    return JSD_OK;
+}
+
+static jsd_status need_tx(jsd_tx *tx, const char *what)
+{
+    if (!tx || !tx->active)
+        return tx ? jsd__store_err(tx->store, JSD_ERR_INVALID, "%s: no transaction is open", what)
+                  : JSD_ERR_INVALID;
+    return JSD_OK;
+}
+
+jsd_status jsd_tx_begin(jsd_store *s, jsd_tx **out)
+{
+    if (!s || !out)
+        return JSD_ERR_INVALID;
+    *out = NULL;
+    jsd_status rc = need_idle(s, "jsd_tx_begin");
+    if (rc != JSD_OK)
+        return rc;
+    rc = s->ops->tx(s, JSD__TX_BEGIN);
+    if (rc != JSD_OK)
+        return rc;
+    s->tx.active = true;
+    s->tx.emitted = false;
+    s->tx.savepoint = false;
+    *out = &s->tx;
+    return JSD_OK;
+}
+
+struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx)
+{
+    if (!tx || !tx->active || tx->store->backend != JSD_STORE_SQLITE)
+        return NULL;
+    return jsd__sqlite_handle(tx->store);
+}
+
+struct pg_conn *jsd_tx_pg(jsd_tx *tx)
+{
+    if (!tx || !tx->active || tx->store->backend != JSD_STORE_POSTGRES)
+        return NULL;
+    return jsd__pg_handle(tx->store);
+}
+
+jsd_store *jsd__tx_store(jsd_tx *tx)
+{
+    return tx ? tx->store : NULL;
+}
+
+/* Validate one effect and fill row (pointing into e, and into enc for the
+ * headers: enc must hold headers_enc_size bytes; sized by the caller). */
+static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, jsd__row *row,
+                              unsigned char **enc)
+{
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status rc;
+    *enc = NULL;
+    if (!e)
+        return jsd__store_err(s, JSD_ERR_INVALID, "effect is NULL");
+    if ((rc = check_ident("id", e->id, true, &err)) != JSD_OK ||
+        (rc = check_ident("owner", e->owner, false, &err)) != JSD_OK ||
+        (rc = check_ident("order_key", e->order_key, false, &err)) != JSD_OK ||
+        (rc = jsd__store_check_subject(e->subject, &err)) != JSD_OK)
+        return front_err(s, rc, &err);
+    if (e->order_key && !*e->order_key)
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "effect order_key is empty: use NULL for an unordered effect");
+    if (e->n_headers > JSD__HEADERS_MAX)
+        return jsd__store_err(s, JSD_ERR_LIMIT, "effect has %zu headers; the limit is %d",
+                              e->n_headers, JSD__HEADERS_MAX);
+    if (e->n_headers && !e->headers)
+        return jsd__store_err(s, JSD_ERR_INVALID, "effect n_headers is %zu but headers is NULL",
+                              e->n_headers);
+    for (size_t i = 0; i < e->n_headers; i++)
+        if ((rc = check_header(&e->headers[i], i, &err)) != JSD_OK)
+            return front_err(s, rc, &err);
+    if (e->len && !e->payload)
+        return jsd__store_err(s, JSD_ERR_INVALID, "effect len is %zu but payload is NULL", e->len);
+    if (e->len > s->payload_max)
+        return jsd__store_err(s, JSD_ERR_LIMIT, "effect payload is %zu bytes; the limit is %zu",
+                              e->len, s->payload_max);
+    if (e->not_before_ms < 0)
+        return jsd__store_err(s, JSD_ERR_INVALID, "effect not_before_ms %lld is negative",
+                              (long long)e->not_before_ms);
+    memset(row, 0, sizeof(*row));
+    row->owner = e->owner ? e->owner : "";
+    row->effect_id = e->id;
+    row->subject = e->subject;
+    row->payload = e->len ? e->payload : "";
+    row->len = e->len;
+    row->order_key = e->order_key;
+    row->created_at = now;
+    row->not_before = e->not_before_ms ? e->not_before_ms : now;
+    jsd_effect_msg_id(row->owner, row->effect_id, row->msg_id);
+    if (e->n_headers) {
+        row->headers_len = headers_enc_size(e->headers, e->n_headers);
+        *enc = jsd__malloc(row->headers_len);
+        if (!*enc)
+            return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory encoding headers");
+        headers_encode(e->headers, e->n_headers, *enc);
+        row->headers = *enc;
+    }
+    return JSD_OK;
+}
+
+jsd_status jsd_tx_emit_batch(jsd_tx *tx, const jsd_effect *e, size_t n, size_t *bad_index)
+{
+    jsd_status rc = need_tx(tx, "jsd_tx_emit");
+    if (bad_index)
+        *bad_index = 0;
+    if (rc != JSD_OK)
+        return rc;
+    jsd_store *s = tx->store;
+    if (n == 0)
+        return JSD_OK;
+    if (!e)
+        return jsd__store_err(s, JSD_ERR_INVALID, "effects array is NULL");
+    jsd__row one;
+    unsigned char *one_enc = NULL;
+    jsd__row *rows = n == 1 ? &one : jsd__calloc(n, sizeof(*rows));
+    unsigned char **encs = n == 1 ? &one_enc : jsd__calloc(n, sizeof(*encs));
+    if (!rows || !encs) {
+        rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory emitting %zu effects", n);
+        goto done;
+    }
+    int64_t now = jsd__now_ms();
+    for (size_t i = 0; i < n; i++) {
+        rc = prepare_row(s, &e[i], now, &rows[i], &encs[i]);
+        if (rc != JSD_OK) {
+            if (bad_index)
+                *bad_index = i;
+            if (n > 1) {
+                char m[JSD_ERRMSG_MAX];
+                jsd__strlcpy(m, s->err.msg, sizeof(m));
+                jsd__snprintf(s->err.msg, sizeof(s->err.msg), "effect %zu: %s", i, m);
+            }
+            goto done;
+        }
+    }
+    size_t dup = 0;
+    rc = s->ops->emit(s, rows, n, &dup);
+    if (rc == JSD_ERR_EXISTS) {
+        if (bad_index)
+            *bad_index = dup;
+        jsd__store_err(s, JSD_ERR_EXISTS,
+                       "effect (owner \"%.128s\", id \"%.128s\") already exists: an effect "
+                       "identity is emitted once%s",
+                       rows[dup].owner, rows[dup].effect_id,
+                       n > 1 ? "; no effect of this batch was added" : "");
+    } else if (rc == JSD_OK) {
+        tx->emitted = true;
+    }
+done:
+    if (encs)
+        for (size_t i = 0; i < n; i++)
+            jsd__free(encs[i]);
+    if (n > 1) {
+        jsd__free(rows);
+        jsd__free(encs);
+    }
+    return rc;
+}
+
+jsd_status jsd_tx_emit(jsd_tx *tx, const jsd_effect *e)
+{
+    return jsd_tx_emit_batch(tx, e, 1, NULL);
+}
+
+jsd_status jsd_tx_commit(jsd_tx *tx)
+{
+    jsd_status rc = need_tx(tx, "jsd_tx_commit");
+    if (rc != JSD_OK)
+        return rc;
+    jsd_store *s = tx->store;
+    JSD_CRASH_POINT("store.before_commit");
+    rc = s->ops->tx(s, tx->emitted ? JSD__TX_COMMIT_NOTIFY : JSD__TX_COMMIT);
+    if (rc != JSD_OK) {
+        jsd_error keep = s->err;
+        s->ops->tx(s, JSD__TX_ROLLBACK);
+        s->err = keep;
+    }
+    tx->active = false;
+    return rc;
+}
+
+void jsd_tx_rollback(jsd_tx *tx)
+{
+    if (!tx || !tx->active)
+        return;
+    jsd_error keep = tx->store->err;
+    tx->store->ops->tx(tx->store, JSD__TX_ROLLBACK);
+    tx->store->err = keep;
+    tx->active = false;
+}
+
+jsd_status jsd__tx_savepoint(jsd_tx *tx)
+{
+    jsd_status rc = need_tx(tx, "jsd__tx_savepoint");
+    if (rc != JSD_OK)
+        return rc;
+    if (tx->savepoint)
+        return jsd__store_err(tx->store, JSD_ERR_INVALID, "a savepoint is already open");
+    rc = tx->store->ops->tx(tx->store, JSD__TX_SAVEPOINT);
+    if (rc == JSD_OK)
+        tx->savepoint = true;
+    return rc;
+}
+
+jsd_status jsd__tx_release(jsd_tx *tx)
+{
+    jsd_status rc = need_tx(tx, "jsd__tx_release");
+    if (rc != JSD_OK)
+        return rc;
+    if (!tx->savepoint)
+        return jsd__store_err(tx->store, JSD_ERR_INVALID, "no savepoint is open");
+    rc = tx->store->ops->tx(tx->store, JSD__TX_RELEASE);
+    if (rc == JSD_OK)
+        tx->savepoint = false;
+    return rc;
+}
+
+jsd_status jsd__tx_rollback_to(jsd_tx *tx)
+{
+    jsd_status rc = need_tx(tx, "jsd__tx_rollback_to");
+    if (rc != JSD_OK)
+        return rc;
+    if (!tx->savepoint)
+        return jsd__store_err(tx->store, JSD_ERR_INVALID, "no savepoint is open");
+    rc = tx->store->ops->tx(tx->store, JSD__TX_ROLLBACK_TO);
+    if (rc == JSD_OK)
+        tx->savepoint = false;
+    return rc;
+}
+
+/* ---- relay operations -------------------------------------------------------------- */
+
+static jsd_status check_token(jsd_store *s, const char *token)
+{
+    size_t n = token ? strlen(token) : 0;
+    if (n == 0 || n >= JSD__LEASE_TOKEN_MAX)
+        return jsd__store_err(s, JSD_ERR_INVALID, "lease token must be 1..%d characters",
+                              JSD__LEASE_TOKEN_MAX - 1);
+    return JSD_OK;
+}
+
+jsd_status jsd__store_claim(jsd_store *s, int max, int64_t lease_ms, const char *lease_token,
+                            int64_t now_ms, jsd__effect_batch *out)
+{
+    if (!s || !out)
+        return JSD_ERR_INVALID;
+    jsd__effect_batch_clear(out);
+    jsd_status rc;
+    if ((rc = need_idle(s, "claim")) != JSD_OK || (rc = check_token(s, lease_token)) != JSD_OK)
+        return rc;
+    if (max <= 0 || max > 100000)
+        return jsd__store_err(s, JSD_ERR_INVALID, "claim: max %d is outside 1..100000", max);
+    if (lease_ms <= 0)
+        return jsd__store_err(s, JSD_ERR_INVALID, "claim: lease_ms %lld must be positive",
+                              (long long)lease_ms);
+    rc = s->ops->claim(s, max, lease_ms, lease_token, now_ms, out);
+    if (rc != JSD_OK)
+        jsd__effect_batch_clear(out);
+    else
+        jsd__batch_sort(out);
+    return rc;
+}
+
+jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, const jsd__receipt *r,
+                                      size_t n, size_t *applied)
+{
+    if (applied)
+        *applied = 0;
+    if (!s || (n && !r))
+        return JSD_ERR_INVALID;
+    jsd_status rc;
+    if ((rc = need_idle(s, "receipts")) != JSD_OK || (rc = check_token(s, lease_token)) != JSD_OK)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (!r[i].stream || !*r[i].stream || strlen(r[i].stream) > 256 || r[i].seq == 0 ||
+            r[i].seq > (uint64_t)INT64_MAX)
+            return jsd__store_err(s, JSD_ERR_INVALID,
+                                  "receipt %zu (row %lld) has no stream or a sequence of 0", i,
+                                  (long long)r[i].row_id);
+    }
+    if (n == 0)
+        return JSD_OK;
+    size_t a = 0;
+    rc = s->ops->receipts(s, lease_token, r, n, &a);
+    if (applied)
+        *applied = a;
+    return rc;
+}
+
+jsd_status jsd__store_record_failures(jsd_store *s, const char *lease_token, const jsd__failure *f,
+                                      size_t n, const jsd__backoff *b, int budget, int64_t now_ms,
+                                      size_t *applied, size_t *dead_lettered)
+{
+    if (applied)
+        *applied = 0;
+    if (dead_lettered)
+        *dead_lettered = 0;
+    if (!s || (n && !f))
+        return JSD_ERR_INVALID;
+    jsd_status rc;
+    if ((rc = need_idle(s, "failures")) != JSD_OK || (rc = check_token(s, lease_token)) != JSD_OK)
+        return rc;
+    if (n == 0)
+        return JSD_OK;
+    jsd__backoff def;
+    if (!b) {
+        jsd__backoff_init(&def);
+        b = &def;
+    }
+    size_t a = 0, d = 0;
+    rc = s->ops->failures(s, lease_token, f, n, b, budget > 0 ? budget : JSD__DEFAULT_BUDGET,
+                          now_ms, &a, &d);
+    if (applied)
+        *applied = a;
+    if (dead_lettered)
+        *dead_lettered = d;
+    return rc;
+}
+
+jsd_status jsd__store_release(jsd_store *s, const char *lease_token, const int64_t *row_ids,
+                              size_t n, size_t *released)
+{
+    if (released)
+        *released = 0;
+    if (!s || (n && !row_ids))
+        return JSD_ERR_INVALID;
+    jsd_status rc;
+    if ((rc = need_idle(s, "release")) != JSD_OK || (rc = check_token(s, lease_token)) != JSD_OK)
+        return rc;
+    if (n == 0)
+        return JSD_OK;
+    size_t k = 0;
+    rc = s->ops->release(s, lease_token, row_ids, n, &k);
+    if (released)
+        *released = k;
+    return rc;
+}
+
+jsd_status jsd__store_requeue_dead(jsd_store *s, const int64_t *row_ids, size_t n, int64_t now_ms,
+                                   size_t *requeued)
+{
+    if (requeued)
+        *requeued = 0;
+    if (!s || (n && !row_ids))
+        return JSD_ERR_INVALID;
+    jsd_status rc = need_idle(s, "requeue");
+    if (rc != JSD_OK || n == 0)
+        return rc;
+    size_t k = 0;
+    rc = s->ops->requeue(s, row_ids, n, now_ms, &k);
+    if (requeued)
+        *requeued = k;
+    return rc;
+}
+
+jsd_status jsd__store_next_due(jsd_store *s, bool *found, int64_t *next_due_ms)
+{
+    if (!s || !found || !next_due_ms)
+        return JSD_ERR_INVALID;
+    *found = false;
+    *next_due_ms = 0;
+    jsd_status rc = need_idle(s, "next_due");
+    if (rc != JSD_OK)
+        return rc;
+    return s->ops->next_due(s, found, next_due_ms);
+}
+
+jsd_status jsd__store_wait_wakeup(jsd_store *s, int timeout_ms, bool *woken)
+{
+    if (woken)
+        *woken = false;
+    if (!s)
+        return JSD_ERR_INVALID;
+    jsd_status rc = need_idle(s, "wait_wakeup");
+    if (rc != JSD_OK)
+        return rc;
+    bool w = false;
+    rc = s->ops->wait(s, timeout_ms < 0 ? 0 : timeout_ms, &w);
+    if (woken)
+        *woken = w;
+    return rc;
+}
+
+/* ---- inbox ---------------------------------------------------------------------------- */
+
+static jsd_status check_delivery(jsd_store *s, const char *stream, const char *consumer,
+                                 uint64_t seq)
+{
+    if (!stream || !*stream || strlen(stream) > 256 || !consumer || !*consumer ||
+        strlen(consumer) > 256)
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "delivery identity needs a stream and a consumer of 1..256 bytes");
+    if (seq == 0 || seq > (uint64_t)INT64_MAX)
+        return jsd__store_err(s, JSD_ERR_INVALID, "delivery stream sequence %llu is out of range",
+                              (unsigned long long)seq);
+    if (!text_ok(stream, strlen(stream)) || !text_ok(consumer, strlen(consumer)))
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "delivery stream or consumer is not printable UTF-8");
+    return JSD_OK;
+}
+
+static jsd_status check_msg_id(jsd_store *s, const char *msg_id)
+{
+    if (msg_id && (strlen(msg_id) > 256 || !text_ok(msg_id, strlen(msg_id))))
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "message id is over 256 bytes or not printable UTF-8");
+    return JSD_OK;
+}
+
+jsd_status jsd__tx_inbox_lookup(jsd_tx *tx, const char *stream, const char *consumer,
+                                uint64_t stream_seq, bool *found, jsd__inbox_outcome *out)
+{
+    jsd_status rc = need_tx(tx, "inbox lookup");
+    if (found)
+        *found = false;
+    if (rc != JSD_OK || !found)
+        return rc != JSD_OK ? rc : JSD_ERR_INVALID;
+    if ((rc = check_delivery(tx->store, stream, consumer, stream_seq)) != JSD_OK)
+        return rc;
+    return tx->store->ops->inbox_lookup(tx->store, stream, consumer, stream_seq, NULL, found, out);
+}
+
+jsd_status jsd__tx_inbox_lookup_msg_id(jsd_tx *tx, const char *stream, const char *consumer,
+                                       const char *msg_id, bool *found, jsd__inbox_outcome *out)
+{
+    jsd_status rc = need_tx(tx, "inbox lookup");
+    if (found)
+        *found = false;
+    if (rc != JSD_OK || !found)
+        return rc != JSD_OK ? rc : JSD_ERR_INVALID;
+    if ((rc = check_delivery(tx->store, stream, consumer, 1)) != JSD_OK ||
+        (rc = check_msg_id(tx->store, msg_id)) != JSD_OK)
+        return rc;
+    if (!msg_id || !*msg_id)
+        return jsd__store_err(tx->store, JSD_ERR_INVALID, "inbox lookup: message id is empty");
+    return tx->store->ops->inbox_lookup(tx->store, stream, consumer, 0, msg_id, found, out);
+}
+
+jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *consumer,
+                                uint64_t stream_seq, const char *msg_id, int outcome_code,
+                                const char *detail)
+{
+    jsd_status rc = need_tx(tx, "inbox insert");
+    if (rc != JSD_OK)
+        return rc;
+    jsd_store *s = tx->store;
+    if ((rc = check_delivery(s, stream, consumer, stream_seq)) != JSD_OK ||
+        (rc = check_msg_id(s, msg_id)) != JSD_OK)
+        return rc;
+    char cut[JSD__ERROR_TEXT_MAX + 1];
+    if (detail) {
+        jsd__strlcpy(cut, detail, sizeof(cut));
+        detail = cut;
+    }
+    rc = s->ops->inbox_insert(s, stream, consumer, stream_seq, msg_id && *msg_id ? msg_id : NULL,
+                              outcome_code, detail, jsd__now_ms());
+    if (rc == JSD_ERR_EXISTS)
+        jsd__store_err(s, JSD_ERR_EXISTS,
+                       "delivery (stream \"%.64s\", consumer \"%.64s\", sequence %llu) is already "
+                       "in the inbox",
+                       stream, consumer, (unsigned long long)stream_seq);
+    return rc;
+}
+
+/* ---- poison ---------------------------------------------------------------------------- */
+
+static jsd_status check_poison(jsd_store *s, const jsd__poison *p)
+{
+    if (!p)
+        return jsd__store_err(s, JSD_ERR_INVALID, "poison record is NULL");
+    jsd_status rc = check_delivery(s, p->stream, p->consumer, p->stream_seq);
+    if (rc != JSD_OK || (rc = check_msg_id(s, p->msg_id)) != JSD_OK)
+        return rc;
+    if (!p->subject || strlen(p->subject) > 1024 || !text_ok(p->subject, strlen(p->subject)))
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "poison record subject is missing, over 1024 bytes or unprintable");
+    if ((p->len && !p->payload) || (p->headers_len && !p->headers))
+        return jsd__store_err(s, JSD_ERR_INVALID, "poison record bytes are NULL with a length");
+    return JSD_OK;
+}
+
+static jsd_status poison_insert(jsd_store *s, const jsd__poison *p, bool *inserted)
+{
+    jsd__poison c = *p;
+    char diag[JSD__ERROR_TEXT_MAX + 1];
+    jsd__strlcpy(diag, p->diagnostic ? p->diagnostic : "", sizeof(diag));
+    c.diagnostic = diag;
+    bool ins = false;
+    jsd_status rc =
+        s->ops->poison_insert(s, &c, p->created_at_ms ? p->created_at_ms : jsd__now_ms(), &ins);
+    if (inserted)
+        *inserted = ins;
+    return rc;
+}
+
+jsd_status jsd__tx_poison_insert(jsd_tx *tx, const jsd__poison *p, bool *inserted)
+{
+    if (inserted)
+        *inserted = false;
+    jsd_status rc = need_tx(tx, "poison insert");
+    if (rc != JSD_OK || (rc = check_poison(tx->store, p)) != JSD_OK)
+        return rc;
+    return poison_insert(tx->store, p, inserted);
+}
+
+jsd_status jsd__store_poison_insert(jsd_store *s, const jsd__poison *p, bool *inserted)
+{
+    if (inserted)
+        *inserted = false;
+    if (!s)
+        return JSD_ERR_INVALID;
+    jsd_tx *tx;
+    jsd_status rc = check_poison(s, p);
+    if (rc != JSD_OK || (rc = jsd_tx_begin(s, &tx)) != JSD_OK)
+        return rc;
+    rc = poison_insert(s, p, inserted);
+    if (rc != JSD_OK) {
+        jsd_tx_rollback(tx);
+        return rc;
+    }
+    return jsd_tx_commit(tx);
+}
+
+jsd_status jsd__store_poison_mark_published(jsd_store *s, const char *stream, const char *consumer,
+                                            uint64_t stream_seq, const char *dlq_stream,
+                                            uint64_t dlq_seq)
+{
+    if (!s)
+        return JSD_ERR_INVALID;
+    jsd_status rc = need_idle(s, "poison mark");
+    if (rc != JSD_OK || (rc = check_delivery(s, stream, consumer, stream_seq)) != JSD_OK)
+        return rc;
+    if (!dlq_stream || !*dlq_stream || strlen(dlq_stream) > 256 || dlq_seq > (uint64_t)INT64_MAX)
+        return jsd__store_err(s, JSD_ERR_INVALID, "dead-letter stream or sequence is not valid");
+    return s->ops->poison_mark(s, stream, consumer, stream_seq, dlq_stream, dlq_seq);
+}
+
+jsd_status jsd__store_poison_get(jsd_store *s, const char *stream, const char *consumer,
+                                 uint64_t stream_seq, jsd__poison_record *out)
+{
+    if (!s || !out)
+        return JSD_ERR_INVALID;
+    memset(out, 0, sizeof(*out));
+    jsd_status rc = need_idle(s, "poison get");
+    if (rc != JSD_OK || (rc = check_delivery(s, stream, consumer, stream_seq)) != JSD_OK)
+        return rc;
+    jsd__poison_record *recs = NULL;
+    size_t n = 0;
+    rc = s->ops->poison_read(s, stream, consumer, stream_seq, 0, 1, &recs, &n);
+    if (rc != JSD_OK)
+        return rc;
+    if (n == 0) {
+        jsd__free(recs);
+        return jsd__store_err(s, JSD_ERR_NOT_FOUND,
+                              "no poison record for stream \"%.64s\" consumer \"%.64s\" "
+                              "sequence %llu",
+                              stream, consumer, (unsigned long long)stream_seq);
+    }
+    *out = recs[0];
+    jsd__free(recs);
+    return JSD_OK;
+}
+
+jsd_status jsd__store_poison_list(jsd_store *s, int64_t after_id, size_t max,
+                                  jsd__poison_record **out, size_t *n)
+{
+    if (!s || !out || !n)
+        return JSD_ERR_INVALID;
+    *out = NULL;
+    *n = 0;
+    jsd_status rc = need_idle(s, "poison list");
+    if (rc != JSD_OK)
+        return rc;
+    if (max == 0 || max > 100000)
+        return jsd__store_err(s, JSD_ERR_INVALID, "poison list: max %zu is outside 1..100000", max);
+    return s->ops->poison_read(s, NULL, NULL, 0, after_id, max, out, n);
+}
+
+void jsd__poison_record_clear(jsd__poison_record *r)
+{
+    if (!r)
+        return;
+    jsd__free(r->stream);
+    jsd__free(r->consumer);
+    jsd__free(r->msg_id);
+    jsd__free(r->subject);
+    jsd__free(r->diagnostic);
+    jsd__free(r->headers);
+    jsd__free(r->payload);
+    jsd__free(r->dlq_stream);
+    memset(r, 0, sizeof(*r));
+}
+
+void jsd__poison_records_free(jsd__poison_record *r, size_t n)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < n; i++)
+        jsd__poison_record_clear(&r[i]);
+    jsd__free(r);
+}
+
+/* ---- stats and retention ---------------------------------------------------------------- */
+
+jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out)
+{
+    if (!s || !out)
+        return JSD_ERR_INVALID;
+    memset(out, 0, sizeof(*out));
+    jsd_status rc = need_idle(s, "stats");
+    if (rc != JSD_OK)
+        return rc;
+    return s->ops->stats(s, jsd__now_ms(), out);
+}
+
+jsd_status jsd__store_gc_step(jsd_store *s, int64_t cutoff_ms, int batch, int64_t *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (!s)
+        return JSD_ERR_INVALID;
+    jsd_status rc = need_idle(s, "gc");
+    if (rc != JSD_OK)
+        return rc;
+    if (batch <= 0 || batch > 1000000)
+        return jsd__store_err(s, JSD_ERR_INVALID, "gc: batch %d is outside 1..1000000", batch);
+    int64_t k = 0;
+    rc = s->ops->gc_step(s, cutoff_ms, batch, &k);
+    if (removed)
+        *removed = k;
+    return rc;
+}
+
+jsd_status jsd_store_gc_step(jsd_store *s, int64_t older_than_ms, int batch, int64_t *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (!s)
+        return JSD_ERR_INVALID;
+    if (older_than_ms < 0)
+        return jsd__store_err(s, JSD_ERR_INVALID, "gc: older_than_ms %lld is negative",
+                              (long long)older_than_ms);
+    return jsd__store_gc_step(s, jsd__now_ms() - older_than_ms, batch, removed);
+}
+
+jsd_status jsd_store_gc(jsd_store *s, int64_t older_than_ms, int batch, int64_t *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (!s)
+        return JSD_ERR_INVALID;
+    if (older_than_ms < 0)
+        return jsd__store_err(s, JSD_ERR_INVALID, "gc: older_than_ms %lld is negative",
+                              (long long)older_than_ms);
+    int64_t cutoff = jsd__now_ms() - older_than_ms, total = 0;
+    for (;;) {
+        int64_t k = 0;
+        jsd_status rc = jsd__store_gc_step(s, cutoff, batch, &k);
+        total += k;
+        if (removed)
+            *removed = total;
+        if (rc != JSD_OK)
+            return rc;
+        if (k == 0)
+            return JSD_OK;
+    }
+}
