@@ -1,14 +1,156 @@
 /*
- * metrics — DRAFT placeholder; the public API of this part is written by its issue.
+ * Metrics (OBS-1,2): a small registry of counters, gauges and fixed-bucket
+ * histograms, a snapshot API, Prometheus text exposition and an HTTP server
+ * (libmicrohttpd) for GET /metrics. docs/METRICS.md lists every metric and the
+ * alerts worth setting.
+ *
+ * A registry comes with the standard jsdurable families already registered
+ * (jsd_metrics_std): the relay, the outbox, ingress deliveries by result, the
+ * handler-duration histogram, dead letters and the NATS connection. The
+ * modules that own those events only update a handle: one atomic operation,
+ * no lock, from any thread. Registration, snapshot and exposition take the
+ * registry's lock.
+ *
+ * Labels are a fixed small set: a series has at most one label (e.g.
+ * result="commit"), fixed when it is registered, plus an optional constant
+ * label for the whole registry (e.g. consumer="shipping"). Label values come
+ * from code, never from message data, and nothing secret is a label or a
+ * value.
  */
 #ifndef JSDURABLE_METRICS_H
 #define JSDURABLE_METRICS_H
 
+#include "conn.h"
 #include "status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct jsd_metrics jsd_metrics;
+/* One series: a counter, a gauge or a histogram. Owned by its registry. */
+typedef struct jsd_metric jsd_metric;
+
+typedef enum jsd_metric_kind {
+    JSD_METRIC_COUNTER = 0,
+    JSD_METRIC_GAUGE,
+    JSD_METRIC_HISTOGRAM
+} jsd_metric_kind;
+
+#define JSD_METRICS_SERIES_MAX      256 /* series per registry */
+#define JSD_METRICS_BUCKETS_MAX     16  /* bounds per histogram (+Inf is implicit) */
+#define JSD_METRICS_NAME_MAX        96  /* metric and label names */
+#define JSD_METRICS_LABEL_VALUE_MAX 64
+#define JSD_METRICS_HELP_MAX        256
+
+/* Outcome of one delivery, the label of jsd_deliveries_total{result}. */
+typedef enum jsd_delivery_result {
+    JSD_RESULT_COMMIT = 0, /* handler ran, transaction committed, ACK confirmed */
+    JSD_RESULT_DUPLICATE,  /* the inbox already held it: original outcome, re-ACK */
+    JSD_RESULT_RETRY,      /* NAK (with delay): will be redelivered */
+    JSD_RESULT_POISON,     /* malformed or unsupported: parked on first delivery */
+    JSD_RESULT_DEADLETTER, /* max_deliver reached: parked as a death envelope */
+    JSD__RESULT_COUNT
+} jsd_delivery_result;
+
+/* "commit", "duplicate", "retry", "poison", "deadletter" */
+const char *jsd_delivery_result_str(jsd_delivery_result r);
+
+/* Handles of the standard families, valid for the registry's lifetime. */
+typedef struct jsd_metrics_std {
+    jsd_metric *relay_published;   /* jsd_relay_published_total */
+    jsd_metric *relay_duplicates;  /* jsd_relay_duplicates_total (PubAck duplicate=true) */
+    jsd_metric *relay_errors;      /* jsd_relay_errors_total (failed publish attempts) */
+    jsd_metric *outbox_backlog;    /* jsd_outbox_backlog (gauge: unpublished effects) */
+    jsd_metric *outbox_oldest_age; /* jsd_outbox_oldest_unpublished_age_seconds (gauge) */
+    jsd_metric *deliveries[JSD__RESULT_COUNT]; /* jsd_deliveries_total{result} */
+    jsd_metric *handler_duration;              /* jsd_handler_duration_seconds (histogram) */
+    jsd_metric *dead_letters;                  /* jsd_dead_letters_total */
+    jsd_metric *nats_connected;                /* jsd_nats_connected (gauge 0/1) */
+    jsd_metric *nats_reconnects;               /* jsd_nats_reconnects_total */
+} jsd_metrics_std;
+
+/* A registry with the standard families registered. */
+jsd_status jsd_metrics_create(jsd_metrics **out, jsd_error *err);
+/* Accepts NULL. Stop any server first; handles die with the registry. */
+void jsd_metrics_destroy(jsd_metrics *m);
+/* The standard handles (never NULL for a valid registry). */
+const jsd_metrics_std *jsd_metrics_std_of(const jsd_metrics *m);
+
+/* A constant label added to every series, e.g. ("consumer", "shipping").
+ * Call before the first exposition; a second call replaces the first. */
+jsd_status jsd_metrics_set_const_label(jsd_metrics *m, const char *name, const char *value,
+                                       jsd_error *err);
+
+/*
+ * Register a series. name: [a-zA-Z_:][a-zA-Z0-9_:]*; label_name NULL for an
+ * unlabeled series, else [a-zA-Z_][a-zA-Z0-9_]* with a printable label_value.
+ * Series of one name share kind, help and bounds. Registering the same
+ * (name, label value) again returns the existing handle. Histogram bounds are
+ * ascending upper bounds (at most JSD_METRICS_BUCKETS_MAX); NULL for others.
+ * JSD_ERR_INVALID for a bad name, JSD_ERR_EXISTS for a kind/help clash,
+ * JSD_ERR_LIMIT past JSD_METRICS_SERIES_MAX.
+ */
+jsd_status jsd_metrics_register(jsd_metrics *m, jsd_metric_kind kind, const char *name,
+                                const char *help, const char *label_name, const char *label_value,
+                                const double *bounds, size_t n_bounds, jsd_metric **out,
+                                jsd_error *err);
+
+/* Updates: thread-safe, lock-free, and no-ops on NULL handles (so a module
+ * without metrics passes NULL) or on a handle of another kind. */
+void jsd_counter_add(jsd_metric *c, uint64_t n);
+void jsd_counter_inc(jsd_metric *c);
+/* Raise a counter to v when it is below (mirrors a monotonic source). */
+void jsd_counter_raise_to(jsd_metric *c, uint64_t v);
+void jsd_gauge_set(jsd_metric *g, double v);
+void jsd_gauge_add(jsd_metric *g, double d);
+void jsd_histogram_observe(jsd_metric *h, double v);
+
+/* Copy the connection's state into jsd_nats_connected and
+ * jsd_nats_reconnects_total. Call it periodically or before exposition;
+ * the server does so on every scrape when given a connection. */
+void jsd_metrics_observe_conn(jsd_metrics *m, jsd_conn *c);
+
+/* ---- reading ----------------------------------------------------------- */
+typedef struct jsd_metric_value {
+    const char *name;        /* family name */
+    const char *label_name;  /* NULL when unlabeled */
+    const char *label_value; /* NULL when unlabeled */
+    jsd_metric_kind kind;
+    double value;   /* counter or gauge value; a histogram's sum */
+    uint64_t count; /* a histogram's number of observations; a counter's value */
+} jsd_metric_value;
+
+/* Fill out with up to cap series in registration order; *n receives the
+ * number of series. JSD_ERR_LIMIT when cap was too small (out holds the
+ * first cap). The strings live as long as the registry. */
+jsd_status jsd_metrics_snapshot(jsd_metrics *m, jsd_metric_value *out, size_t cap, size_t *n);
+
+/* One series' value by name and label value (NULL for unlabeled):
+ * JSD_ERR_NOT_FOUND when no such series. */
+jsd_status jsd_metrics_get(jsd_metrics *m, const char *name, const char *label_value,
+                           double *value);
+
+/* Prometheus text exposition format 0.0.4 into buf (NUL-terminated). *len
+ * receives the length it needs without the NUL; JSD_ERR_LIMIT when cap is
+ * smaller than that plus one (buf then holds nothing useful). */
+jsd_status jsd_metrics_render(jsd_metrics *m, char *buf, size_t cap, size_t *len);
+
+/* ---- HTTP ----------------------------------------------------------------- */
+typedef struct jsd_metrics_server jsd_metrics_server;
+
+/*
+ * Serve GET /metrics (and HEAD) on addr "HOST:PORT" ("127.0.0.1:9464",
+ * "[::1]:9464", "0.0.0.0:9464"; port 0 picks a free one) from a thread of its
+ * own; any other path is 404, any other method 405. conn (optional) is
+ * observed on every scrape. The registry and conn must outlive the server.
+ */
+jsd_status jsd_metrics_serve(jsd_metrics *m, jsd_conn *conn, const char *addr,
+                             jsd_metrics_server **out, jsd_error *err);
+/* The bound port (useful after port 0). */
+int jsd_metrics_server_port(const jsd_metrics_server *s);
+/* Stop and free. Accepts NULL. */
+void jsd_metrics_server_stop(jsd_metrics_server *s);
 
 #ifdef __cplusplus
 }
