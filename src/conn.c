@@ -96,6 +96,7 @@ struct jsd_conn {
     int connect_timeout_ms;
     int request_timeout_ms;
     int require_jetstream;
+    int tls_handshake_first; /* the server sends no plain-text INFO */
     int max_pending_msgs;
     int64_t max_pending_bytes;
 
@@ -653,9 +654,8 @@ static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
         (st = check_readable(o->tls_key_file, "TLS key file", err)) != JSD_OK)
         return st;
     if (o->tls_handshake_first) {
-#if defined(JSD_HAVE_NATS_TLS_HANDSHAKE_FIRST)
-        /* A nats.c that offers natsOptions_TLSHandshakeFirst: used in
-         * build_options(). Not compiled with nats.c 3.4.1. */
+#if JSD_HAVE_NATS_TLS_HANDSHAKE_FIRST
+        /* Set in build_options(); the server must be configured for it too. */
 #else
         return jsd__err(err, JSD_ERR_NOT_SUPPORTED,
                         "TLS handshake-first is not supported by nats.c %s (needs a newer client "
@@ -675,7 +675,7 @@ static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
     RANGE(reconnect_attempts, -1, 1000000000, "reconnect_attempts (-1 = for ever)");
     RANGE(reconnect_wait_ms, 0, 3600000, "reconnect_wait_ms");
     RANGE(reconnect_jitter_ms, 0, 3600000, "reconnect_jitter_ms");
-    RANGE(reconnect_buffer_bytes, 0, 1024 * 1024 * 1024, "reconnect_buffer_bytes");
+    RANGE(reconnect_buffer_bytes, 1, 1024 * 1024 * 1024, "reconnect_buffer_bytes");
     RANGE(max_pending_msgs, 1, 100000000, "max_pending_msgs");
     RANGE(max_pending_bytes, 1, INT32_MAX, "max_pending_bytes");
 #undef RANGE
@@ -722,7 +722,9 @@ static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus
     const char *t = NULL;
     char text[384];
     (void)sub;
-    if (natsConnection_GetLastError(nc, &t) == NATS_OK || !t)
+    /* the connection's last error text belongs to this event only if its
+     * status matches (a slow-consumer event leaves it unchanged) */
+    if (natsConnection_GetLastError(nc, &t) != s || !t)
         t = "";
     redact_urls(text, sizeof(text), t && *t ? t : natsStatus_GetText(s));
     strip_locations(text);
@@ -823,6 +825,14 @@ static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions
         if ((s = natsOptions_SetSecure(no, true)) != NATS_OK)
             goto fail;
     }
+#if JSD_HAVE_NATS_TLS_HANDSHAKE_FIRST
+    if (o->tls_handshake_first) {
+        step = "enabling TLS handshake-first";
+        if ((s = natsOptions_SetSecure(no, true)) != NATS_OK ||
+            (s = natsOptions_TLSHandshakeFirst(no)) != NATS_OK)
+            goto fail;
+    }
+#endif
     if (set(o->tls_ca_file)) {
         step = "loading the TLS CA file";
         if ((s = natsOptions_LoadCATrustedCertificates(no, o->tls_ca_file)) != NATS_OK)
@@ -1148,6 +1158,8 @@ static void refresh_version(jsd_conn *c)
     jsd_error e;
 
     c->server_version[0] = '\0';
+    if (c->tls_handshake_first)
+        return; /* no plain-text INFO to read; the version stays unknown */
     if (!c->nc || natsConnection_GetConnectedUrl(c->nc, url, sizeof(url)) != NATS_OK || !url[0])
         return;
     memset(&u, 0, sizeof(u));
@@ -1232,6 +1244,7 @@ jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
     c->connect_timeout_ms = o->connect_timeout_ms;
     c->request_timeout_ms = o->request_timeout_ms;
     c->require_jetstream = o->require_jetstream;
+    c->tls_handshake_first = o->tls_handshake_first;
     c->max_pending_msgs = o->max_pending_msgs;
     c->max_pending_bytes = o->max_pending_bytes;
 

@@ -20,8 +20,10 @@ typedef struct jsd_conn jsd_conn;
 
 typedef struct jsd_conn_opts {
     /* One or more server URLs, comma-separated: "nats://a:4222,nats://b:4222".
-     * Required. A URL may carry user:password@ or token@; those are treated as
-     * credentials (never echoed). */
+     * Required; at most 32. Schemes nats:// and tls:// (tls:// implies
+     * TLS); the port defaults to 4222. A URL may carry user:password@ or
+     * token@; those are treated as credentials (never echoed, shown as
+     * "***@") and exclude the other authentication fields. */
     const char *servers;
     const char *name; /* client name shown by the server; default "jsdurable" */
 
@@ -31,14 +33,17 @@ typedef struct jsd_conn_opts {
     const char *user;
     const char *password;
     const char *creds_file;     /* JWT + NKey seed (.creds) */
-    const char *nkey_seed_file; /* file holding an NKey user seed */
+    const char *nkey_seed_file; /* file holding an NKey user seed ("SU..."); the
+                                 * public key is derived from it */
 
     /* TLS. tls_required refuses a plaintext server. */
     int tls_required;
     const char *tls_ca_file;   /* CA roots (PEM) */
     const char *tls_cert_file; /* client certificate (PEM), with tls_key_file */
     const char *tls_key_file;
-    const char *tls_hostname; /* expected server name, when it differs from the URL's host */
+    /* Name the server certificate must carry; default: the host of the URL
+     * being connected to. */
+    const char *tls_hostname;
     /* TLS handshake before the server's INFO. Needs nats-server >= 2.10.4 and a
      * client library that offers it; with nats.c 3.4.1 asking for it fails
      * with JSD_ERR_NOT_SUPPORTED. */
@@ -57,10 +62,10 @@ typedef struct jsd_conn_opts {
     int reconnect_attempts;
     int reconnect_wait_ms;   /* default 250 */
     int reconnect_jitter_ms; /* default 100 */
-    /* Bytes buffered while reconnecting; default 8 MiB. */
+    /* Bytes buffered while reconnecting (1 .. 1 GiB); default 8 MiB. */
     int reconnect_buffer_bytes;
-    /* Per-subscription pending limits (messages, bytes); defaults 65536 and
-     * 64 MiB. */
+    /* Per-subscription pending limits (messages, bytes up to 2 GiB - 1);
+     * defaults 65536 and 64 MiB. */
     int max_pending_msgs;
     int64_t max_pending_bytes;
 
@@ -92,7 +97,9 @@ const jsd_error *jsd_conn_error(const jsd_conn *c);
 int jsd_conn_is_connected(jsd_conn *c);
 /* Number of reconnections since open (thread-safe). */
 uint64_t jsd_conn_reconnects(jsd_conn *c);
-/* Version string of the server currently connected to ("" if unknown). */
+/* Version string of the server currently connected to ("" if unknown; read
+ * from the server's greeting at open and again after a reconnection). Not
+ * thread-safe: call it from the thread that owns the handle. */
 const char *jsd_conn_server_version(jsd_conn *c);
 /* Server URLs with any credentials removed, for status output. */
 const char *jsd_conn_servers_redacted(const jsd_conn *c);
