@@ -46,7 +46,8 @@ jsd_status jsd_log_level_parse(const char *s, jsd_log_level *out)
 
 bool jsd__log_enabled(jsd_log_level level)
 {
-    return (int)level >= atomic_load_explicit(&log_min, memory_order_relaxed) && level < JSD_LOG_OFF;
+    return (int)level >= atomic_load_explicit(&log_min, memory_order_relaxed) &&
+           level < JSD_LOG_OFF;
 }
 
 static void timestamp(char *buf, size_t cap)
@@ -57,6 +58,41 @@ static void timestamp(char *buf, size_t cap)
     gmtime_r(&ts.tv_sec, &tm);
     size_t n = strftime(buf, cap, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(buf + n, cap - n, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
+/* Replace every byte that does not start a valid UTF-8 sequence with '?', so
+ * jansson accepts the text (it refuses invalid UTF-8, and the line would be
+ * lost). Overlong forms and surrogates count as invalid. */
+static void utf8_sanitize(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        size_t n = 0;
+        unsigned cp = 0;
+        if (*p < 0x80) {
+            p++;
+            continue;
+        } else if ((*p & 0xe0) == 0xc0) {
+            n = 1;
+            cp = *p & 0x1fu;
+        } else if ((*p & 0xf0) == 0xe0) {
+            n = 2;
+            cp = *p & 0x0fu;
+        } else if ((*p & 0xf8) == 0xf0) {
+            n = 3;
+            cp = *p & 0x07u;
+        }
+        size_t i = 1;
+        for (; n && i <= n && (p[i] & 0xc0) == 0x80; i++)
+            cp = (cp << 6) | (p[i] & 0x3fu);
+        bool ok = n && i == n + 1 && !(n == 1 && cp < 0x80) && !(n == 2 && cp < 0x800) &&
+                  !(n == 3 && (cp < 0x10000 || cp > 0x10ffff)) && !(cp >= 0xd800 && cp <= 0xdfff);
+        if (!ok) {
+            *p++ = '?';
+            continue;
+        }
+        p += n + 1;
+    }
 }
 
 void jsd__log(jsd_log_level level, const char *component, const char *fmt, ...)
@@ -71,12 +107,16 @@ void jsd__log(jsd_log_level level, const char *component, const char *fmt, ...)
     timestamp(ts, sizeof(ts));
 
     pthread_mutex_lock(&log_mu);
+    char *js = NULL; /* a JSON line may escape to twice msg's size: never cut it */
     if (log_format == JSD_LOG_JSON) {
+        char comp[64];
+        jsd__strlcpy(comp, component ? component : "", sizeof(comp));
+        utf8_sanitize(msg);
+        utf8_sanitize(comp);
         json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "ts", ts, "level", level_names[level],
-                              "component", component ? component : "", "msg", msg);
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        jsd__strlcpy(line, s ? s : "{}", sizeof(line));
-        free(s);
+                              "component", comp, "msg", msg);
+        js = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        jsd__strlcpy(line, "{\"msg\":\"(log line lost: out of memory)\"}", sizeof(line));
         json_decref(o);
     } else {
         char up[8];
@@ -86,12 +126,14 @@ void jsd__log(jsd_log_level level, const char *component, const char *fmt, ...)
         up[i] = '\0';
         snprintf(line, sizeof(line), "%s %s %s: %s", ts, up, component ? component : "-", msg);
     }
+    const char *out = js ? js : line;
     if (log_fn) {
-        log_fn(level, component, line, log_user);
+        log_fn(level, component, out, log_user);
     } else {
-        fputs(line, stderr);
+        fputs(out, stderr);
         fputc('\n', stderr);
         fflush(stderr);
     }
     pthread_mutex_unlock(&log_mu);
+    free(js);
 }
