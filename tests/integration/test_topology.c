@@ -362,6 +362,78 @@ static void immutable_fields_are_refused_by_name(void **state)
     jsd_conn_close(c);
 }
 
+static void consumer_changes_the_server_cannot_make_are_refused(void **state)
+{
+    (void)state;
+    names n;
+    make_names(&n);
+    jsd_conn *c = open_conn();
+    jsd_topology *t = topo_of(&n, NULL, NULL);
+    rec r;
+    jsd_error e;
+    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+
+    /* a new filter subject: 2.10 updates it in place, 2.9 cannot */
+    char json[2048];
+    jsd__snprintf(json, sizeof(json),
+                  "{\"streams\":[{\"name\":\"%s\",\"subjects\":[\"%s.>\"],\"max_age\":\"1h\","
+                  "\"duplicate_window\":\"2m\"}],"
+                  "\"dead_letter\":{\"name\":\"%s\",\"subjects\":[\"%s.>\"],\"max_msgs\":1000},"
+                  "\"consumers\":[{\"stream\":\"%s\",\"durable\":\"ship\",\"filter_subject\":"
+                  "\"%s.shipped\",\"max_deliver\":5,\"backoff\":[\"1s\",\"2s\",\"5s\"],"
+                  "\"max_ack_pending\":64}]}",
+                  n.stream, n.root, n.dlq, n.dlq_root, n.stream, n.root);
+    jsd_topology *t2 = NULL;
+    ASSERT_OK_E(jsd_topology_parse(&t2, json, strlen(json), &e), e.msg);
+    int major = 0, minor = 0;
+    sscanf(jsd_conn_server_version(c), "%d.%d", &major, &minor);
+    bool v210 = major > 2 || (major == 2 && minor >= 10);
+    char want[160];
+    jsd__snprintf(want, sizeof(want), "filter_subject=%s.created->%s.shipped;", n.root, n.root);
+    if (v210) {
+        ASSERT_OK_E(apply(c, t2, JSD_TOPO_RECONCILE, false, &r, &e), e.msg);
+        char cname[160];
+        jsd__snprintf(cname, sizeof(cname), "%s/ship", n.stream);
+        int i = find_report(&r, cname);
+        ASSERT_EQ(r.r[i].action, JSD_TOPO_UPDATED);
+        ASSERT_STREQ(r.r[i].changes, want);
+    } else {
+        ASSERT_STATUS(apply(c, t2, JSD_TOPO_RECONCILE, false, &r, &e), JSD_ERR_CONFIG);
+        ASSERT_CONTAINS(e.msg, "filter_subject");
+        ASSERT_CONTAINS(e.msg, "2.10 can");
+        /* the create policy keeps it and reports the difference */
+        ASSERT_OK_E(apply(c, t2, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    }
+
+    /* a push consumer of the same name: refused under both policies */
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "pushy";
+    cc.DeliverSubject = "push.deliver.here";
+    cc.AckPolicy = js_AckExplicit;
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    ASSERT_EQ(js_AddConsumer(&ci, jsd__conn_js(c), n.stream, &cc, NULL, &jerr), NATS_OK);
+    jsConsumerInfo_Destroy(ci);
+    jsd__snprintf(json, sizeof(json),
+                  "{\"streams\":[{\"name\":\"%s\",\"subjects\":[\"%s.>\"],\"max_age\":\"1h\","
+                  "\"duplicate_window\":\"2m\"}],"
+                  "\"consumers\":[{\"stream\":\"%s\",\"durable\":\"pushy\"}]}",
+                  n.stream, n.root, n.stream);
+    jsd_topology *t3 = NULL;
+    ASSERT_OK_E(jsd_topology_parse(&t3, json, strlen(json), &e), e.msg);
+    for (int p = 0; p < 2; p++) {
+        ASSERT_STATUS(apply(c, t3, p ? JSD_TOPO_RECONCILE : JSD_TOPO_CREATE, false, &r, &e),
+                      JSD_ERR_CONFIG);
+        ASSERT_CONTAINS(e.msg, "push consumer");
+        ASSERT_CONTAINS(e.msg, "/pushy");
+    }
+    jsd_topology_free(t3);
+    jsd_topology_free(t2);
+    jsd_topology_free(t);
+    jsd_conn_close(c);
+}
+
 static int run_cli(const char *args, char *out, size_t cap)
 {
     char cmd[2048];
@@ -460,4 +532,5 @@ JSD_TEST_MAIN(cmocka_unit_test(create_creates_everything),
               cmocka_unit_test(dry_run_reports_and_changes_nothing),
               cmocka_unit_test(overlap_with_existing_server_stream_is_refused),
               cmocka_unit_test(immutable_fields_are_refused_by_name),
+              cmocka_unit_test(consumer_changes_the_server_cannot_make_are_refused),
               cmocka_unit_test(cli_end_to_end))
