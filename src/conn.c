@@ -12,18 +12,24 @@
  * asynchronous error handler installed at open fans server errors out to the
  * listeners of conn_int.h.
  *
- * Credentials. The profile's token, user, password and file names are copied
- * at open and wiped at close; no error, log line or status text ever contains
- * them, and URLs are shown with their user-info replaced by "***" (nats.c's
- * own error texts pass through the same redaction). The token is handed to
- * nats.c through a token callback so the library keeps no copy of it in its
- * options. Limits we cannot fix from outside: nats.c copies user and password
- * (natsOptions_SetUserInfo) and URLs carrying user-info into its options and
- * its server pool, and builds the CONNECT line (which holds the token or the
- * password) in its own buffers; it frees those with plain free() at close,
- * without overwriting them, so the bytes may remain in freed heap memory
- * until reused. Creds and NKey seed files are read by nats.c itself at each
- * connect and their contents are handled the same way.
+ * Credentials. The profile's token, user, password and credential file paths
+ * are copied at open and wiped at close; no error, log line or status text
+ * ever contains the token, the password or a file's contents (a path is
+ * named when the file cannot be read), and URLs are shown with their user-info replaced by "***"
+ * (nats.c's own error texts pass through the same redaction). The token is handed to nats.c through
+ * a token callback so the library keeps no copy of it in its options. Limits we cannot fix from
+ * outside (checked in the nats.c 3.4.1 sources): natsOptions_SetUserInfo copies user and password,
+ * and URLs that carry user-info are copied into the options and the server pool; the CONNECT line
+ * holding the token or password is built in a heap buffer and passes through the socket write
+ * buffer. nats.c frees all of these with plain free(), without overwriting, so those bytes may
+ * linger in freed heap memory until reused. Creds and NKey seed files are read by nats.c at each
+ * connect; it does overwrite those file buffers and the decoded seed after use. Our own copy of a
+ * seed file (read to derive the public key) is wiped too.
+ *
+ * Server version. nats.c 3.4.1 does not expose the server's INFO, so the
+ * version is read from the plain-text INFO line a NATS server sends to any new
+ * TCP client: one short extra connection, at open and after a reconnection
+ * (not possible with TLS handshake-first, where it stays unknown).
  *
  * Callbacks and lifetime. nats.c runs connection callbacks on its own thread
  * and may deliver the closed callback after natsConnection_Destroy returned,
