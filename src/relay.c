@@ -70,6 +70,8 @@
 #define UNAVAILABLE_PAUSE_MS 250   /* claims pause after a publication found NATS down */
 #define RECEIPT_RETRIES      5     /* store retries of a batch's receipt commit */
 #define DRAIN_MAX            512
+#define IDLE_FLOOR_MS        100 /* shortest idle wait when something due was not claimable */
+#define PROGRESS_EVERY_MS    10000
 
 /* ---- stream lookup cache ------------------------------------------------------ */
 
@@ -140,6 +142,7 @@ struct jsd_relay {
         n_lease_lost, n_store_errors;
 
     int64_t last_store_warn_ms;
+    uint64_t logged_published, logged_errors; /* for the progress line */
     jsd_error err;
 };
 
@@ -755,20 +758,33 @@ static int drain(jsd_relay *r, int timeout_ms)
     return finished;
 }
 
-/* Wait for a wake-up, the next due time or the poll interval, whichever comes
- * first, in slices so that jsd_relay_stop is noticed. */
-static void idle_wait(jsd_relay *r)
+/* How long until the store's next due time (a durable timer, a backoff, or a
+ * lease that expires): *found false when nothing is pending. Due times in the
+ * past give 0. */
+static void next_due_in(jsd_relay *r, bool *found, int64_t *in_ms)
 {
-    int64_t now_wall = jsd__now_ms();
-    int64_t wait = r->o.poll_interval_ms;
-    bool found = false;
     int64_t next_due = 0;
-    if (jsd__store_next_due(r->store, &found, &next_due) == JSD_OK) {
-        if (found)
-            wait = JSD_MIN(wait, JSD_MAX(next_due - now_wall, 0));
-    } else {
+    *found = false;
+    *in_ms = 0;
+    if (jsd__store_next_due(r->store, found, &next_due) != JSD_OK) {
         store_trouble(r, "next due time");
+        *found = true; /* unknown: behave as if something were pending */
+        *in_ms = r->o.poll_interval_ms;
+        return;
     }
+    if (*found)
+        *in_ms = JSD_MAX(next_due - jsd__now_ms(), 0);
+}
+
+/* Wait for a wake-up, the next due time or the poll interval, whichever comes
+ * first, in slices so that jsd_relay_stop is noticed. An effect that is due
+ * but was not claimable (its ordering key is held by an earlier one) does not
+ * make the relay spin: the wait is then at least IDLE_FLOOR_MS. */
+static void idle_wait(jsd_relay *r, bool found, int64_t due_in_ms)
+{
+    int64_t wait = r->o.poll_interval_ms;
+    if (found)
+        wait = JSD_MIN(wait, JSD_MAX(due_in_ms, IDLE_FLOOR_MS));
     int64_t end = jsd__mono_ms() + wait;
     for (;;) {
         if (atomic_load(&r->stop))
@@ -786,6 +802,26 @@ static void idle_wait(jsd_relay *r)
     }
 }
 
+/* Progress to the log every PROGRESS_EVERY_MS while there is activity. */
+static void progress(jsd_relay *r, int64_t *last)
+{
+    int64_t now = jsd__mono_ms();
+    if (now - *last < PROGRESS_EVERY_MS)
+        return;
+    *last = now;
+    uint64_t pub = atomic_load(&r->n_published), err = atomic_load(&r->n_errors);
+    if (pub == r->logged_published && err == r->logged_errors)
+        return;
+    JSD_INFO(COMP,
+             "published %llu (+%llu), duplicates %llu, failed attempts %llu, "
+             "dead-lettered %llu, in flight %zu",
+             (unsigned long long)pub, (unsigned long long)(pub - r->logged_published),
+             (unsigned long long)atomic_load(&r->n_duplicates), (unsigned long long)err,
+             (unsigned long long)atomic_load(&r->n_dead), r->in_flight);
+    r->logged_published = pub;
+    r->logged_errors = err;
+}
+
 static jsd_status run(jsd_relay *r, bool until_idle)
 {
     if (!r)
@@ -797,6 +833,8 @@ static jsd_status run(jsd_relay *r, bool until_idle)
     bool want_claim = true;  /* a claim may find work */
     int64_t pause_until = 0; /* monotonic: no claims before this */
     bool warned_down = false;
+    int64_t idle_since = 0; /* monotonic: since when claims find nothing */
+    int64_t last_progress = jsd__mono_ms();
     JSD_INFO(COMP, "relay started: batch %d, in flight %d, lease %d ms, poll %d ms",
              r->o.batch_size, r->o.max_in_flight, r->o.lease_ms, r->o.poll_interval_ms);
 
@@ -821,6 +859,8 @@ static jsd_status run(jsd_relay *r, bool until_idle)
             if (got < 0) {
                 pause_until = now + r->o.poll_interval_ms;
             } else {
+                if (got > 0)
+                    idle_since = 0;
                 want_claim = got == ask;
                 claimed_full = want_claim;
             }
@@ -833,6 +873,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
             /* Keep the pipeline full: do not wait for acks while there is room
              * and a claim may find more work. */
             int t = (claimed_full && r->in_flight < (size_t)r->o.max_in_flight) ? 0 : 2;
+            progress(r, &last_progress);
             if (drain(r, t) > 0)
                 want_claim = true; /* room again; and ordered keys may be unblocked */
             if (!want_claim && r->in_flight > 0) {
@@ -844,11 +885,26 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         }
         if (want_claim && connected && jsd__mono_ms() >= pause_until)
             continue;
-        /* Nothing in flight and the last claim found nothing (or we cannot
+        /* Nothing in flight, and the last claim found nothing (or we cannot
          * claim right now). */
-        if (until_idle && connected && !want_claim)
-            break;
-        idle_wait(r);
+        bool found = false;
+        int64_t due_in = 0;
+        next_due_in(r, &found, &due_in);
+        if (!want_claim && connected) {
+            if (idle_since == 0)
+                idle_since = jsd__mono_ms();
+            /* --until-idle: done when nothing is pending, or the next due time
+             * is more than a lease away (a timer or a backoff, not waited
+             * for), or nothing was claimable for longer than a lease (what is
+             * left is held back by its ordering key). A lease of a crashed
+             * relay expires within lease_ms, so its effects are waited for. */
+            if (until_idle &&
+                (!found || due_in > r->o.lease_ms ||
+                 jsd__mono_ms() - idle_since > (int64_t)r->o.lease_ms + IDLE_FLOOR_MS))
+                break;
+        }
+        progress(r, &last_progress);
+        idle_wait(r, found, due_in);
         want_claim = true;
     }
 
