@@ -232,10 +232,12 @@ static void clean_msg(jsd_store *s, const char *in, char *out, size_t cap)
         }
         char c = *p++;
         if (c == '\n' || c == '\t' || c == '\r') {
-            if (o > 0 && out[o - 1] != ' ' && *p)
+            while (*p == '\n' || *p == '\t' || *p == '\r')
+                p++;
+            if (*p && o + 2 < cap) {
                 out[o++] = ';';
-            if (o + 1 < cap && *p)
                 out[o++] = ' ';
+            }
             continue;
         }
         out[o++] = c;
@@ -580,8 +582,16 @@ static jsd_status pg_tx(jsd_store *s, jsd__txop op)
         PGresult *r = PQexec(
             PG(s)->conn, op == JSD__TX_COMMIT ? "COMMIT" : "NOTIFY " JSD__PG_CHANNEL "; COMMIT");
         jsd_status rc;
-        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
             rc = pg_fail(s, r, "COMMIT");
+            /* The server refused: it rolled back. A lost connection leaves the
+             * outcome unknown. */
+            size_t l = strlen(s->err.msg);
+            jsd__snprintf(s->err.msg + l, sizeof(s->err.msg) - l, "%s",
+                          PQstatus(PG(s)->conn) == CONNECTION_BAD
+                              ? "; whether the transaction committed is unknown"
+                              : "; the transaction was rolled back, nothing was committed");
+        }
         else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
             rc = jsd__store_err(s, JSD_ERR_STORE,
                                 "COMMIT on store \"%s\" rolled back instead: an earlier statement "
@@ -1380,9 +1390,11 @@ jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, 
         char clean[400];
         clean_msg(s, PQerrorMessage(p->conn), clean, sizeof(clean));
         bool auth = strstr(clean, "authentication failed") || strstr(clean, "password");
-        rc =
-            jsd__store_err(s, auth ? JSD_ERR_AUTH : JSD_ERR_CONNECT,
-                           "cannot connect to the PostgreSQL store \"%s\": %s", s->url_safe, clean);
+        bool malformed = strncmp(clean, "invalid ", 8) == 0;
+        rc = jsd__store_err(s, auth ? JSD_ERR_AUTH : malformed ? JSD_ERR_CONFIG : JSD_ERR_CONNECT,
+                            malformed ? "store URL \"%s\" is malformed: %s"
+                                      : "cannot connect to the PostgreSQL store \"%s\": %s",
+                            s->url_safe, clean);
         goto fail;
     }
     /* Session settings the library relies on. */

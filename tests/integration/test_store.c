@@ -1,0 +1,1617 @@
+/*
+ * The store's conformance suite (STORE-1..4, the store side of RELAY-1,2,
+ * IN-1,2, DLQ-1): every case named sqlite_X and pg_X runs the same code
+ * against a fresh SQLite file and a fresh PostgreSQL database of the run's
+ * shared server. Cases without a prefix pair test one back end's own failure
+ * modes (read-only file, full disk, schema option, URL errors).
+ *
+ * Time-dependent operations (claim, failures) take now_ms from the test, so
+ * nothing here waits for a clock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include "fixture.h"
+#include "store/store.h"
+#include "test.h"
+
+enum { BE_SQLITE = 1, BE_PG = 2 };
+static int be_sqlite = BE_SQLITE, be_pg = BE_PG;
+
+#define BE(state) (*(int *)*(state))
+#define BOTH(f)                                                                                    \
+    {"sqlite_" #f, f, NULL, NULL, &be_sqlite},                                                     \
+    {                                                                                              \
+        "pg_" #f, f, NULL, NULL, &be_pg                                                            \
+    }
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static void make_url(int be, char *url, size_t cap)
+{
+    if (be == BE_SQLITE)
+        jsd_fx_sqlite_url(url, cap);
+    else
+        assert_int_equal(jsd_fx_pg_database(url, cap), 0);
+}
+
+static jsd_store *open_url(const char *url)
+{
+    jsd_store *s = NULL;
+    jsd_error e;
+    jsd_status rc = jsd_store_open(&s, url, &e);
+    if (rc != JSD_OK)
+        fail_msg("jsd_store_open(%s): %s: %s", url, jsd_status_name(rc), e.msg);
+    return s;
+}
+
+static jsd_store *open_new(void **state, char *url, size_t cap)
+{
+    make_url(BE(state), url, cap);
+    return open_url(url);
+}
+
+/* Run the application's own SQL on the transaction's native handle. */
+static bool tx_sql_try(jsd_tx *tx, const char *sql)
+{
+    sqlite3 *db = jsd_tx_sqlite(tx);
+    if (db)
+        return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
+    PGconn *c = jsd_tx_pg(tx);
+    assert_non_null(c);
+    PGresult *r = PQexec(c, sql);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok;
+}
+
+static void tx_sql(jsd_tx *tx, const char *sql)
+{
+    if (!tx_sql_try(tx, sql))
+        fail_msg("application SQL failed: %s", sql);
+}
+
+static int64_t tx_i64(jsd_tx *tx, const char *sql)
+{
+    sqlite3 *db = jsd_tx_sqlite(tx);
+    int64_t v = -1;
+    if (db) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+            fail_msg("prepare %s: %s", sql, sqlite3_errmsg(db));
+        if (sqlite3_step(st) == SQLITE_ROW)
+            v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        return v;
+    }
+    PGconn *c = jsd_tx_pg(tx);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+        v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return v;
+}
+
+static void app_sql(jsd_store *s, const char *sql)
+{
+    jsd_tx *tx;
+    ASSERT_OK_E(jsd_tx_begin(s, &tx), jsd_store_errmsg(s));
+    tx_sql(tx, sql);
+    ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
+}
+
+static int64_t q_i64(jsd_store *s, const char *sql)
+{
+    jsd_tx *tx;
+    ASSERT_OK_E(jsd_tx_begin(s, &tx), jsd_store_errmsg(s));
+    int64_t v = tx_i64(tx, sql);
+    jsd_tx_rollback(tx);
+    return v;
+}
+
+/* A text value of the first row (SQL that returns one text column). */
+static void q_text(jsd_store *s, const char *sql, char *out, size_t cap)
+{
+    jsd_tx *tx;
+    out[0] = '\0';
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    sqlite3 *db = jsd_tx_sqlite(tx);
+    if (db) {
+        sqlite3_stmt *st = NULL;
+        assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+            snprintf(out, cap, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    } else {
+        PGresult *r = PQexec(jsd_tx_pg(tx), sql);
+        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        if (PQntuples(r) > 0)
+            snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    jsd_tx_rollback(tx);
+}
+
+static jsd_store_stats stats(jsd_store *s)
+{
+    jsd_store_stats st;
+    ASSERT_OK_E(jsd_store_stats_get(s, &st), jsd_store_errmsg(s));
+    return st;
+}
+
+static void emit1(jsd_store *s, const char *owner, const char *id, const char *subject)
+{
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    jsd_effect e = {.owner = owner, .id = id, .subject = subject, .payload = "p", .len = 1};
+    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
+    ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
+}
+
+static void emit_key(jsd_store *s, const char *id, const char *key, int64_t not_before)
+{
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    jsd_effect e = {.id = id, .subject = "orders.k", .order_key = key, .not_before_ms = not_before};
+    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
+    ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
+}
+
+static void receipt1(jsd_store *s, const char *token, int64_t row, size_t want_applied)
+{
+    jsd__receipt r = {
+        .row_id = row, .stream = "ORDERS", .seq = (uint64_t)row, .published_at_ms = 1};
+    r.published_at_ms = jsd__now_ms();
+    size_t applied = 99;
+    ASSERT_OK_E(jsd__store_record_receipts(s, token, &r, 1, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, want_applied);
+}
+
+static bool has_id(const jsd__effect_batch *b, const char *id)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (!strcmp(b->items[i].effect_id, id))
+            return true;
+    return false;
+}
+
+/* ---- STORE-2: the application's rows and its effects commit together ----------------- */
+
+static void atomic_commit_and_rollback(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    app_sql(s, "CREATE TABLE app_orders (id TEXT PRIMARY KEY, amount INTEGER)");
+    jsd_tx *tx;
+
+    /* Commit: both. */
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    tx_sql(tx, "INSERT INTO app_orders VALUES ('o1', 10)");
+    jsd_effect e = {.owner = "o1", .id = "created", .subject = "orders.created"};
+    ASSERT_OK(jsd_tx_emit(tx, &e));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app_orders"), 1);
+    ASSERT_EQ(stats(s).backlog, 1);
+
+    /* Rollback: neither. */
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    tx_sql(tx, "INSERT INTO app_orders VALUES ('o2', 20)");
+    e.owner = "o2";
+    ASSERT_OK(jsd_tx_emit(tx, &e));
+    jsd_tx_rollback(tx);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app_orders"), 1);
+    ASSERT_EQ(stats(s).backlog, 1);
+
+    /* The effect fails after the application's row: the application rolls back. */
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    tx_sql(tx, "INSERT INTO app_orders VALUES ('o3', 30)");
+    jsd_effect bad = {.owner = "o3", .id = "created", .subject = "orders.*"};
+    ASSERT_STATUS(jsd_tx_emit(tx, &bad), JSD_ERR_INVALID);
+    jsd_tx_rollback(tx);
+
+    /* The application's SQL fails after the effect: it rolls back. */
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    e.owner = "o4";
+    ASSERT_OK(jsd_tx_emit(tx, &e));
+    assert_false(tx_sql_try(tx, "INSERT INTO app_orders VALUES ('o1', 99)")); /* duplicate key */
+    jsd_tx_rollback(tx);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app_orders"), 1);
+    ASSERT_EQ(stats(s).backlog, 1);
+
+    /* On PostgreSQL a failed statement aborts the transaction: a commit after it
+     * commits nothing and says so. */
+    if (BE(state) == BE_PG) {
+        ASSERT_OK(jsd_tx_begin(s, &tx));
+        tx_sql(tx, "INSERT INTO app_orders VALUES ('o5', 50)");
+        e.owner = "o5";
+        ASSERT_OK(jsd_tx_emit(tx, &e));
+        assert_false(tx_sql_try(tx, "INSERT INTO app_orders VALUES ('o1', 99)"));
+        jsd_status rc = jsd_tx_commit(tx);
+        ASSERT_NE(rc, JSD_OK);
+        ASSERT_CONTAINS(jsd_store_errmsg(s), "nothing was committed");
+        ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app_orders"), 1);
+        ASSERT_EQ(stats(s).backlog, 1);
+    }
+    jsd_store_close(s);
+}
+
+/* A process killed between the application's row + effect and COMMIT leaves
+ * neither (the crash point sits in jsd_tx_commit, before the COMMIT). */
+static void crash_before_commit_leaves_nothing(void **state)
+{
+    char url[512];
+    make_url(BE(state), url, sizeof(url));
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* The 2nd commit of this process dies: the 1st creates the table. */
+        setenv("JSD_CRASH_AT", "store.before_commit:2", 1);
+        jsd_store *s = NULL;
+        if (jsd_store_open(&s, url, NULL) != JSD_OK)
+            _exit(3);
+        jsd_tx *tx;
+        if (jsd_tx_begin(s, &tx) != JSD_OK ||
+            !tx_sql_try(tx, "CREATE TABLE app_orders (id TEXT)") || jsd_tx_commit(tx) != JSD_OK)
+            _exit(4);
+        jsd_effect e = {.owner = "o1", .id = "created", .subject = "orders.created"};
+        if (jsd_tx_begin(s, &tx) != JSD_OK ||
+            !tx_sql_try(tx, "INSERT INTO app_orders VALUES ('o1')") ||
+            jsd_tx_emit(tx, &e) != JSD_OK)
+            _exit(5);
+        jsd_tx_commit(tx);
+        _exit(6); /* not reached */
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFSIGNALED(st))
+        fail_msg("child exited with %d instead of dying at the crash point", WEXITSTATUS(st));
+    ASSERT_EQ(WTERMSIG(st), SIGKILL);
+    jsd_store *s = open_url(url);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app_orders"), 0);
+    jsd_store_stats x = stats(s);
+    ASSERT_EQ(x.backlog, 0);
+    ASSERT_EQ(x.published, 0);
+    jsd_store_close(s);
+}
+
+/* ---- identity and limits ------------------------------------------------------------ */
+
+static void duplicate_effect_identity(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    jsd_effect e = {.owner = "order-42", .id = "created", .subject = "orders.created"};
+    ASSERT_OK(jsd_tx_emit(tx, &e));
+    ASSERT_STATUS(jsd_tx_emit(tx, &e), JSD_ERR_EXISTS);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "already exists");
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "order-42");
+    /* The transaction stays usable after the refusal. */
+    jsd_effect other = {.owner = "order-42", .id = "paid", .subject = "orders.paid"};
+    ASSERT_OK(jsd_tx_emit(tx, &other));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(stats(s).backlog, 2);
+
+    /* Across transactions too. */
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_STATUS(jsd_tx_emit(tx, &e), JSD_ERR_EXISTS);
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(stats(s).backlog, 2);
+
+    /* A batch is all or nothing: the duplicate at index 2 leaves none of it. */
+    jsd_effect batch[4] = {
+        {.owner = "order-43", .id = "a", .subject = "orders.x"},
+        {.owner = "order-43", .id = "b", .subject = "orders.x"},
+        {.owner = "order-42", .id = "created", .subject = "orders.x"},
+        {.owner = "order-43", .id = "c", .subject = "orders.x"},
+    };
+    size_t bad = 99;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_STATUS(jsd_tx_emit_batch(tx, batch, 4, &bad), JSD_ERR_EXISTS);
+    ASSERT_EQ(bad, 2);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "no effect of this batch was added");
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(stats(s).backlog, 2);
+    /* A repeat inside one batch is refused the same way. */
+    batch[2].owner = "order-43";
+    batch[2].id = "a";
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_STATUS(jsd_tx_emit_batch(tx, batch, 4, &bad), JSD_ERR_EXISTS);
+    ASSERT_EQ(bad, 2);
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(stats(s).backlog, 2);
+    /* And a clean batch goes in whole. */
+    batch[2].id = "c2";
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK_E(jsd_tx_emit_batch(tx, batch, 4, &bad), jsd_store_errmsg(s));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(stats(s).backlog, 6);
+    jsd_store_close(s);
+}
+
+static jsd_status emit_status(jsd_store *s, const jsd_effect *e)
+{
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    jsd_status rc = jsd_tx_emit(tx, e);
+    ASSERT_OK(jsd_tx_commit(tx));
+    return rc;
+}
+
+static void limits_are_enforced(void **state)
+{
+    char url[512], subj[300], big[300], name[80];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    int ok = 0;
+
+    /* subject: 256 bytes pass, 257 do not */
+    memset(subj, 'a', sizeof(subj));
+    for (int i = 1; i < 255; i += 2)
+        subj[i] = '.';
+    subj[256] = '\0';
+    jsd_effect e = {.id = "s256", .subject = subj};
+    ASSERT_OK_E(emit_status(s, &e), jsd_store_errmsg(s));
+    ok++;
+    subj[256] = 'b';
+    subj[257] = '\0';
+    e.id = "s257";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "257");
+    static const char *const bad_subjects[] = {"orders.*", "orders.>",       "orders..x", ".orders",
+                                               "orders.",  "orders created", "ord\ners",  ""};
+    for (size_t i = 0; i < JSD_ARRAY_LEN(bad_subjects); i++) {
+        e.subject = bad_subjects[i];
+        ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    }
+    e.subject = NULL;
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    e.subject = "orders.ok";
+
+    /* owner / id: 256 pass, 257 do not; an id is required */
+    memset(big, 'x', sizeof(big));
+    big[256] = '\0';
+    e.id = big;
+    ASSERT_OK(emit_status(s, &e));
+    ok++;
+    big[256] = 'x';
+    big[257] = '\0';
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    e.id = "owner257";
+    e.owner = big;
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    e.owner = NULL;
+    e.id = NULL;
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    e.id = "";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    e.id = "bad\x01id";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    e.id = "bad\xff utf8";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+
+    /* headers: 16 pass, 17 do not */
+    jsd_header h[17];
+    char names[17][8];
+    for (int i = 0; i < 17; i++) {
+        snprintf(names[i], sizeof(names[i]), "h%d", i);
+        h[i].name = names[i];
+        h[i].value = "v";
+    }
+    e.id = "h16";
+    e.headers = h;
+    e.n_headers = 16;
+    ASSERT_OK(emit_status(s, &e));
+    ok++;
+    e.id = "h17";
+    e.n_headers = 17;
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "17 headers");
+    /* name 64 pass, 65 not; value 256 pass, 257 not */
+    memset(name, 'n', sizeof(name));
+    name[64] = '\0';
+    jsd_header one = {.name = name, .value = "v"};
+    e.headers = &one;
+    e.n_headers = 1;
+    e.id = "n64";
+    ASSERT_OK(emit_status(s, &e));
+    ok++;
+    name[64] = 'n';
+    name[65] = '\0';
+    e.id = "n65";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    one.name = "X-Big";
+    big[256] = '\0';
+    one.value = big;
+    e.id = "v256";
+    ASSERT_OK(emit_status(s, &e));
+    ok++;
+    big[256] = 'x';
+    e.id = "v257";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    static const char *const bad_names[] = {"a:b", "a b", "", "Nats-Msg-Id", "nats-expected-stream",
+                                            "x\ny"};
+    one.value = "v";
+    for (size_t i = 0; i < JSD_ARRAY_LEN(bad_names); i++) {
+        one.name = bad_names[i];
+        e.id = "badname";
+        ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    }
+    one.name = "X-Ok";
+    one.value = "line\r\nInjected: 1";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    e.headers = NULL;
+    e.n_headers = 0;
+
+    /* payload: 1 MiB passes, 1 MiB + 1 does not */
+    size_t mib = 1024 * 1024;
+    char *payload = calloc(1, mib + 1);
+    assert_non_null(payload);
+    e.payload = payload;
+    e.len = mib;
+    e.id = "p1m";
+    ASSERT_OK(emit_status(s, &e));
+    ok++;
+    e.len = mib + 1;
+    e.id = "p1m1";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "1048577");
+    free(payload);
+    e.payload = NULL;
+    e.len = 5;
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+
+    /* Nothing refused reached the store. */
+    ASSERT_EQ(stats(s).backlog, ok);
+    jsd_store_close(s);
+}
+
+/* ---- claims -------------------------------------------------------------------------- */
+
+static void claim_returns_effects_in_order(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    jsd_tx *tx;
+    const unsigned char bin[6] = {'a', 0, 'b', 0xff, 0, 'z'};
+    jsd_header h[2] = {{"X-Trace", "t-1"}, {"Content-Type", "application/json"}};
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    jsd_effect e1 = {.owner = "order-1",
+                     .id = "created",
+                     .subject = "orders.created",
+                     .headers = h,
+                     .n_headers = 2,
+                     .payload = bin,
+                     .len = sizeof(bin)};
+    jsd_effect e2 = {.owner = NULL, .id = "solo", .subject = "orders.solo"};
+    jsd_effect e3 = {.owner = "order-2",
+                     .id = "created",
+                     .subject = "orders.created",
+                     .order_key = "order-2",
+                     .payload = "x",
+                     .len = 1};
+    ASSERT_OK(jsd_tx_emit(tx, &e1));
+    ASSERT_OK(jsd_tx_emit(tx, &e2));
+    ASSERT_OK(jsd_tx_emit(tx, &e3));
+    ASSERT_OK(jsd_tx_commit(tx));
+
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    int64_t now = jsd__now_ms();
+    ASSERT_OK_E(jsd__store_claim(s, 10, 30000, "relay-a", now, &b), jsd_store_errmsg(s));
+    ASSERT_EQ(b.n, 3);
+    ASSERT_TRUE(b.items[0].row_id < b.items[1].row_id && b.items[1].row_id < b.items[2].row_id);
+    const jsd__claimed *c = &b.items[0];
+    ASSERT_STREQ(c->owner, "order-1");
+    ASSERT_STREQ(c->effect_id, "created");
+    ASSERT_STREQ(c->subject, "orders.created");
+    char want[JSD_MSG_ID_MAX];
+    ASSERT_OK(jsd_effect_msg_id("order-1", "created", want));
+    ASSERT_STREQ(c->msg_id, want);
+    ASSERT_EQ(strlen(c->msg_id), 64);
+    ASSERT_EQ(c->len, sizeof(bin));
+    assert_memory_equal(c->payload, bin, sizeof(bin));
+    ASSERT_EQ(c->n_headers, 2);
+    ASSERT_STREQ(c->headers[0].name, "X-Trace");
+    ASSERT_STREQ(c->headers[0].value, "t-1");
+    ASSERT_STREQ(c->headers[1].name, "Content-Type");
+    ASSERT_STREQ(c->headers[1].value, "application/json");
+    ASSERT_EQ(c->attempts, 0);
+    assert_null(c->order_key);
+    ASSERT_TRUE(c->created_at_ms > 0 && c->created_at_ms <= now);
+    ASSERT_EQ(c->not_before_ms, c->created_at_ms);
+    ASSERT_STREQ(b.items[1].owner, "");
+    ASSERT_EQ(b.items[1].len, 0);
+    ASSERT_EQ(b.items[1].n_headers, 0);
+    ASSERT_STREQ(b.items[2].order_key, "order-2");
+    /* The msg id differs between (owner, id) pairs that concatenate alike. */
+    char a1[JSD_MSG_ID_MAX], a2[JSD_MSG_ID_MAX];
+    jsd_effect_msg_id("ab", "c", a1);
+    jsd_effect_msg_id("a", "bc", a2);
+    assert_string_not_equal(a1, a2);
+
+    /* Leased: a second relay gets nothing. */
+    jsd__effect_batch b2;
+    jsd__effect_batch_init(&b2);
+    ASSERT_OK(jsd__store_claim(s, 10, 30000, "relay-b", now, &b2));
+    ASSERT_EQ(b2.n, 0);
+
+    jsd__receipt r[3];
+    for (int i = 0; i < 3; i++)
+        r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
+                              .stream = "ORDERS",
+                              .seq = 100 + i,
+                              .duplicate = i == 1,
+                              .published_at_ms = now};
+    size_t applied = 0;
+    ASSERT_OK_E(jsd__store_record_receipts(s, "relay-a", r, 3, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 3);
+    /* Recording them again changes nothing. */
+    ASSERT_OK(jsd__store_record_receipts(s, "relay-a", r, 3, &applied));
+    ASSERT_EQ(applied, 0);
+    char q[200];
+    snprintf(q, sizeof(q),
+             "SELECT stream_seq FROM jsd_outbox WHERE id = %lld AND stream = 'ORDERS' AND "
+             "lease_token IS NULL AND published_at = %lld",
+             (long long)b.items[1].row_id, (long long)now);
+    ASSERT_EQ(q_i64(s, q), 101);
+    snprintf(q, sizeof(q), "SELECT count(*) FROM jsd_outbox WHERE duplicate = %s",
+             BE(state) == BE_PG ? "true" : "1");
+    ASSERT_EQ(q_i64(s, q), 1);
+    jsd_store_stats st = stats(s);
+    ASSERT_EQ(st.published, 3);
+    ASSERT_EQ(st.backlog, 0);
+    ASSERT_OK(jsd__store_claim(s, 10, 30000, "relay-b", now + 100000, &b2));
+    ASSERT_EQ(b2.n, 0);
+    jsd__effect_batch_free(&b);
+    jsd__effect_batch_free(&b2);
+    jsd_store_close(s);
+}
+
+static void not_before_delays_claims(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    int64_t now = jsd__now_ms(), later = now + 3600 * 1000;
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    jsd_effect e = {.id = "timer", .subject = "timers.fire", .not_before_ms = later};
+    ASSERT_OK(jsd_tx_emit(tx, &e));
+    ASSERT_OK(jsd_tx_commit(tx));
+    jsd_store_stats st = stats(s);
+    ASSERT_EQ(st.backlog, 1);
+    ASSERT_EQ(st.due, 0);
+    bool found = false;
+    int64_t next = 0;
+    ASSERT_OK(jsd__store_next_due(s, &found, &next));
+    ASSERT_TRUE(found);
+    ASSERT_EQ(next, later);
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 1000, "r", later - 1, &b));
+    ASSERT_EQ(b.n, 0);
+    ASSERT_OK(jsd__store_claim(s, 10, 1000, "r", later, &b));
+    ASSERT_EQ(b.n, 1);
+    ASSERT_EQ(b.items[0].not_before_ms, later);
+    /* While leased, the next due time is the lease's end. */
+    ASSERT_OK(jsd__store_next_due(s, &found, &next));
+    ASSERT_EQ(next, later + 1000);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
+static void order_key_holds_back_later_effects(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    emit_key(s, "k1", "k", 0);
+    emit_key(s, "k2", "k", 0);
+    emit_key(s, "j1", "j", 0);
+    emit_key(s, "u1", NULL, 0);
+    emit_key(s, "k3", "k", 0);
+    int64_t now = jsd__now_ms();
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r1", now, &b));
+    ASSERT_EQ(b.n, 3);
+    ASSERT_TRUE(has_id(&b, "k1") && has_id(&b, "j1") && has_id(&b, "u1"));
+    int64_t k1 = b.items[0].row_id;
+    /* Even with the lease expired, k2 waits for k1's receipt. */
+    jsd__effect_batch b2;
+    jsd__effect_batch_init(&b2);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r2", now + 1, &b2));
+    ASSERT_EQ(b2.n, 0);
+    /* A failure keeps k1 first: it is rescheduled and k2 still waits. */
+    jsd__failure f = {.row_id = k1, .error = "broker down"};
+    jsd__backoff bo = {.base_ms = 1000, .cap_ms = 1000, .jitter_pct = 0};
+    size_t applied = 0, dead = 0;
+    ASSERT_OK(jsd__store_record_failures(s, "r1", &f, 1, &bo, 50, now, &applied, &dead));
+    ASSERT_EQ(applied, 1);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r2", now + 1, &b2));
+    ASSERT_EQ(b2.n, 0);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r2", now + 1000, &b2));
+    ASSERT_EQ(b2.n, 1);
+    ASSERT_STREQ(b2.items[0].effect_id, "k1");
+    receipt1(s, "r2", k1, 1);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r3", now + 1000, &b2));
+    ASSERT_EQ(b2.n, 1);
+    ASSERT_STREQ(b2.items[0].effect_id, "k2");
+    /* A dead-lettered effect no longer holds its key. */
+    f.row_id = b2.items[0].row_id;
+    f.dead_letter_now = true;
+    ASSERT_OK(jsd__store_record_failures(s, "r3", &f, 1, &bo, 50, now + 1000, &applied, &dead));
+    ASSERT_EQ(dead, 1);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r4", now + 1000, &b2));
+    ASSERT_EQ(b2.n, 1);
+    ASSERT_STREQ(b2.items[0].effect_id, "k3");
+    jsd__effect_batch_free(&b);
+    jsd__effect_batch_free(&b2);
+    jsd_store_close(s);
+}
+
+/* RELAY-1,2: an expired lease is taken over; the old holder's late receipt or
+ * failure is refused and the new holder's result stands. */
+static void expired_lease_takeover(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    emit1(s, "o", "e", "orders.created");
+    int64_t t = jsd__now_ms();
+    jsd__effect_batch a, b;
+    jsd__effect_batch_init(&a);
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 1000, "old-relay", t, &a));
+    ASSERT_EQ(a.n, 1);
+    ASSERT_OK(jsd__store_claim(s, 10, 1000, "new-relay", t + 999, &b));
+    ASSERT_EQ(b.n, 0);
+    ASSERT_OK(jsd__store_claim(s, 10, 1000, "new-relay", t + 1000, &b));
+    ASSERT_EQ(b.n, 1);
+    ASSERT_EQ(b.items[0].row_id, a.items[0].row_id);
+    int64_t row = a.items[0].row_id;
+
+    /* The old holder's failure and release are refused too. */
+    jsd__failure f = {.row_id = row, .error = "late failure"};
+    size_t applied = 9, dead = 9;
+    ASSERT_OK(
+        jsd__store_record_failures(s, "old-relay", &f, 1, NULL, 0, t + 1001, &applied, &dead));
+    ASSERT_EQ(applied, 0);
+    ASSERT_OK(jsd__store_release(s, "old-relay", &row, 1, &applied));
+    ASSERT_EQ(applied, 0);
+
+    jsd__receipt r_new = {.row_id = row,
+                          .stream = "ORDERS",
+                          .seq = 7,
+                          .duplicate = true,
+                          .published_at_ms = t + 1100};
+    jsd__receipt r_old = {.row_id = row, .stream = "ORDERS", .seq = 6, .published_at_ms = t + 1200};
+    ASSERT_OK(jsd__store_record_receipts(s, "new-relay", &r_new, 1, &applied));
+    ASSERT_EQ(applied, 1);
+    ASSERT_OK(jsd__store_record_receipts(s, "old-relay", &r_old, 1, &applied));
+    ASSERT_EQ(applied, 0);
+    char q[160];
+    snprintf(q, sizeof(q), "SELECT stream_seq FROM jsd_outbox WHERE id = %lld", (long long)row);
+    ASSERT_EQ(q_i64(s, q), 7);
+    snprintf(q, sizeof(q), "SELECT attempts FROM jsd_outbox WHERE id = %lld", (long long)row);
+    ASSERT_EQ(q_i64(s, q), 0);
+    jsd__effect_batch_free(&a);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
+/* RELAY-4: two processes claiming at once never hold the same effect. */
+#define NPROC_EFFECTS 400
+static void two_processes_never_share_an_effect(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    jsd_effect e[100];
+    char ids[100][16];
+    jsd_tx *tx;
+    for (int k = 0; k < NPROC_EFFECTS / 100; k++) {
+        for (int i = 0; i < 100; i++) {
+            snprintf(ids[i], sizeof(ids[i]), "e%d", k * 100 + i);
+            e[i] = (jsd_effect){.owner = "bulk", .id = ids[i], .subject = "bulk.x"};
+        }
+        ASSERT_OK(jsd_tx_begin(s, &tx));
+        ASSERT_OK_E(jsd_tx_emit_batch(tx, e, 100, NULL), jsd_store_errmsg(s));
+        ASSERT_OK(jsd_tx_commit(tx));
+    }
+    int gate[2];
+    assert_int_equal(pipe(gate), 0);
+    pid_t pids[2];
+    char files[2][512];
+    for (int c = 0; c < 2; c++) {
+        snprintf(files[c], sizeof(files[c]), "%s/claims.%d", jsd_test_dir(), c);
+        pids[c] = fork();
+        assert_true(pids[c] >= 0);
+        if (pids[c] == 0) {
+            close(gate[1]);
+            char tok[16];
+            snprintf(tok, sizeof(tok), "proc%d", c);
+            jsd_store *cs = NULL;
+            if (jsd_store_open(&cs, url, NULL) != JSD_OK)
+                _exit(3);
+            FILE *out = fopen(files[c], "w");
+            char buf;
+            if (!out || read(gate[0], &buf, 1) < 0) /* EOF when the parent opens the gate */
+                _exit(4);
+            jsd__effect_batch b;
+            jsd__effect_batch_init(&b);
+            for (;;) {
+                if (jsd__store_claim(cs, 7, 600000, tok, jsd__now_ms(), &b) != JSD_OK)
+                    _exit(5);
+                if (b.n == 0)
+                    break;
+                jsd__receipt r[7];
+                for (size_t i = 0; i < b.n; i++) {
+                    fprintf(out, "%lld\n", (long long)b.items[i].row_id);
+                    r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
+                                          .stream = tok,
+                                          .seq = (uint64_t)b.items[i].row_id,
+                                          .published_at_ms = jsd__now_ms()};
+                }
+                size_t applied = 0;
+                if (jsd__store_record_receipts(cs, tok, r, b.n, &applied) != JSD_OK ||
+                    applied != b.n)
+                    _exit(6);
+            }
+            fclose(out);
+            _exit(0);
+        }
+    }
+    close(gate[0]);
+    close(gate[1]); /* both start now */
+    for (int c = 0; c < 2; c++) {
+        int st = 0;
+        assert_int_equal(waitpid(pids[c], &st, 0), pids[c]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("claiming process %d failed (status 0x%x)", c, st);
+    }
+    static unsigned char seen[100000];
+    memset(seen, 0, sizeof(seen));
+    long total = 0, per[2] = {0, 0};
+    for (int c = 0; c < 2; c++) {
+        FILE *in = fopen(files[c], "r");
+        assert_non_null(in);
+        long long id;
+        while (fscanf(in, "%lld", &id) == 1) {
+            assert_true(id > 0 && id < (long long)sizeof(seen));
+            if (seen[id])
+                fail_msg("effect row %lld was claimed by both processes", id);
+            seen[id] = (unsigned char)(c + 1);
+            total++;
+            per[c]++;
+        }
+        fclose(in);
+    }
+    ASSERT_EQ(total, NPROC_EFFECTS);
+    ASSERT_EQ(stats(s).published, NPROC_EFFECTS);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE stream = 'proc0'"), per[0]);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE stream = 'proc1'"), per[1]);
+    print_message("claims: process 0 took %ld, process 1 took %ld\n", per[0], per[1]);
+    jsd_store_close(s);
+}
+
+/* ---- RELAY-2: backoff and the dead-letter budget -------------------------------------- */
+
+static void backoff_schedule_and_budget(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    emit1(s, "o", "flaky", "orders.flaky");
+    jsd__backoff bo = {.base_ms = 100, .cap_ms = 1000, .jitter_pct = 0};
+    static const int64_t want[] = {100, 200, 400, 800, 1000, 1000};
+    for (int n = 1; n <= 6; n++)
+        ASSERT_EQ(jsd__backoff_delay_ms(&bo, n, 1), want[n - 1]);
+    int64_t t = jsd__now_ms();
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    const int budget = 7;
+    for (int n = 1; n <= budget; n++) {
+        ASSERT_OK(jsd__store_claim(s, 10, 60000, "r", t, &b));
+        ASSERT_EQ(b.n, 1);
+        ASSERT_EQ(b.items[0].attempts, n - 1);
+        char err[64];
+        snprintf(err, sizeof(err), "publish failed (%d)", n);
+        jsd__failure f = {.row_id = b.items[0].row_id, .error = err};
+        size_t applied = 0, dead = 0;
+        ASSERT_OK_E(jsd__store_record_failures(s, "r", &f, 1, &bo, budget, t, &applied, &dead),
+                    jsd_store_errmsg(s));
+        ASSERT_EQ(applied, 1);
+        if (n < budget) {
+            ASSERT_EQ(dead, 0);
+            int64_t next = t + want[JSD_MIN(n, 6) - 1];
+            ASSERT_OK(jsd__store_claim(s, 10, 60000, "r", next - 1, &b));
+            ASSERT_EQ(b.n, 0);
+            t = next;
+        } else {
+            ASSERT_EQ(dead, 1);
+        }
+    }
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r", t + 86400000, &b));
+    ASSERT_EQ(b.n, 0);
+    jsd_store_stats st = stats(s);
+    ASSERT_EQ(st.dead_lettered, 1);
+    ASSERT_EQ(st.backlog, 0);
+    char text[600];
+    q_text(s, "SELECT dead_reason FROM jsd_outbox", text, sizeof(text));
+    ASSERT_CONTAINS(text, "attempt budget of 7 spent");
+    ASSERT_CONTAINS(text, "publish failed (7)");
+    q_text(s, "SELECT last_error FROM jsd_outbox", text, sizeof(text));
+    ASSERT_STREQ(text, "publish failed (7)");
+    ASSERT_EQ(q_i64(s, "SELECT attempts FROM jsd_outbox"), 7);
+
+    /* The default budget is 50. */
+    emit1(s, "o", "default-budget", "orders.flaky");
+    bo = (jsd__backoff){.base_ms = 1, .cap_ms = 1, .jitter_pct = 0};
+    for (int n = 1; n <= 50; n++) {
+        t += 1;
+        ASSERT_OK(jsd__store_claim(s, 10, 60000, "r", t, &b));
+        ASSERT_EQ(b.n, 1);
+        jsd__failure f = {.row_id = b.items[0].row_id, .error = "x"};
+        size_t applied = 0, dead = 0;
+        ASSERT_OK(jsd__store_record_failures(s, "r", &f, 1, &bo, 0, t, &applied, &dead));
+        ASSERT_EQ(dead, n == 50 ? 1 : 0);
+    }
+    ASSERT_EQ(stats(s).dead_lettered, 2);
+
+    /* Jitter is deterministic and stays within its band. */
+    bo = (jsd__backoff){.base_ms = 1000, .cap_ms = 60000, .jitter_pct = 20};
+    bool differs = false;
+    for (int64_t row = 1; row <= 50; row++) {
+        int64_t d = jsd__backoff_delay_ms(&bo, 3, row);
+        ASSERT_EQ(d, jsd__backoff_delay_ms(&bo, 3, row));
+        ASSERT_TRUE(d > 3200 && d <= 4000);
+        differs |= d != jsd__backoff_delay_ms(&bo, 3, 1);
+    }
+    ASSERT_TRUE(differs);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
+static void release_and_requeue(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    emit1(s, "o", "a", "orders.a");
+    int64_t t = jsd__now_ms();
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r", t, &b));
+    ASSERT_EQ(b.n, 1);
+    int64_t row = b.items[0].row_id;
+    size_t k = 0;
+    ASSERT_OK(jsd__store_release(s, "r", &row, 1, &k));
+    ASSERT_EQ(k, 1);
+    /* Claimable again at once, with no attempt counted. */
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r2", t, &b));
+    ASSERT_EQ(b.n, 1);
+    ASSERT_EQ(b.items[0].attempts, 0);
+    jsd__failure f = {.row_id = row, .error = "no stream", .dead_letter_now = true};
+    size_t applied = 0, dead = 0;
+    ASSERT_OK(jsd__store_record_failures(s, "r2", &f, 1, NULL, 0, t, &applied, &dead));
+    ASSERT_EQ(dead, 1);
+    char text[600];
+    q_text(s, "SELECT dead_reason FROM jsd_outbox", text, sizeof(text));
+    ASSERT_CONTAINS(text, "permanent failure");
+    ASSERT_CONTAINS(text, "no stream");
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r3", t, &b));
+    ASSERT_EQ(b.n, 0);
+    ASSERT_OK(jsd__store_requeue_dead(s, &row, 1, t, &k));
+    ASSERT_EQ(k, 1);
+    ASSERT_EQ(stats(s).dead_lettered, 0);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r3", t, &b));
+    ASSERT_EQ(b.n, 1);
+    ASSERT_EQ(b.items[0].attempts, 0);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
+/* ---- IN-1,2: the inbox --------------------------------------------------------------- */
+
+static void inbox_identity_and_outcome(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    jsd_tx *tx;
+    bool found = true;
+    jsd__inbox_outcome o;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 1, &found, &o));
+    assert_false(found);
+    ASSERT_OK_E(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, "msg-1", 3, "shipped"),
+                jsd_store_errmsg(s));
+    ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 1, &found, &o));
+    assert_true(found);
+    ASSERT_EQ(o.code, 3);
+    ASSERT_STREQ(o.detail, "shipped");
+    ASSERT_STREQ(o.msg_id, "msg-1");
+    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, "msg-1", 4, NULL),
+                  JSD_ERR_EXISTS);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "already in the inbox");
+    /* The transaction is still usable: a different delivery goes in. */
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "billing", 1, "msg-1", 5, NULL));
+    ASSERT_OK(jsd_tx_commit(tx));
+
+    /* After commit, a redelivery finds the recorded outcome. */
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, NULL, 9, NULL), JSD_ERR_EXISTS);
+    ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 1, &found, &o));
+    assert_true(found);
+    ASSERT_EQ(o.code, 3);
+    ASSERT_STREQ(o.detail, "shipped");
+    ASSERT_EQ(o.stream_seq, 1);
+    ASSERT_TRUE(o.created_at_ms > 0);
+    /* A re-published duplicate under a new sequence is found by its msg id. */
+    ASSERT_OK(jsd__tx_inbox_lookup_msg_id(tx, "ORDERS", "shipping", "msg-1", &found, &o));
+    assert_true(found);
+    ASSERT_EQ(o.stream_seq, 1);
+    ASSERT_EQ(o.code, 3);
+    ASSERT_OK(jsd__tx_inbox_lookup_msg_id(tx, "ORDERS", "shipping", "msg-2", &found, &o));
+    assert_false(found);
+    ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 2, &found, NULL));
+    assert_false(found);
+    /* Bad identities are refused. */
+    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "", "shipping", 2, NULL, 0, NULL), JSD_ERR_INVALID);
+    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 0, NULL, 0, NULL),
+                  JSD_ERR_INVALID);
+    jsd_tx_rollback(tx);
+    ASSERT_EQ(stats(s).inbox_rows, 2);
+    jsd_store_close(s);
+}
+
+/* The ingress commits a batch with a savepoint per delivery. */
+static void savepoint_per_delivery(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    app_sql(s, "CREATE TABLE shipments (id TEXT PRIMARY KEY)");
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    /* delivery 1: kept */
+    ASSERT_OK(jsd__tx_savepoint(tx));
+    ASSERT_STATUS(jsd__tx_savepoint(tx), JSD_ERR_INVALID);
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 1, "m1", 1, NULL));
+    tx_sql(tx, "INSERT INTO shipments VALUES ('s1')");
+    jsd_effect e = {.owner = "s1", .id = "shipped", .subject = "shipments.created"};
+    ASSERT_OK(jsd_tx_emit(tx, &e));
+    ASSERT_OK(jsd__tx_release(tx));
+    /* delivery 2: its handler fails after writing; undone */
+    ASSERT_OK(jsd__tx_savepoint(tx));
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 2, "m2", 1, NULL));
+    tx_sql(tx, "INSERT INTO shipments VALUES ('s2')");
+    e.owner = "s2";
+    ASSERT_OK(jsd_tx_emit(tx, &e));
+    assert_false(tx_sql_try(tx, "INSERT INTO shipments VALUES ('s1')"));
+    ASSERT_OK_E(jsd__tx_rollback_to(tx), jsd_store_errmsg(s));
+    ASSERT_STATUS(jsd__tx_release(tx), JSD_ERR_INVALID);
+    /* delivery 3: kept, after the failed one */
+    ASSERT_OK(jsd__tx_savepoint(tx));
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 3, "m3", 1, NULL));
+    tx_sql(tx, "INSERT INTO shipments VALUES ('s3')");
+    ASSERT_OK(jsd__tx_release(tx));
+    ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM shipments"), 2);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM shipments WHERE id = 's2'"), 0);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_inbox WHERE stream_seq = 2"), 0);
+    jsd_store_stats st = stats(s);
+    ASSERT_EQ(st.inbox_rows, 2);
+    ASSERT_EQ(st.backlog, 1);
+    jsd_store_close(s);
+}
+
+/* ---- DLQ-1: poison records ------------------------------------------------------------ */
+
+static void poison_records_keep_the_evidence(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    const unsigned char raw[5] = {'{', 0, 0xfe, '"', '}'};
+    const char hdrs[] = "NATS/1.0\r\nNats-Msg-Id: abc\r\n\r\n";
+    jsd__poison p = {.stream = "ORDERS",
+                     .consumer = "shipping",
+                     .stream_seq = 17,
+                     .msg_id = "abc",
+                     .subject = "orders.created",
+                     .diagnostic = "envelope: payload is not JSON",
+                     .headers = hdrs,
+                     .headers_len = sizeof(hdrs) - 1,
+                     .payload = raw,
+                     .len = sizeof(raw),
+                     .created_at_ms = 12345};
+    bool inserted = false;
+    ASSERT_OK_E(jsd__store_poison_insert(s, &p, &inserted), jsd_store_errmsg(s));
+    assert_true(inserted);
+    /* Idempotent on the delivery identity: the first record stands. */
+    jsd__poison again = p;
+    again.diagnostic = "something else";
+    ASSERT_OK(jsd__store_poison_insert(s, &again, &inserted));
+    assert_false(inserted);
+    jsd__poison_record r;
+    ASSERT_OK(jsd__store_poison_get(s, "ORDERS", "shipping", 17, &r));
+    ASSERT_STREQ(r.stream, "ORDERS");
+    ASSERT_STREQ(r.consumer, "shipping");
+    ASSERT_EQ(r.stream_seq, 17);
+    ASSERT_STREQ(r.msg_id, "abc");
+    ASSERT_STREQ(r.subject, "orders.created");
+    ASSERT_STREQ(r.diagnostic, "envelope: payload is not JSON");
+    ASSERT_EQ(r.len, sizeof(raw));
+    assert_memory_equal(r.payload, raw, sizeof(raw));
+    ASSERT_EQ(r.headers_len, sizeof(hdrs) - 1);
+    assert_memory_equal(r.headers, hdrs, sizeof(hdrs) - 1);
+    ASSERT_EQ(r.created_at_ms, 12345);
+    assert_null(r.dlq_stream);
+    jsd__poison_record_clear(&r);
+
+    ASSERT_OK(jsd__store_poison_mark_published(s, "ORDERS", "shipping", 17, "DLQ", 4));
+    ASSERT_OK(jsd__store_poison_get(s, "ORDERS", "shipping", 17, &r));
+    ASSERT_STREQ(r.dlq_stream, "DLQ");
+    ASSERT_EQ(r.dlq_seq, 4);
+    jsd__poison_record_clear(&r);
+    ASSERT_STATUS(jsd__store_poison_get(s, "ORDERS", "shipping", 18, &r), JSD_ERR_NOT_FOUND);
+
+    /* Inside a transaction, and listing in id order; no payload is fine. */
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    jsd__poison p2 = {.stream = "ORDERS",
+                      .consumer = "shipping",
+                      .stream_seq = 18,
+                      .subject = "orders.created",
+                      .diagnostic = "unsupported version"};
+    ASSERT_OK(jsd__tx_poison_insert(tx, &p2, &inserted));
+    assert_true(inserted);
+    ASSERT_OK(jsd_tx_commit(tx));
+    jsd__poison_record *list = NULL;
+    size_t n = 0;
+    ASSERT_OK(jsd__store_poison_list(s, 0, 10, &list, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT_EQ(list[0].stream_seq, 17);
+    ASSERT_EQ(list[1].stream_seq, 18);
+    ASSERT_STREQ(list[1].msg_id, "");
+    ASSERT_EQ(list[1].len, 0);
+    int64_t after = list[0].id;
+    jsd__poison_records_free(list, n);
+    ASSERT_OK(jsd__store_poison_list(s, after, 10, &list, &n));
+    ASSERT_EQ(n, 1);
+    jsd__poison_records_free(list, n);
+    ASSERT_EQ(stats(s).poison_records, 2);
+    jsd_store_close(s);
+}
+
+/* ---- STORE-4: retention ------------------------------------------------------------- */
+
+static void retention_in_bounded_batches(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    int64_t now = jsd__now_ms(), old = now - 3600 * 1000;
+    char id[32];
+    jsd_tx *tx;
+    /* 10 old published, 5 recent published, 3 unpublished, 1 old dead-lettered. */
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    for (int i = 0; i < 19; i++) {
+        snprintf(id, sizeof(id), "e%02d", i);
+        jsd_effect e = {.id = id, .subject = "r.x"};
+        ASSERT_OK(jsd_tx_emit(tx, &e));
+    }
+    for (int i = 0; i < 9; i++)
+        ASSERT_OK(jsd__tx_inbox_insert(tx, "S", "c", (uint64_t)i + 1, NULL, 0, NULL));
+    ASSERT_OK(jsd_tx_commit(tx));
+    now = jsd__now_ms();
+    old = now - 3600 * 1000;
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 19, 60000, "r", now, &b));
+    ASSERT_EQ(b.n, 19);
+    jsd__receipt r[15];
+    for (int i = 0; i < 15; i++)
+        r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
+                              .stream = "S",
+                              .seq = (uint64_t)i + 1,
+                              .published_at_ms = i < 10 ? old : now};
+    size_t applied = 0, dead = 0;
+    ASSERT_OK(jsd__store_record_receipts(s, "r", r, 15, &applied));
+    ASSERT_EQ(applied, 15);
+    jsd__failure f = {.row_id = b.items[18].row_id, .error = "x", .dead_letter_now = true};
+    ASSERT_OK(jsd__store_record_failures(s, "r", &f, 1, NULL, 0, old, &applied, &dead));
+    ASSERT_EQ(dead, 1);
+    /* 7 old inbox rows, 2 recent. */
+    app_sql(s, "UPDATE jsd_inbox SET created_at = 1000 WHERE stream_seq <= 7");
+    jsd__poison p = {.stream = "S",
+                     .consumer = "c",
+                     .stream_seq = 1,
+                     .subject = "r.x",
+                     .diagnostic = "bad",
+                     .created_at_ms = 1};
+    ASSERT_OK(jsd__store_poison_insert(s, &p, NULL));
+
+    int64_t cutoff = now - 60000, removed = 0, total = 0;
+    int steps = 0;
+    for (;;) {
+        ASSERT_OK_E(jsd__store_gc_step(s, cutoff, 4, &removed), jsd_store_errmsg(s));
+        ASSERT_LE(removed, 8); /* at most 4 effects + 4 inbox rows per transaction */
+        total += removed;
+        steps++;
+        if (removed == 0)
+            break;
+        ASSERT_LE(steps, 10);
+    }
+    ASSERT_EQ(total, 17);
+    ASSERT_EQ(steps, 4); /* 8 + 6 + 3 + 0 */
+    jsd_store_stats st = stats(s);
+    ASSERT_EQ(st.published, 5);
+    ASSERT_EQ(st.backlog, 3);
+    ASSERT_EQ(st.dead_lettered, 1);
+    ASSERT_EQ(st.inbox_rows, 2);
+    ASSERT_EQ(st.poison_records, 1);
+    /* The public form: age-based, loops to the end. */
+    int64_t k = -1;
+    ASSERT_OK(jsd_store_gc(s, 60000, 100, &k));
+    ASSERT_EQ(k, 0);
+    ASSERT_OK(jsd_store_gc(s, 0, 2, &k));
+    ASSERT_TRUE(k >= 7); /* the 5 recent published + 2 recent inbox rows */
+    ASSERT_EQ(stats(s).published, 0);
+    ASSERT_STATUS(jsd_store_gc(s, 0, 0, &k), JSD_ERR_INVALID);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
+/* ---- STORE-1: schema versions ---------------------------------------------------------- */
+
+static void schema_from_the_future_is_refused(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    emit1(s, "o", "keep-me", "orders.x");
+    app_sql(s, "INSERT INTO jsd_schema_version (version, applied_at) VALUES (99, 0)");
+    jsd_store_close(s);
+    jsd_store *s2 = NULL;
+    jsd_error e;
+    ASSERT_STATUS(jsd_store_open(&s2, url, &e), JSD_ERR_SCHEMA);
+    assert_null(s2);
+    ASSERT_CONTAINS(e.msg, "schema version 99");
+    ASSERT_CONTAINS(e.msg, "upgrade jsdurable");
+    /* Nothing was lost or changed: remove the marker and the effect is there. */
+    if (BE(state) == BE_SQLITE) {
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(url + 7, &db), SQLITE_OK);
+        assert_int_equal(
+            sqlite3_exec(db, "DELETE FROM jsd_schema_version WHERE version = 99", NULL, NULL, NULL),
+            SQLITE_OK);
+        sqlite3_close(db);
+    } else {
+        PGconn *c = PQconnectdb(url);
+        PQclear(PQexec(c, "DELETE FROM jsd_schema_version WHERE version = 99"));
+        PQfinish(c);
+    }
+    s2 = open_url(url);
+    ASSERT_EQ(stats(s2).backlog, 1);
+    ASSERT_EQ(q_i64(s2, "SELECT count(*) FROM jsd_schema_version"), 1);
+    jsd_store_close(s2);
+}
+
+/* ---- RELAY-3: wake-ups ------------------------------------------------------------------ */
+
+static void wakeups_follow_commits(void **state)
+{
+    char url[512];
+    jsd_store *relay = open_new(state, url, sizeof(url));
+    jsd_store *app = open_url(url);
+    bool woken = true;
+    ASSERT_OK(jsd__store_wait_wakeup(relay, 0, &woken)); /* PostgreSQL: LISTEN now */
+    ASSERT_OK(jsd__store_wait_wakeup(relay, 50, &woken));
+    assert_false(woken);
+
+    emit1(app, "o", "w1", "orders.w");
+    ASSERT_OK(jsd__store_wait_wakeup(relay, 30000, &woken));
+    assert_true(woken);
+    ASSERT_OK(jsd__store_wait_wakeup(relay, 50, &woken));
+    assert_false(woken);
+    if (BE(state) == BE_PG) {
+        /* A transaction without effects wakes nobody (on SQLite the
+         * cross-process check cannot tell, and wakes spuriously). */
+        app_sql(app, "CREATE TABLE unrelated (x INTEGER)");
+        ASSERT_OK(jsd__store_wait_wakeup(relay, 50, &woken));
+        assert_false(woken);
+    }
+
+    /* A commit in another process. */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        jsd_store *c = NULL;
+        if (jsd_store_open(&c, url, NULL) != JSD_OK)
+            _exit(3);
+        jsd_tx *tx;
+        jsd_effect e = {.id = "from-child", .subject = "orders.w"};
+        if (jsd_tx_begin(c, &tx) != JSD_OK || jsd_tx_emit(tx, &e) != JSD_OK ||
+            jsd_tx_commit(tx) != JSD_OK)
+            _exit(4);
+        jsd_store_close(c);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    ASSERT_EQ(st, 0);
+    ASSERT_OK(jsd__store_wait_wakeup(relay, 30000, &woken));
+    assert_true(woken);
+    jsd_store_close(app);
+    jsd_store_close(relay);
+}
+
+/* ---- status counts ---------------------------------------------------------------------- */
+
+static void stats_count_what_they_name(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    jsd_store_stats st = stats(s);
+    ASSERT_EQ(st.backlog + st.due + st.published + st.dead_lettered + st.inbox_rows +
+                  st.poison_records + st.oldest_due_age_ms,
+              0);
+    int64_t now = jsd__now_ms();
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    jsd_effect e1 = {.id = "past", .subject = "a.b", .not_before_ms = now - 5000};
+    jsd_effect e2 = {.id = "future", .subject = "a.b", .not_before_ms = now + 3600000};
+    ASSERT_OK(jsd_tx_emit(tx, &e1));
+    ASSERT_OK(jsd_tx_emit(tx, &e2));
+    ASSERT_OK(jsd_tx_commit(tx));
+    st = stats(s);
+    ASSERT_EQ(st.backlog, 2);
+    ASSERT_EQ(st.due, 1);
+    ASSERT_TRUE(st.oldest_due_age_ms >= 5000 && st.oldest_due_age_ms < 3600000);
+    jsd_store_close(s);
+}
+
+/* ---- one back end's own failure modes ---------------------------------------------------- */
+
+static void url_errors_are_clear_and_secret_free(void **state)
+{
+    (void)state;
+    jsd_store *s = NULL;
+    jsd_error e;
+    ASSERT_STATUS(jsd_store_open(&s, "", &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd_store_open(&s, NULL, &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd_store_open(&s, "sqlite:", &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd_store_open(&s, "mysql://u:hunter2@db/x", &e), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "unknown scheme");
+    ASSERT_NOT_CONTAINS(e.msg, "hunter2");
+    ASSERT_STATUS(jsd_store_open(&s, "postgres://u:hunter2@127.0.0.1:notaport/db", &e),
+                  JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "malformed");
+    ASSERT_NOT_CONTAINS(e.msg, "hunter2");
+    ASSERT_STATUS(jsd_store_open(&s, "postgresql://u:hunter2@127.0.0.1/db?bogus=1", &e),
+                  JSD_ERR_CONFIG);
+    ASSERT_NOT_CONTAINS(e.msg, "hunter2");
+    ASSERT_STATUS(jsd_store_open(&s, "postgres://u:hunter2@127.0.0.1/db?schema=1bad", &e),
+                  JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "schema name");
+    /* Port 1 on loopback: nothing listens there. */
+    ASSERT_STATUS(jsd_store_open(&s, "postgresql://u:hunter2@127.0.0.1:1/db", &e), JSD_ERR_CONNECT);
+    ASSERT_CONTAINS(e.msg, "cannot connect");
+    ASSERT_CONTAINS(e.msg, "u:***@127.0.0.1:1");
+    ASSERT_NOT_CONTAINS(e.msg, "hunter2");
+    ASSERT_STATUS(jsd_store_open(&s, "postgresql://127.0.0.1:1/db?password=hunter2", &e),
+                  JSD_ERR_CONNECT);
+    ASSERT_NOT_CONTAINS(e.msg, "hunter2");
+    /* A folder that does not exist. */
+    ASSERT_NE(jsd_store_open(&s, "sqlite:/nonexistent/dir/x.db", &e), JSD_OK);
+    ASSERT_CONTAINS(e.msg, "/nonexistent/dir/x.db");
+    assert_null(s);
+    char red[128];
+    jsd__store_redact_url("postgres://me:pw@h:5/db?sslmode=require&password=pw2", red, sizeof(red));
+    ASSERT_STREQ(red, "postgres://me:***@h:5/db?sslmode=require&password=***");
+}
+
+static char mnt_dir[512];
+static void unmount_at_exit(void)
+{
+    if (mnt_dir[0])
+        umount2(mnt_dir, MNT_DETACH);
+}
+
+/* Mount a small tmpfs of its own; false (and the test skips) when mounting is
+ * not permitted here. */
+static bool mount_tmpfs(const char *name, const char *size)
+{
+    snprintf(mnt_dir, sizeof(mnt_dir), "%s/%s", jsd_test_dir(), name);
+    mkdir(mnt_dir, 0755);
+    char opts[64];
+    snprintf(opts, sizeof(opts), "size=%s,mode=0755", size);
+    if (mount("tmpfs", mnt_dir, "tmpfs", 0, opts) != 0) {
+        print_message("cannot mount a tmpfs at %s: %s\n", mnt_dir, strerror(errno));
+        mnt_dir[0] = '\0';
+        return false;
+    }
+    atexit(unmount_at_exit);
+    return true;
+}
+
+static void sqlite_read_only_file(void **state)
+{
+    (void)state;
+    if (!mount_tmpfs("ro", "4m")) {
+        skip();
+        return;
+    }
+    char url[700];
+    snprintf(url, sizeof(url), "sqlite:%s/ro.db", mnt_dir);
+    jsd_store *s = open_url(url);
+    emit1(s, "o", "before", "orders.x");
+    jsd_store_close(s);
+    if (mount("tmpfs", mnt_dir, "tmpfs", MS_REMOUNT | MS_RDONLY, NULL) != 0)
+        fail_msg("remount read-only: %s", strerror(errno));
+    jsd_error e;
+    s = NULL;
+    ASSERT_STATUS(jsd_store_open(&s, url, &e), JSD_ERR_READONLY);
+    ASSERT_CONTAINS(e.msg, "read-only");
+    ASSERT_CONTAINS(e.msg, "ro.db");
+    assert_null(s);
+    /* The data is intact once writable again. */
+    if (mount("tmpfs", mnt_dir, "tmpfs", MS_REMOUNT, NULL) != 0)
+        fail_msg("remount read-write: %s", strerror(errno));
+    s = open_url(url);
+    ASSERT_EQ(stats(s).backlog, 1);
+    jsd_store_close(s);
+}
+
+static void sqlite_disk_full(void **state)
+{
+    (void)state;
+    if (!mount_tmpfs("full", "1m")) {
+        skip();
+        return;
+    }
+    char url[700];
+    snprintf(url, sizeof(url), "sqlite:%s/full.db", mnt_dir);
+    jsd_store *s = open_url(url);
+    static char payload[16384];
+    memset(payload, 'x', sizeof(payload));
+    int committed = 0;
+    jsd_status rc = JSD_OK;
+    for (int i = 0; i < 1000 && rc == JSD_OK; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "e%d", i);
+        jsd_tx *tx;
+        rc = jsd_tx_begin(s, &tx);
+        if (rc != JSD_OK)
+            break;
+        jsd_effect e = {.id = id, .subject = "fill.up", .payload = payload, .len = sizeof(payload)};
+        rc = jsd_tx_emit(tx, &e);
+        if (rc != JSD_OK) {
+            jsd_tx_rollback(tx);
+            break;
+        }
+        rc = jsd_tx_commit(tx);
+        if (rc == JSD_OK)
+            committed++;
+    }
+    ASSERT_STATUS(rc, JSD_ERR_FULL);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "full");
+    ASSERT_TRUE(committed > 0);
+    print_message("disk full after %d committed effects: %s\n", committed, jsd_store_errmsg(s));
+    /* Every committed effect is still there, none of the refused one. */
+    jsd_store_stats st;
+    ASSERT_OK_E(jsd_store_stats_get(s, &st), jsd_store_errmsg(s));
+    ASSERT_EQ(st.backlog, committed);
+    jsd_store_close(s);
+    s = open_url(url);
+    ASSERT_EQ(stats(s).backlog, committed);
+    jsd_store_close(s);
+}
+
+/* PostgreSQL's disk full (SQLSTATE 53100): the store's tables are created in a
+ * tablespace on a small tmpfs of the test's own. */
+static char ts_name[64], ts_server[512];
+static void drop_tablespace(void)
+{
+    if (!ts_name[0])
+        return;
+    PGconn *c = PQconnectdb(ts_server);
+    char sql[128];
+    snprintf(sql, sizeof(sql), "DROP TABLESPACE IF EXISTS %s", ts_name);
+    PQclear(PQexec(c, sql));
+    PQfinish(c);
+}
+
+static void pg_disk_full(void **state)
+{
+    (void)state;
+    char url[512];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    if (!mount_tmpfs("pgts", "2m")) {
+        skip();
+        return;
+    }
+    struct passwd *pw = getpwnam("postgres");
+    if (!pw || chown(mnt_dir, pw->pw_uid, pw->pw_gid) != 0 || chmod(mnt_dir, 0700) != 0) {
+        print_message("cannot hand the tmpfs to the postgres user\n");
+        skip();
+        return;
+    }
+    /* Cluster-wide object: named for this process and dropped at exit. */
+    snprintf(ts_name, sizeof(ts_name), "jsd_full_%ld", (long)getpid());
+    snprintf(ts_server, sizeof(ts_server), "%s", url);
+    PGconn *c = PQconnectdb(url);
+    char sql[800];
+    snprintf(sql, sizeof(sql), "CREATE TABLESPACE %s LOCATION '%s'", ts_name, mnt_dir);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        print_message("cannot create a tablespace: %s\n", PQerrorMessage(c));
+        PQclear(r);
+        PQfinish(c);
+        ts_name[0] = '\0';
+        skip();
+        return;
+    }
+    PQclear(r);
+    atexit(drop_tablespace);
+    snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" SET default_tablespace = %s", PQdb(c),
+             ts_name);
+    r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(c);
+
+    jsd_store *s = open_url(url);
+    static char payload[8192];
+    /* Incompressible so TOAST cannot shrink it. */
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (char)(rand() & 0xff);
+    int committed = 0;
+    jsd_status rc = JSD_OK;
+    for (int i = 0; i < 2000 && rc == JSD_OK; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "e%d", i);
+        jsd_tx *tx;
+        if ((rc = jsd_tx_begin(s, &tx)) != JSD_OK)
+            break;
+        jsd_effect e = {.id = id, .subject = "fill.up", .payload = payload, .len = sizeof(payload)};
+        rc = jsd_tx_emit(tx, &e);
+        if (rc != JSD_OK) {
+            jsd_tx_rollback(tx);
+            break;
+        }
+        if ((rc = jsd_tx_commit(tx)) == JSD_OK)
+            committed++;
+    }
+    ASSERT_STATUS(rc, JSD_ERR_FULL);
+    ASSERT_STREQ(jsd_store_error(s)->sqlstate, "53100");
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "full");
+    print_message("disk full after %d committed effects: %s\n", committed, jsd_store_errmsg(s));
+    ASSERT_TRUE(committed > 0);
+    ASSERT_EQ(stats(s).backlog, committed);
+    /* Drop the data so the tablespace can go. */
+    jsd_store_close(s);
+    c = PQconnectdb(url);
+    PQclear(PQexec(c, "DROP TABLE jsd_outbox, jsd_inbox, jsd_poison, jsd_schema_version"));
+    PQfinish(c);
+}
+
+static void pg_schema_option(void **state)
+{
+    (void)state;
+    char url[512], u2[700];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    snprintf(u2, sizeof(u2), "%s%sschema=tenant_a", url, strchr(url, '?') ? "&" : "?");
+    jsd_store *a = open_url(u2);
+    jsd_store_opts o;
+    jsd_store_opts_init(&o);
+    o.url = url;
+    o.pg_schema = "tenant_b";
+    jsd_store *b = NULL;
+    jsd_error e;
+    ASSERT_OK_E(jsd_store_open_opts(&b, &o, &e), e.msg);
+    emit1(a, "o", "a1", "a.x");
+    emit1(a, "o", "a2", "a.x");
+    emit1(b, "o", "a1", "b.x"); /* same identity, other schema: independent */
+    ASSERT_EQ(stats(a).backlog, 2);
+    ASSERT_EQ(stats(b).backlog, 1);
+    ASSERT_EQ(q_i64(a, "SELECT count(*) FROM tenant_a.jsd_outbox"), 2);
+    ASSERT_EQ(q_i64(a, "SELECT count(*) FROM information_schema.tables WHERE table_schema = "
+                       "'public' AND table_name LIKE 'jsd_%'"),
+              0);
+    o.pg_schema = "bad-name";
+    jsd_store *c = NULL;
+    ASSERT_STATUS(jsd_store_open_opts(&c, &o, &e), JSD_ERR_CONFIG);
+    assert_null(c);
+    jsd_store_close(a);
+    jsd_store_close(b);
+}
+
+/* Several processes opening a fresh database at once all succeed: the
+ * migration runs once, under an advisory lock. */
+static void pg_concurrent_open(void **state)
+{
+    (void)state;
+    char url[512];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    int gate[2];
+    assert_int_equal(pipe(gate), 0);
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            close(gate[1]);
+            char b;
+            if (read(gate[0], &b, 1) < 0)
+                _exit(2);
+            jsd_store *s = NULL;
+            jsd_error e;
+            if (jsd_store_open(&s, url, &e) != JSD_OK) {
+                fprintf(stderr, "open: %s\n", e.msg);
+                _exit(3);
+            }
+            jsd_store_close(s);
+            _exit(0);
+        }
+    }
+    close(gate[0]);
+    close(gate[1]);
+    for (int i = 0; i < 4; i++) {
+        int st = 0;
+        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        ASSERT_EQ(st, 0);
+    }
+    jsd_store *s = open_url(url);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_schema_version"), 1);
+    jsd_store_close(s);
+}
+
+/* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys. */
+static void sqlite_settings(void **state)
+{
+    (void)state;
+    char url[512];
+    jsd_fx_sqlite_url(url, sizeof(url));
+    jsd_store *s = open_url(url);
+    char mode[32];
+    q_text(s, "PRAGMA journal_mode", mode, sizeof(mode));
+    ASSERT_STREQ(mode, "wal");
+    ASSERT_EQ(q_i64(s, "PRAGMA synchronous"), 2); /* FULL */
+    ASSERT_EQ(q_i64(s, "PRAGMA foreign_keys"), 1);
+    ASSERT_EQ(jsd_store_backend_of(s), JSD_STORE_SQLITE);
+    jsd_store_close(s);
+    /* A plain path works too, and reopening applies no migration twice. */
+    s = open_url(url + 7);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_schema_version"), 1);
+    /* One transaction at a time per store. */
+    jsd_tx *tx, *tx2;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_STATUS(jsd_tx_begin(s, &tx2), JSD_ERR_INVALID);
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_STATUS(jsd__store_claim(s, 1, 1000, "t", 0, &b), JSD_ERR_INVALID);
+    assert_null(jsd_tx_pg(tx));
+    jsd_tx_rollback(tx);
+    jsd_store_close(s);
+    jsd_store_close(NULL);
+}
+
+JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_nothing),
+              BOTH(duplicate_effect_identity), BOTH(limits_are_enforced),
+              BOTH(claim_returns_effects_in_order), BOTH(not_before_delays_claims),
+              BOTH(order_key_holds_back_later_effects), BOTH(expired_lease_takeover),
+              BOTH(two_processes_never_share_an_effect), BOTH(backoff_schedule_and_budget),
+              BOTH(release_and_requeue), BOTH(inbox_identity_and_outcome),
+              BOTH(savepoint_per_delivery), BOTH(poison_records_keep_the_evidence),
+              BOTH(retention_in_bounded_batches), BOTH(schema_from_the_future_is_refused),
+              BOTH(wakeups_follow_commits), BOTH(stats_count_what_they_name),
+              cmocka_unit_test(url_errors_are_clear_and_secret_free),
+              cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
+              cmocka_unit_test(sqlite_settings), cmocka_unit_test(pg_disk_full),
+              cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open))
