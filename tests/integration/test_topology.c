@@ -434,6 +434,44 @@ static void consumer_changes_the_server_cannot_make_are_refused(void **state)
     jsd_conn_close(c);
 }
 
+static void each_request_has_a_deadline(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    jsd_conn_opts o;
+    jsd_conn_opts_init(&o);
+    o.servers = fx.url;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    names n;
+    make_names(&n);
+    jsd_topology *t = topo_of(&n, NULL, NULL);
+
+    /* a server that stops answering: the apply gives up after its deadline */
+    ASSERT_EQ(jsd_fx_nats_pause(&fx), 0);
+    jsd_topo_apply_opts ao;
+    jsd_topo_apply_opts_init(&ao);
+    ao.timeout_ms = 700;
+    int64_t t0 = jsd_test_mono_ms();
+    ASSERT_STATUS(jsd_topology_apply(c, t, &ao, &e), JSD_ERR_TIMEOUT);
+    int64_t took = jsd_test_mono_ms() - t0;
+    ASSERT_LE(took, 700 + 1000);
+    ASSERT_TRUE(took >= 600);
+    ASSERT_CONTAINS(e.msg, "listing the server's streams");
+    ASSERT_EQ(jsd_fx_nats_resume(&fx), 0);
+
+    /* after the resume the same apply works */
+    ASSERT_WAIT(jsd_conn_is_connected(c), 10000);
+    rec r;
+    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_EQ(r.n, 3);
+    jsd_topology_free(t);
+    jsd_conn_close(c);
+    jsd_fx_nats_stop(&fx);
+}
+
 static int run_cli(const char *args, char *out, size_t cap)
 {
     char cmd[2048];
@@ -533,4 +571,4 @@ JSD_TEST_MAIN(cmocka_unit_test(create_creates_everything),
               cmocka_unit_test(overlap_with_existing_server_stream_is_refused),
               cmocka_unit_test(immutable_fields_are_refused_by_name),
               cmocka_unit_test(consumer_changes_the_server_cannot_make_are_refused),
-              cmocka_unit_test(cli_end_to_end))
+              cmocka_unit_test(each_request_has_a_deadline), cmocka_unit_test(cli_end_to_end))
