@@ -1,0 +1,246 @@
+/*
+ * bench_publish — publication throughput: raw nats.c js_PublishAsync with a
+ * MsgId per message (the ceiling) against the bounded publisher's
+ * asynchronous API on the same server, same payloads, same number in flight.
+ *
+ *   bench_publish NATS_URL [MESSAGES] [SUFFIX]
+ *
+ * Prints `raw.publish<SUFFIX> V msg/s`, `publisher<SUFFIX> V msg/s` and
+ * `publisher.ratio<SUFFIX> V x` (medians of 3 alternating runs). Every run
+ * checks that the stream holds exactly MESSAGES messages, so a fast but lossy
+ * run cannot report a figure. Uses streams of its own, deleted at the end.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nats/nats.h>
+
+#include "jsdurable.h"
+
+#define PAYLOAD   256
+#define IN_FLIGHT 1024
+#define RUNS      3
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int die(const char *what, natsStatus s)
+{
+    fprintf(stderr, "bench_publish: %s: %s\n", what, natsStatus_GetText(s));
+    exit(1);
+}
+
+static void make_stream(jsCtx *js, const char *name, const char *subject)
+{
+    jsStreamConfig cfg;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    const char *subjects[1] = {subject};
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = name;
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    js_DeleteStream(js, name, NULL, &jerr);
+    natsStatus s = js_AddStream(&si, js, &cfg, NULL, &jerr);
+    if (s != NATS_OK)
+        die("create stream", s);
+    jsStreamInfo_Destroy(si);
+}
+
+static uint64_t stream_msgs(jsCtx *js, const char *name)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    uint64_t n = 0;
+    if (js_GetStreamInfo(&si, js, name, NULL, &jerr) == NATS_OK) {
+        n = si->State.Msgs;
+        jsStreamInfo_Destroy(si);
+    }
+    return n;
+}
+
+static int raw_errors;
+
+static void raw_err(jsCtx *js, jsPubAckErr *pae, void *closure)
+{
+    (void)js;
+    (void)pae;
+    (void)closure;
+    raw_errors++;
+}
+
+static double run_raw(const char *url, jsCtx *admin, int n, int run, const char *payload)
+{
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    jsOptions jo;
+    char stream[64], subject[64], id[48];
+    natsStatus s = natsOptions_Create(&o);
+    if (s == NATS_OK)
+        s = natsOptions_SetURL(o, url);
+    if (s == NATS_OK)
+        s = natsOptions_SetSendAsap(o, true);
+    if (s == NATS_OK)
+        s = natsConnection_Connect(&nc, o);
+    if (s != NATS_OK)
+        die("raw connect", s);
+    jsOptions_Init(&jo);
+    jo.PublishAsync.MaxPending = IN_FLIGHT;
+    jo.PublishAsync.ErrHandler = raw_err;
+    jo.PublishAsync.StallWait = 60000; /* wait for room rather than fail */
+    if ((s = natsConnection_JetStream(&js, nc, &jo)) != NATS_OK)
+        die("raw JetStream", s);
+    snprintf(stream, sizeof(stream), "BENCH_RAW_%d_%d", (int)getpid(), run);
+    snprintf(subject, sizeof(subject), "benchraw.%d.%d", (int)getpid(), run);
+    make_stream(admin, stream, subject);
+    raw_errors = 0;
+
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        jsPubOptions po;
+        jsPubOptions_Init(&po);
+        snprintf(id, sizeof(id), "raw-%d-%d", run, i);
+        po.MsgId = id;
+        if ((s = js_PublishAsync(js, subject, payload, PAYLOAD, &po)) != NATS_OK)
+            die("js_PublishAsync", s);
+    }
+    jsPubOptions cpo;
+    jsPubOptions_Init(&cpo);
+    cpo.MaxWait = 120000;
+    if ((s = js_PublishAsyncComplete(js, &cpo)) != NATS_OK)
+        die("js_PublishAsyncComplete", s);
+    double secs = now_s() - t0;
+    uint64_t stored = stream_msgs(admin, stream);
+    if (raw_errors || stored != (uint64_t)n) {
+        fprintf(stderr, "bench_publish: raw run %d: %d errors, %llu of %d stored\n", run,
+                raw_errors, (unsigned long long)stored, n);
+        exit(1);
+    }
+    jsErrCode jerr = 0;
+    js_DeleteStream(admin, stream, NULL, &jerr);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    natsOptions_Destroy(o);
+    return n / secs;
+}
+
+static double run_publisher(const char *url, jsCtx *admin, int n, int run, const char *payload)
+{
+    jsd_conn_opts co;
+    jsd_conn *conn = NULL;
+    jsd_publisher_opts po;
+    jsd_publisher *p = NULL;
+    jsd_error err;
+    jsd_publish_result r;
+    jsd_publish_done done[256];
+    char stream[64], subject[64], id[48];
+    jsd_conn_opts_init(&co);
+    co.servers = url;
+    if (jsd_conn_open(&conn, &co, &err) != JSD_OK) {
+        fprintf(stderr, "bench_publish: connect: %s\n", err.msg);
+        exit(1);
+    }
+    snprintf(stream, sizeof(stream), "BENCH_PUB_%d_%d", (int)getpid(), run);
+    snprintf(subject, sizeof(subject), "benchpub.%d.%d", (int)getpid(), run);
+    make_stream(admin, stream, subject);
+    jsd_publisher_opts_init(&po);
+    po.stream = stream;
+    po.subject = subject;
+    po.admission = IN_FLIGHT;
+    po.deadline_ms = 60000;
+    if (jsd_publisher_bind(&p, conn, &po, &err) != JSD_OK) {
+        fprintf(stderr, "bench_publish: bind: %s\n", err.msg);
+        exit(1);
+    }
+
+    int accepted = 0, other = 0;
+    double t0 = now_s();
+    for (int i = 0; i < n;) {
+        snprintf(id, sizeof(id), "pub-%d-%d", run, i);
+        if (jsd_publish_submit(p, id, payload, PAYLOAD, NULL, 0, NULL, &r)) {
+            i++;
+            continue;
+        }
+        if (r.outcome != JSD_OUTCOME_RETRYABLE) {
+            fprintf(stderr, "bench_publish: submit: %s: %s\n", jsd_outcome_str(r.outcome),
+                    r.reason);
+            exit(1);
+        }
+        size_t got = jsd_publisher_poll(p, done, 256, -1);
+        for (size_t k = 0; k < got; k++)
+            done[k].result.outcome == JSD_OUTCOME_ACCEPTED ? accepted++ : other++;
+    }
+    while (jsd_publisher_inflight(p) > 0) {
+        size_t got = jsd_publisher_poll(p, done, 256, -1);
+        for (size_t k = 0; k < got; k++)
+            done[k].result.outcome == JSD_OUTCOME_ACCEPTED ? accepted++ : other++;
+    }
+    double secs = now_s() - t0;
+    uint64_t stored = stream_msgs(admin, stream);
+    if (other || accepted != n || stored != (uint64_t)n) {
+        fprintf(stderr, "bench_publish: publisher run %d: %d accepted, %d other, %llu stored\n",
+                run, accepted, other, (unsigned long long)stored);
+        exit(1);
+    }
+    jsd_publisher_destroy(p);
+    jsd_conn_close(conn);
+    jsErrCode jerr = 0;
+    js_DeleteStream(admin, stream, NULL, &jerr);
+    return n / secs;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_publish NATS_URL [MESSAGES] [SUFFIX]\n");
+        return 64;
+    }
+    const char *url = argv[1];
+    int n = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 100000;
+    const char *suffix = argc > 3 ? argv[3] : "";
+    if (n <= 0)
+        n = 100000;
+    char payload[PAYLOAD];
+    for (int i = 0; i < PAYLOAD; i++)
+        payload[i] = (char)('a' + i % 26);
+
+    natsConnection *nc = NULL;
+    jsCtx *admin = NULL;
+    natsStatus s = natsConnection_ConnectTo(&nc, url);
+    if (s == NATS_OK)
+        s = natsConnection_JetStream(&admin, nc, NULL);
+    if (s != NATS_OK)
+        die("admin connection", s);
+
+    double raw[RUNS], pub[RUNS], ratio[RUNS];
+    for (int r = 0; r < RUNS; r++) {
+        raw[r] = run_raw(url, admin, n, r, payload);
+        pub[r] = run_publisher(url, admin, n, r, payload);
+        ratio[r] = pub[r] / raw[r];
+    }
+    qsort(raw, RUNS, sizeof(double), cmp_double);
+    qsort(pub, RUNS, sizeof(double), cmp_double);
+    qsort(ratio, RUNS, sizeof(double), cmp_double);
+    printf("raw.publish%s %.0f msg/s\n", suffix, raw[RUNS / 2]);
+    printf("publisher%s %.0f msg/s\n", suffix, pub[RUNS / 2]);
+    printf("publisher.ratio%s %.2f x\n", suffix, ratio[RUNS / 2]);
+    jsCtx_Destroy(admin);
+    natsConnection_Destroy(nc);
+    nats_Close();
+    return 0;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Benchmarks: `make bench` runs this after building. It starts private
+# nats-server fixtures (scripts/fixture.sh) in a temporary folder, removed on
+# every exit path, runs the programs under $BUILD/bench/ against them and
+# prints one `NAME VALUE UNIT` line per figure on stdout (notes go to stderr).
+#
+#   nats-server without per-message fsync (the system's 2.9.10 when present):
+#     the client path's ceiling -> raw.publish, publisher, publisher.ratio
+#   nats-server 2.10 with `sync_interval: always` (the fixtures' default):
+#     the durable configuration  -> *.fsync figures (fewer messages: fsync-bound)
+#
+# Other bench programs get the URLs in JSD_BENCH_NATS_URL and
+# JSD_BENCH_NATS_FSYNC_URL (and JSD_BENCH_PG_URL when JSD_BENCH_PG=1).
+# BENCH_MESSAGES (default 100000) and BENCH_FSYNC_MESSAGES (default 5000)
+# set the sizes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+top=$(pwd)
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
+export JSD_TOP="$top"
+
+root=$(mktemp -d "${TMPDIR:-/tmp}/jsd-bench.XXXXXX")
+cleanup() {
+  bash "$top/scripts/fixture.sh" sweep "$root" >/dev/null 2>&1
+  rm -rf "$root"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_nats() { # start_nats DIR [SERVER_BINARY]
+  local dir=$1 bin=${2:-}
+  if ! JSD_NATS_SERVER=$bin bash "$top/scripts/fixture.sh" nats-start "$dir" plain > "$dir.log" 2>&1; then
+    echo "bench: cannot start nats-server:" >&2; cat "$dir.log" >&2; exit 1
+  fi
+  sed -n 's/^NATS_URL=//p' "$dir/fixture.env"
+}
+
+fast_bin=""
+if sys=$(command -v nats-server 2>/dev/null); then fast_bin=$sys; fi
+JSD_BENCH_NATS_URL=$(start_nats "$root/nats" "$fast_bin") || exit 1
+JSD_BENCH_NATS_FSYNC_URL=$(start_nats "$root/nats-fsync") || exit 1
+export JSD_BENCH_NATS_URL JSD_BENCH_NATS_FSYNC_URL
+echo "bench: nats-server $(sed -n 's/^NATS_VERSION=//p' "$root/nats/fixture.env") (fsync always: $(sed -n 's/^NATS_FSYNC_ALWAYS=//p' "$root/nats/fixture.env")) and $(sed -n 's/^NATS_VERSION=//p' "$root/nats-fsync/fixture.env") (fsync always: $(sed -n 's/^NATS_FSYNC_ALWAYS=//p' "$root/nats-fsync/fixture.env")); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+if [ "${JSD_BENCH_PG:-0}" = 1 ]; then
+  if ! bash "$top/scripts/fixture.sh" pg-start "$root/pg" > "$root/pg.log" 2>&1; then
+    echo "bench: cannot start PostgreSQL:" >&2; cat "$root/pg.log" >&2; exit 1
+  fi
+  JSD_BENCH_PG_URL=$(sed -n 's/^PG_URL=//p' "$root/pg/fixture.env")
+  export JSD_BENCH_PG_URL
+fi
+
+rc=0
+if [ -x "$BUILD/bench/bench_publish" ]; then
+  "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_URL" "${BENCH_MESSAGES:-100000}" || rc=1
+  "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_FSYNC_URL" "${BENCH_FSYNC_MESSAGES:-5000}" .fsync || rc=1
+else
+  echo "bench: $BUILD/bench/bench_publish is not built" >&2; rc=1
+fi
+for prog in "$BUILD"/bench/*; do
+  [ -x "$prog" ] && [ -f "$prog" ] || continue
+  case $(basename "$prog") in bench_publish) continue ;; esac
+  "$prog" || rc=1
+done
+exit $rc
