@@ -8,6 +8,7 @@
  */
 #include <time.h>
 
+#include "proxy.h"
 #include "test_relay_util.h"
 
 /* A stream and subject root unique to this test process. */
@@ -577,6 +578,63 @@ static void broker_down_pg(void **state)
     broker_down(RT_PG);
 }
 
+/* ---- a dropped PubAck ---------------------------------------------------------------------------
+ */
+
+/* The fault proxy drops the first PubAck: the publication is UNKNOWN (the
+ * message was stored), the effect is retried with the same Nats-Msg-Id, the
+ * broker absorbs it, and the receipt says duplicate=true with the original
+ * sequence. One message in the stream. */
+static void dropped_puback(rt_backend kind)
+{
+    rt_env e;
+    env_up(&e, kind, NULL);
+    const char *colon = strrchr(e.nats_url, ':');
+    ASSERT_TRUE(colon != NULL);
+    jsd_fx_proxy px;
+    ASSERT_EQ(jsd_fx_proxy_start((int)strtol(colon + 1, NULL, 10), "drop-first-puback", &px), 0);
+
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.owner = "px", .n = 1, .subject = e.subject};
+    rt_enqueue(app, &q);
+    rt_relay t;
+    jsd_relay_opts o = fast_opts();
+    o.publish_deadline_ms = 1000;
+    o.lease_ms = 2000;
+    rt_relay_make(&t, &e.st, px.url, &o);
+    rt_relay_start(&t, false);
+    ASSERT_WAIT(rt_published(&e.st) == 1, 20000);
+    ASSERT_EQ(jsd_fx_proxy_dropped_acks(&px), 1);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 1);
+    ASSERT_EQ(rt_q(&e.st, "SELECT attempts FROM jsd_outbox"), 1);
+    char err[1100];
+    rt_qs(&e.st, "SELECT last_error FROM jsd_outbox", err, sizeof(err));
+    ASSERT_CONTAINS(err, "unknown");
+    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox"), 1);
+    jsd_relay_stats rs;
+    jsd_relay_stats_get(t.relay, &rs);
+    ASSERT_EQ(rs.published, 1);
+    ASSERT_EQ(rs.duplicates, 1);
+    ASSERT_EQ(rs.errors, 1);
+    rt_relay_finish(&t);
+    rt_assert_exactly_once(&e.nt, e.stream, "px", "e", 0, 1);
+    rt_assert_receipts_match(&e.st, &e.nt, e.stream);
+    jsd_fx_proxy_stop(&px);
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+static void dropped_puback_sqlite(void **state)
+{
+    (void)state;
+    dropped_puback(RT_SQLITE);
+}
+static void dropped_puback_pg(void **state)
+{
+    (void)state;
+    dropped_puback(RT_PG);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
               cmocka_unit_test(publishes_every_effect_once_pg),
               cmocka_unit_test(headers_and_expected_stream), cmocka_unit_test(not_before_sqlite),
@@ -588,4 +646,5 @@ JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
               cmocka_unit_test(wakeup_prompts_claim_sqlite),
               cmocka_unit_test(wakeup_prompts_claim_pg), cmocka_unit_test(stop_settles_in_flight),
               cmocka_unit_test(options_are_validated), cmocka_unit_test(broker_down_sqlite),
-              cmocka_unit_test(broker_down_pg))
+              cmocka_unit_test(broker_down_pg), cmocka_unit_test(dropped_puback_sqlite),
+              cmocka_unit_test(dropped_puback_pg))
