@@ -716,6 +716,9 @@ static void on_closed(natsConnection *nc, void *closure)
     conn_shared *sh = closure;
     (void)nc;
     atomic_store(&sh->connected, 0);
+    if (!atomic_load(&sh->closing))
+        JSD_ERROR("conn", "NATS connection closed: reconnection attempts exhausted; this "
+                          "connection will not recover (raise reconnect_attempts, -1 = for ever)");
     pthread_mutex_lock(&sh->lk);
     sh->closed = true;
     pthread_cond_broadcast(&sh->cv);

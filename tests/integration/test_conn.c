@@ -273,6 +273,91 @@ static void unreachable_server_fails_within_the_budget(void **state)
     ASSERT_CONTAINS(e.msg, want);
 }
 
+/* A server that comes up while the start-up budget lasts is connected to:
+ * the open keeps retrying (seen in its DEBUG log) until the restart. */
+typedef struct opener {
+    jsd_conn_opts o;
+    jsd_conn *c;
+    jsd_error e;
+    jsd_status st;
+} opener;
+
+static void *open_thread(void *arg)
+{
+    opener *op = arg;
+    op->st = jsd_conn_open(&op->c, &op->o, &op->e);
+    return NULL;
+}
+
+static pthread_mutex_t retry_lk = PTHREAD_MUTEX_INITIALIZER;
+static int retry_lines;
+
+static void count_retries(jsd_log_level level, const char *component, const char *line, void *user)
+{
+    (void)level;
+    (void)component;
+    (void)user;
+    if (strstr(line, "connect attempt") && strstr(line, "retrying")) {
+        pthread_mutex_lock(&retry_lk);
+        retry_lines++;
+        pthread_mutex_unlock(&retry_lk);
+    }
+}
+
+static int retries_seen(void)
+{
+    pthread_mutex_lock(&retry_lk);
+    int n = retry_lines;
+    pthread_mutex_unlock(&retry_lk);
+    return n;
+}
+
+static void startup_waits_for_a_server_that_comes_up(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    opener op;
+    pthread_t th;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    ASSERT_EQ(jsd_fx_nats_stop(&fx), 0);
+    jsd_log_configure(JSD_LOG_DEBUG, JSD_LOG_TEXT, count_retries, NULL);
+    memset(&op, 0, sizeof(op));
+    opts_for(&op.o, fx.url);
+    op.o.startup_budget_ms = 60000;
+    ASSERT_EQ(pthread_create(&th, NULL, open_thread, &op), 0);
+    ASSERT_WAIT(retries_seen() >= 2, 30000);
+    ASSERT_EQ(jsd_fx_nats_restart(&fx), 0);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, NULL, NULL);
+    ASSERT_OK_E(op.st, op.e.msg);
+    ASSERT_TRUE(jsd_conn_is_connected(op.c));
+    ASSERT_EQ(jsd_conn_reconnects(op.c), 0);
+    jsd_conn_close(op.c);
+}
+
+/* With bounded reconnection the connection gives up after the attempts and
+ * stays usable as a handle (reports disconnected, closes cleanly). */
+static void bounded_reconnect_gives_up_cleanly(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    opts_for(&o, fx.url);
+    o.reconnect_attempts = 2;
+    o.reconnect_wait_ms = 20;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_EQ(jsd_fx_nats_kill(&fx), 0);
+    ASSERT_WAIT(natsConnection_IsClosed(jsd__conn_nats(c)), 20000);
+    ASSERT_EQ(jsd_conn_is_connected(c), 0);
+    ASSERT_EQ(jsd_conn_reconnects(c), 0);
+    ASSERT_TRUE(jsd_conn_publish_core(c, "after.close", "x", 1) != JSD_OK);
+    ASSERT_CONTAINS(jsd_conn_errmsg(c), "core publish to \"after.close\"");
+    jsd_conn_close(c);
+}
+
 /* ---- round trip ----------------------------------------------------------------- */
 
 static void round_trip_through_the_shared_server(void **state)
@@ -604,6 +689,8 @@ JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
               cmocka_unit_test(tls_required_refuses_a_plaintext_server),
               cmocka_unit_test(no_jetstream_fails_loudly_without_fallback),
               cmocka_unit_test(unreachable_server_fails_within_the_budget),
+              cmocka_unit_test(startup_waits_for_a_server_that_comes_up),
+              cmocka_unit_test(bounded_reconnect_gives_up_cleanly),
               cmocka_unit_test(round_trip_through_the_shared_server),
               cmocka_unit_test(reconnects_after_the_server_comes_back),
               cmocka_unit_test(async_errors_reach_every_listener),
