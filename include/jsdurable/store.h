@@ -50,6 +50,8 @@ void jsd_store_close(jsd_store *s);
 const char *jsd_store_errmsg(const jsd_store *s);
 const jsd_error *jsd_store_error(const jsd_store *s);
 jsd_store_backend jsd_store_backend_of(const jsd_store *s);
+/* The store's URL with any password replaced by "***", for output and logs. */
+const char *jsd_store_url(const jsd_store *s);
 
 /* ---- application transactions ------------------------------------------------ */
 typedef struct jsd_header {

@@ -52,6 +52,11 @@ const jsd_error *jsd_store_error(const jsd_store *s)
     return s ? &s->err : NULL;
 }
 
+const char *jsd_store_url(const jsd_store *s)
+{
+    return s ? s->url_safe : "";
+}
+
 jsd_store_backend jsd_store_backend_of(const jsd_store *s)
 {
     return s ? s->backend : (jsd_store_backend)0;

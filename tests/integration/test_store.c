@@ -1422,6 +1422,9 @@ static void drop_tablespace(void)
         return;
     PGconn *c = PQconnectdb(ts_server);
     char sql[128];
+    /* Empty it first, whatever state the test left it in. */
+    PQclear(
+        PQexec(c, "DROP TABLE IF EXISTS jsd_outbox, jsd_inbox, jsd_poison, jsd_schema_version"));
     snprintf(sql, sizeof(sql), "DROP TABLESPACE IF EXISTS %s", ts_name);
     PQclear(PQexec(c, sql));
     PQfinish(c);
