@@ -18,6 +18,7 @@
 #include <strings.h>
 
 #include "store/backend.h"
+#include "subject.h"
 
 #define HEADERS_ENC_VERSION 1
 
@@ -292,45 +293,16 @@ void jsd_store_close(jsd_store *s)
 
 /* ---- validation -------------------------------------------------------------------- */
 
-static bool is_token_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-';
-}
-
-/* A small validator of exact subjects; the same rule as PUB-1. */
+/* Exact subjects: the shared validator of src/subject.c (PUB-1), with the
+ * length reported as JSD_ERR_LIMIT like every other limit of an effect. */
 jsd_status jsd__store_check_subject(const char *subject, jsd_error *err)
 {
-    if (!subject || !*subject)
-        return jsd__err(err, JSD_ERR_INVALID, "subject is required");
-    size_t n = strlen(subject);
+    size_t n = subject ? strlen(subject) : 0;
     if (n > JSD__SUBJECT_MAX)
         return jsd__err(err, JSD_ERR_LIMIT, "subject is %zu bytes; the limit is %d", n,
                         JSD__SUBJECT_MAX);
-    bool tok_empty = true;
-    for (size_t i = 0; i < n; i++) {
-        char c = subject[i];
-        if (c == '.') {
-            if (tok_empty)
-                return jsd__err(err, JSD_ERR_INVALID,
-                                "subject \"%.64s\" has an empty token: use tokens of "
-                                "[A-Za-z0-9_-] separated by single dots",
-                                subject);
-            tok_empty = true;
-        } else if (is_token_char(c)) {
-            tok_empty = false;
-        } else {
-            return jsd__err(err, JSD_ERR_INVALID,
-                            "subject \"%.64s\" has a character outside [A-Za-z0-9_-.] at "
-                            "byte %zu (no wildcards, spaces or control characters)",
-                            (c >= 0x20 && c < 0x7f) ? subject : "(unprintable)", i);
-        }
-    }
-    if (tok_empty)
-        return jsd__err(err, JSD_ERR_INVALID,
-                        "subject \"%.64s\" ends with an empty token: use tokens of "
-                        "[A-Za-z0-9_-] separated by single dots",
-                        subject);
+    if (!jsd__subject_valid_exact(subject, err))
+        return err ? err->status : JSD_ERR_INVALID;
     return JSD_OK;
 }
 

@@ -404,7 +404,7 @@ static void limits_are_enforced(void **state)
 
     /* headers: 16 pass, 17 do not */
     jsd_header h[17];
-    char names[17][8];
+    char names[17][16];
     for (int i = 0; i < 17; i++) {
         snprintf(names[i], sizeof(names[i]), "h%d", i);
         h[i].name = names[i];
