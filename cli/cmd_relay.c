@@ -104,6 +104,8 @@ int cmd_relay(int argc, char **argv)
     jsd_store *store = NULL;
     jsd_conn *conn = NULL;
     jsd_relay *relay = NULL;
+    jsd_metrics *metrics = NULL;
+    jsd_metrics_server *msrv = NULL;
     jsd_error err;
 
     cli_conn_init(&cc);
@@ -199,15 +201,6 @@ int cmd_relay(int argc, char **argv)
         cli_conn_free(&cc);
         return rc;
     }
-    if (metrics_addr) {
-        /* The metrics endpoint is served by the metrics module; until it is
-         * linked here the flag is refused rather than silently ignored. */
-        cli_err("relay", "--metrics %s: the metrics endpoint is not available in this build",
-                metrics_addr);
-        cli_conn_free(&cc);
-        return CLI_CONFIG;
-    }
-
     /* The relay owns this store handle: nobody else uses it. */
     jsd_status s = jsd_store_open(&store, url, &err);
     if (s != JSD_OK) {
@@ -217,6 +210,20 @@ int cmd_relay(int argc, char **argv)
     }
     if ((rc = cli_conn_open(&cc, &conn)) != 0)
         goto out;
+    if (metrics_addr) {
+        s = jsd_metrics_create(&metrics, &err);
+        if (s == JSD_OK)
+            s = jsd_metrics_serve(metrics, conn, metrics_addr, &msrv, &err);
+        if (s != JSD_OK) {
+            cli_err("relay", "--metrics %s: %s", metrics_addr,
+                    err.msg[0] ? err.msg : jsd_status_str(s));
+            rc = cli_exit_for(s);
+            goto out;
+        }
+        ro.metrics = metrics;
+        fprintf(stderr, "jsdurable relay: metrics on http://%s/metrics (port %d)\n", metrics_addr,
+                jsd_metrics_server_port(msrv));
+    }
     s = jsd_relay_create(&relay, store, conn, &ro, &err);
     if (s != JSD_OK) {
         cli_err("relay", "%s", err.msg[0] ? err.msg : jsd_status_str(s));
@@ -252,7 +259,9 @@ int cmd_relay(int argc, char **argv)
     }
 
 out:
+    jsd_metrics_server_stop(msrv);
     jsd_relay_destroy(relay);
+    jsd_metrics_destroy(metrics);
     jsd_conn_close(conn);
     jsd_store_close(store);
     cli_conn_free(&cc);

@@ -72,6 +72,7 @@
 #define DRAIN_MAX            512
 #define IDLE_FLOOR_MS        100 /* shortest idle wait when something due was not claimable */
 #define PROGRESS_EVERY_MS    10000
+#define GAUGES_EVERY_MS      5000
 
 /* ---- stream lookup cache ------------------------------------------------------ */
 
@@ -141,6 +142,11 @@ struct jsd_relay {
     atomic_uint_fast64_t n_published, n_duplicates, n_errors, n_dead, n_inflight, n_batches,
         n_lease_lost, n_store_errors;
 
+    /* metrics (all NULL without a registry: updates are then no-ops) */
+    const jsd_metrics_std *mstd;
+    jsd_metric *m_dead, *m_inflight;
+    int64_t last_gauges_ms;
+
     int64_t last_store_warn_ms;
     uint64_t logged_published, logged_errors; /* for the progress line */
     jsd_error err;
@@ -185,9 +191,25 @@ static void count(jsd_relay *r, relay_counter c, uint64_t n)
         atomic_fetch_add(&r->n_batches, n);
         break;
     }
-    /* METRICS HOOK: jsd_relay_published_total, jsd_relay_duplicates_total,
-     * jsd_relay_errors_total, jsd_relay_dead_lettered_total, ... are fed from
-     * here once include/jsdurable/metrics.h offers process-wide counters. */
+    /* The one place relay events reach the metrics registry. */
+    if (!r->mstd)
+        return;
+    switch (c) {
+    case RC_PUBLISHED:
+        jsd_counter_add(r->mstd->relay_published, n);
+        break;
+    case RC_DUPLICATES:
+        jsd_counter_add(r->mstd->relay_duplicates, n);
+        break;
+    case RC_ERRORS:
+        jsd_counter_add(r->mstd->relay_errors, n);
+        break;
+    case RC_DEAD:
+        jsd_counter_add(r->m_dead, n);
+        break;
+    default:
+        break;
+    }
 }
 
 /* ---- options ------------------------------------------------------------------- */
@@ -365,6 +387,19 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     jsd__backoff_init(&r->backoff);
     r->backoff.base_ms = opts->backoff_base_ms;
     r->backoff.cap_ms = opts->backoff_cap_ms;
+    if (opts->metrics) {
+        r->mstd = jsd_metrics_std_of(opts->metrics);
+        s = jsd_metrics_register(opts->metrics, JSD_METRIC_COUNTER, "jsd_relay_dead_lettered_total",
+                                 "Outbox effects the relay dead-lettered (attempt budget spent or "
+                                 "never publishable).",
+                                 NULL, NULL, NULL, 0, &r->m_dead, err);
+        if (s == JSD_OK)
+            s = jsd_metrics_register(opts->metrics, JSD_METRIC_GAUGE, "jsd_relay_in_flight",
+                                     "Relay publications awaiting their PubAck.", NULL, NULL, NULL,
+                                     0, &r->m_inflight, err);
+        if (s != JSD_OK)
+            goto fail;
+    }
     jsd__pubengine_opts eo = {.admission = opts->max_in_flight,
                               .deadline_ms = opts->publish_deadline_ms};
     s = jsd__pubengine_create(&r->eng, conn, &eo, err);
@@ -802,9 +837,29 @@ static void idle_wait(jsd_relay *r, bool found, int64_t due_in_ms)
     }
 }
 
+/* Refresh the gauges (backlog and oldest age come from the store). */
+static void gauges(jsd_relay *r, bool force)
+{
+    if (!r->mstd)
+        return;
+    jsd_gauge_set(r->m_inflight, (double)r->in_flight);
+    int64_t now = jsd__mono_ms();
+    if (!force && now - r->last_gauges_ms < GAUGES_EVERY_MS)
+        return;
+    r->last_gauges_ms = now;
+    jsd_store_stats st;
+    if (jsd_store_stats_get(r->store, &st) != JSD_OK) {
+        store_trouble(r, "backlog for metrics");
+        return;
+    }
+    jsd_gauge_set(r->mstd->outbox_backlog, (double)st.backlog);
+    jsd_gauge_set(r->mstd->outbox_oldest_age, (double)st.oldest_due_age_ms / 1000.0);
+}
+
 /* Progress to the log every PROGRESS_EVERY_MS while there is activity. */
 static void progress(jsd_relay *r, int64_t *last)
 {
+    gauges(r, false);
     int64_t now = jsd__mono_ms();
     if (now - *last < PROGRESS_EVERY_MS)
         return;
@@ -916,6 +971,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         }
         drain(r, STOP_SLICE_MS);
     }
+    gauges(r, true);
     jsd_relay_stats st;
     jsd_relay_stats_get(r, &st);
     JSD_INFO(COMP,

@@ -26,6 +26,7 @@
 #define JSDURABLE_RELAY_H
 
 #include "conn.h"
+#include "metrics.h"
 #include "store.h"
 
 #ifdef __cplusplus
@@ -64,6 +65,12 @@ typedef struct jsd_relay_opts {
      * relay (except jsd_relay_stop and jsd_relay_stats). */
     jsd_relay_published_fn on_published;
     void *on_published_user;
+    /* Optional registry (borrowed; must outlive the relay). The relay feeds
+     * jsd_relay_published_total, jsd_relay_duplicates_total,
+     * jsd_relay_errors_total, jsd_relay_dead_lettered_total,
+     * jsd_relay_in_flight, and every 5 s jsd_outbox_backlog and
+     * jsd_outbox_oldest_unpublished_age_seconds from its store. */
+    jsd_metrics *metrics;
 } jsd_relay_opts;
 
 /* Fill defaults. */

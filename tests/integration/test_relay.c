@@ -68,11 +68,23 @@ static void publishes_every_effect_once(rt_backend kind)
 
     rt_relay t;
     jsd_relay_opts o = fast_opts();
+    jsd_metrics *mx = NULL;
+    ASSERT_OK(jsd_metrics_create(&mx, NULL));
+    o.metrics = mx;
     rt_relay_make(&t, &e.st, e.nats_url, &o);
     ASSERT_OK(jsd_relay_run_until_idle(t.relay));
     jsd_relay_stats rs;
     jsd_relay_stats_get(t.relay, &rs);
     ASSERT_EQ(rs.published, 1000);
+    double v = -1;
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_relay_published_total", NULL, &v));
+    ASSERT_EQ(v, 1000);
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_relay_errors_total", NULL, &v));
+    ASSERT_EQ(v, 0);
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_outbox_backlog", NULL, &v));
+    ASSERT_EQ(v, 0);
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_relay_in_flight", NULL, &v));
+    ASSERT_EQ(v, 0);
     ASSERT_EQ(rs.duplicates, 0);
     ASSERT_EQ(rs.errors, 0);
     ASSERT_EQ(rs.in_flight, 0);
@@ -100,6 +112,7 @@ static void publishes_every_effect_once(rt_backend kind)
     jsd_relay_stats_get(t.relay, &rs);
     ASSERT_EQ(rs.published, 1000);
     rt_relay_finish(&t);
+    jsd_metrics_destroy(mx);
     jsd_store_close(app);
     env_down(&e);
 }
@@ -170,7 +183,9 @@ static void not_before(rt_backend kind)
     rt_relay_make(&t, &e.st, e.nats_url, &o);
     rt_relay_start(&t, false);
 
-    int64_t nb = (int64_t)time(NULL) * 1000 + 1500;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t nb = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 1500;
     rt_enqueue_opts late = {.id_prefix = "late", .n = 5, .subject = e.subject, .not_before_ms = nb};
     rt_enqueue(app, &late);
     rt_enqueue_opts now = {.id_prefix = "now", .n = 5, .subject = e.subject};
@@ -221,6 +236,9 @@ static void dead_letter_budget(rt_backend kind)
     rt_relay t;
     jsd_relay_opts o = fast_opts();
     o.attempt_budget = 3;
+    jsd_metrics *mx = NULL;
+    ASSERT_OK(jsd_metrics_create(&mx, NULL));
+    o.metrics = mx;
     rt_relay_make(&t, &e.st, e.nats_url, &o);
     rt_relay_start(&t, false);
     ASSERT_WAIT(rt_q(&e.st, RT_SQL_DEAD) == 2, 20000);
@@ -235,6 +253,11 @@ static void dead_letter_budget(rt_backend kind)
     jsd_relay_stats_get(t.relay, &rs);
     ASSERT_EQ(rs.dead_lettered, 2);
     ASSERT_EQ(rs.errors, 6);
+    double v = -1;
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_relay_dead_lettered_total", NULL, &v));
+    ASSERT_EQ(v, 2);
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_relay_errors_total", NULL, &v));
+    ASSERT_EQ(v, 6);
     /* a dead-lettered effect is never claimed again */
     jsd_test_sleep_ms(500);
     ASSERT_EQ(rt_q(&e.st, "SELECT max(attempts) FROM jsd_outbox WHERE effect_id LIKE 'bad%'"), 3);
@@ -242,6 +265,7 @@ static void dead_letter_budget(rt_backend kind)
     ASSERT_OK(jsd_store_stats_get(app, &ss));
     ASSERT_EQ(ss.dead_lettered, 2);
     rt_relay_finish(&t);
+    jsd_metrics_destroy(mx);
     jsd_store_close(app);
     env_down(&e);
 }
