@@ -175,29 +175,27 @@ static void redact_urls(char *dst, size_t cap, const char *src)
     dst[o] = '\0';
 }
 
-/* Replace every occurrence of secret in buf (in place) with "***". */
-static void scrub_secret(char *buf, size_t cap, const char *secret)
+/* Replace every occurrence of secret in buf (in place) with "***". A last
+ * line of defence: no text we build quotes a secret. Secrets shorter than
+ * three bytes are not searched for (they would match ordinary text). */
+static void scrub_secret(char *buf, const char *secret)
 {
     size_t sl;
     char *p;
     if (!secret || (sl = strlen(secret)) < 3)
         return;
     while ((p = strstr(buf, secret)) != NULL) {
-        size_t tail = strlen(p + sl);
-        if (sl >= 3) {
-            memcpy(p, "***", 3);
-            memmove(p + 3, p + sl, tail + 1);
-        }
-        (void)cap;
+        memcpy(p, "***", 3);
+        memmove(p + 3, p + sl, strlen(p + sl) + 1);
     }
 }
 
-static void conn_scrub(const jsd_conn *c, char *buf, size_t cap)
+static void conn_scrub(const jsd_conn *c, char *buf)
 {
     if (!c)
         return;
-    scrub_secret(buf, cap, c->token);
-    scrub_secret(buf, cap, c->password);
+    scrub_secret(buf, c->token);
+    scrub_secret(buf, c->password);
     for (int i = 0; i < c->nurls; i++) {
         /* the raw URL's user-info, in case a text quotes it without scheme */
         const char *r = c->urls[i].raw;
@@ -209,10 +207,10 @@ static void conn_scrub(const jsd_conn *c, char *buf, size_t cap)
             if (n > 0 && n < sizeof(ui)) {
                 memcpy(ui, s + 3, n);
                 ui[n] = '\0';
-                scrub_secret(buf, cap, ui);
+                scrub_secret(buf, ui);
                 char *colon = strchr(ui, ':');
                 if (colon)
-                    scrub_secret(buf, cap, colon + 1);
+                    scrub_secret(buf, colon + 1);
                 jsd__wipe(ui, sizeof(ui));
             }
         }
@@ -869,7 +867,7 @@ fail:
             s == NATS_SYS_ERROR)
             st = (err ? (err->status = JSD_ERR_CONFIG) : JSD_ERR_CONFIG);
         if (err)
-            conn_scrub(c, err->msg, sizeof(err->msg));
+            conn_scrub(c, err->msg);
         return st;
     }
 }
@@ -965,7 +963,7 @@ static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStat
 
     jsd_error_clear(&e);
     st = jsd__err_nats(&e, s, 0, "connect");
-    conn_scrub(c, e.msg, sizeof(e.msg));
+    conn_scrub(c, e.msg);
     if (s == NATS_SECURE_CONNECTION_WANTED) {
         jsd__err(err, JSD_ERR_TLS,
                  "TLS: server %s does not offer TLS but TLS is required; refusing a plaintext "
@@ -989,7 +987,7 @@ static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStat
     (void)o;
     if (err) {
         err->nats_status = (int)s;
-        conn_scrub(c, err->msg, sizeof(err->msg));
+        conn_scrub(c, err->msg);
     }
     return err ? err->status : st;
 }
@@ -1033,7 +1031,7 @@ static jsd_status connect_with_budget(jsd_conn *c, const jsd_conn_opts *o, natsO
              c->servers_redacted, o->startup_budget_ms, attempts, last.msg);
     if (err) {
         err->nats_status = last.nats_status;
-        conn_scrub(c, err->msg, sizeof(err->msg));
+        conn_scrub(c, err->msg);
     }
     return JSD_ERR_CONNECT;
 }
@@ -1097,7 +1095,7 @@ static jsd_status check_jetstream(jsd_conn *c, const jsd_conn_opts *o, jsd_error
     }
     jsd_status st = jsd__err_nats(err, s, jerr, "checking JetStream");
     if (err)
-        conn_scrub(c, err->msg, sizeof(err->msg));
+        conn_scrub(c, err->msg);
     return st;
 }
 
