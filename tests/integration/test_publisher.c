@@ -256,7 +256,9 @@ static void limits_rejected_before_io(void **state)
     value[256] = '\0';
     for (int i = 0; i < 16; i++) {
         memset(longnames[i], 'n', 64);
-        snprintf(longnames[i] + 60, 5, "%04d", i);
+        longnames[i][62] = (char)('0' + i / 10); /* distinct names */
+        longnames[i][63] = (char)('0' + i % 10);
+        longnames[i][64] = '\0';
         attrs[i].name = longnames[i];
         attrs[i].value = value;
     }
