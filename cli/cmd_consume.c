@@ -1,12 +1,640 @@
 /*
- * jsdurable consume — placeholder until its issue lands.
+ * jsdurable consume — an exactly-once JetStream -> SQL sink. Each delivery of
+ * a durable pull consumer runs the operator's SQL statement in the same store
+ * transaction as its inbox row, and is ACKed only after that commit
+ * (IN-1..5). Values reach the statement as bound parameters, never as text
+ * spliced into SQL: :subject, :payload, :msg_id, :stream_seq, :deliveries.
+ * SQLite binds them by name; for PostgreSQL the names are rewritten to $1..$n
+ * outside string literals, quoted identifiers, comments and :: casts.
  */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
 #include "cli.h"
+
+#define N_PARAMS 5
+static const char *const param_names[N_PARAMS] = {"subject", "payload", "msg_id", "stream_seq",
+                                                  "deliveries"};
+#define PG_STMT_NAME "jsd_consume_sql"
+
+typedef struct sink {
+    const char *sql;
+    bool json; /* payload format json: bind the payload as text */
+    /* SQLite */
+    sqlite3 *db;
+    sqlite3_stmt *stmt;
+    int sq_index[N_PARAMS]; /* bind index per name, 0 if unused */
+    /* PostgreSQL */
+    char *pg_sql;
+    int pg_order[N_PARAMS]; /* $k -> param name index; k-1 */
+    int pg_n;
+    PGconn *pg_prepared_on;
+    char last_error[512];
+} sink;
+
+static volatile sig_atomic_t got_signal;
+static jsd_consumer *running;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    got_signal = 1;
+    if (running)
+        jsd_consumer_begin_drain(running);
+}
+
+static int name_index(const char *s, size_t len)
+{
+    for (int i = 0; i < N_PARAMS; i++)
+        if (strlen(param_names[i]) == len && strncmp(param_names[i], s, len) == 0)
+            return i;
+    return -1;
+}
+
+static bool ident_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_';
+}
+
+/* Rewrite :name to $k for PostgreSQL. Skips '...', "...", $tag$...$tag$,
+ * -- and block comments, and :: casts. */
+static bool pg_translate(sink *k, char *why, size_t cap)
+{
+    const char *s = k->sql;
+    size_t n = strlen(s);
+    char *out = malloc(n * 2 + 16), *o = out;
+    int slot[N_PARAMS];
+    for (int i = 0; i < N_PARAMS; i++)
+        slot[i] = 0;
+    if (!out)
+        return false;
+    k->pg_n = 0;
+    for (size_t i = 0; i < n;) {
+        char ch = s[i];
+        if (ch == '\'' || ch == '"') {
+            char q = ch;
+            *o++ = s[i++];
+            while (i < n) {
+                if (s[i] == q && i + 1 < n && s[i + 1] == q) {
+                    *o++ = s[i++];
+                    *o++ = s[i++];
+                    continue;
+                }
+                if (s[i] == q) {
+                    *o++ = s[i++];
+                    break;
+                }
+                *o++ = s[i++];
+            }
+        } else if (ch == '-' && i + 1 < n && s[i + 1] == '-') {
+            while (i < n && s[i] != '\n')
+                *o++ = s[i++];
+        } else if (ch == '/' && i + 1 < n && s[i + 1] == '*') {
+            const char *end = strstr(s + i + 2, "*/");
+            size_t stop = end ? (size_t)(end - s) + 2 : n;
+            while (i < stop)
+                *o++ = s[i++];
+        } else if (ch == '$' && i + 1 < n && (s[i + 1] == '$' || ident_char(s[i + 1])) &&
+                   !(s[i + 1] >= '0' && s[i + 1] <= '9')) {
+            /* dollar quote $tag$ ... $tag$ */
+            size_t j = i + 1;
+            while (j < n && ident_char(s[j]))
+                j++;
+            if (j < n && s[j] == '$') {
+                size_t taglen = j - i + 1;
+                const char *end = NULL;
+                for (size_t p = j + 1; p + taglen <= n; p++)
+                    if (strncmp(s + p, s + i, taglen) == 0) {
+                        end = s + p;
+                        break;
+                    }
+                size_t stop = end ? (size_t)(end - s) + taglen : n;
+                while (i < stop)
+                    *o++ = s[i++];
+            } else {
+                *o++ = s[i++];
+            }
+        } else if (ch == ':' && i + 1 < n && s[i + 1] == ':') {
+            *o++ = s[i++];
+            *o++ = s[i++];
+        } else if (ch == ':' && i + 1 < n && ident_char(s[i + 1])) {
+            size_t j = i + 1;
+            while (j < n && ident_char(s[j]))
+                j++;
+            int idx = name_index(s + i + 1, j - i - 1);
+            if (idx < 0) {
+                snprintf(why, cap,
+                         "unknown parameter :%.*s (known: :subject :payload :msg_id "
+                         ":stream_seq :deliveries)",
+                         (int)(j - i - 1 > 64 ? 64 : j - i - 1), s + i + 1);
+                free(out);
+                return false;
+            }
+            if (!slot[idx]) {
+                slot[idx] = ++k->pg_n;
+                k->pg_order[k->pg_n - 1] = idx;
+            }
+            o += snprintf(o, 8, "$%d", slot[idx]);
+            i = j;
+        } else {
+            *o++ = s[i++];
+        }
+    }
+    *o = '\0';
+    k->pg_sql = out;
+    return true;
+}
+
+static bool sqlite_prepare(sink *k, sqlite3 *db, char *why, size_t cap)
+{
+    if (k->stmt && k->db == db)
+        return true;
+    sqlite3_finalize(k->stmt);
+    k->stmt = NULL;
+    const char *tail = NULL;
+    if (sqlite3_prepare_v3(db, k->sql, -1, SQLITE_PREPARE_PERSISTENT, &k->stmt, &tail) !=
+        SQLITE_OK) {
+        snprintf(why, cap, "--sql does not prepare: %s", sqlite3_errmsg(db));
+        return false;
+    }
+    if (!k->stmt) {
+        snprintf(why, cap, "--sql is empty");
+        return false;
+    }
+    while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
+        tail++;
+    if (tail && *tail) {
+        snprintf(why, cap, "--sql must be one statement");
+        return false;
+    }
+    int np = sqlite3_bind_parameter_count(k->stmt);
+    for (int i = 0; i < N_PARAMS; i++)
+        k->sq_index[i] = 0;
+    for (int p = 1; p <= np; p++) {
+        const char *nm = sqlite3_bind_parameter_name(k->stmt, p);
+        int idx = nm && nm[0] == ':' ? name_index(nm + 1, strlen(nm + 1)) : -1;
+        if (idx < 0) {
+            snprintf(why, cap,
+                     "unknown parameter %s (known: :subject :payload :msg_id :stream_seq "
+                     ":deliveries)",
+                     nm ? nm : "?");
+            return false;
+        }
+        k->sq_index[idx] = p;
+    }
+    k->db = db;
+    return true;
+}
+
+static bool pg_prepare(sink *k, PGconn *pg, char *why, size_t cap)
+{
+    if (k->pg_prepared_on == pg)
+        return true;
+    PGresult *r = PQprepare(pg, PG_STMT_NAME, k->pg_sql, 0, NULL);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok) {
+        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        if (state && strcmp(state, "42P05") == 0) { /* already prepared on this session */
+            ok = true;
+        } else {
+            snprintf(why, cap, "--sql does not prepare: %s", PQresultErrorMessage(r));
+            char *nl = strchr(why, '\n');
+            if (nl)
+                *nl = '\0';
+        }
+    }
+    PQclear(r);
+    if (ok)
+        k->pg_prepared_on = pg;
+    return ok;
+}
+
+static jsd_disposition run_sqlite(sink *k, sqlite3 *db, const jsd_delivery *d)
+{
+    size_t len = 0;
+    const void *payload = jsd_delivery_payload(d, &len);
+    if (!sqlite_prepare(k, db, k->last_error, sizeof(k->last_error)))
+        return jsd_disposition_retry(0, k->last_error);
+    sqlite3_stmt *st = k->stmt;
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (k->sq_index[0])
+        sqlite3_bind_text(st, k->sq_index[0], jsd_delivery_subject(d), -1, SQLITE_STATIC);
+    if (k->sq_index[1]) {
+        if (k->json)
+            sqlite3_bind_text(st, k->sq_index[1], payload ? payload : "", (int)len, SQLITE_STATIC);
+        else
+            sqlite3_bind_blob(st, k->sq_index[1], payload ? payload : "", (int)len, SQLITE_STATIC);
+    }
+    if (k->sq_index[2]) {
+        const char *id = jsd_delivery_msg_id(d);
+        if (*id)
+            sqlite3_bind_text(st, k->sq_index[2], id, -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, k->sq_index[2]);
+    }
+    if (k->sq_index[3])
+        sqlite3_bind_int64(st, k->sq_index[3], (sqlite3_int64)jsd_delivery_stream_seq(d));
+    if (k->sq_index[4])
+        sqlite3_bind_int64(st, k->sq_index[4], (sqlite3_int64)jsd_delivery_deliveries(d));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        ;
+    if (rc != SQLITE_DONE) {
+        snprintf(k->last_error, sizeof(k->last_error), "--sql failed: %s", sqlite3_errmsg(db));
+        sqlite3_reset(st);
+        return jsd_disposition_retry(0, k->last_error);
+    }
+    sqlite3_reset(st);
+    return jsd_disposition_commit();
+}
+
+static jsd_disposition run_pg(sink *k, PGconn *pg, const jsd_delivery *d)
+{
+    const char *values[N_PARAMS];
+    int lengths[N_PARAMS], formats[N_PARAMS];
+    char seq[24], dlv[24];
+    size_t len = 0;
+    const void *payload = jsd_delivery_payload(d, &len);
+
+    if (!pg_prepare(k, pg, k->last_error, sizeof(k->last_error)))
+        return jsd_disposition_retry(0, k->last_error);
+    snprintf(seq, sizeof(seq), "%llu", (unsigned long long)jsd_delivery_stream_seq(d));
+    snprintf(dlv, sizeof(dlv), "%llu", (unsigned long long)jsd_delivery_deliveries(d));
+    for (int i = 0; i < k->pg_n; i++) {
+        int idx = k->pg_order[i];
+        formats[i] = 0;
+        lengths[i] = 0;
+        switch (idx) {
+        case 0:
+            values[i] = jsd_delivery_subject(d);
+            break;
+        case 1:
+            values[i] = payload ? payload : "";
+            lengths[i] = (int)len;
+            formats[i] = 1; /* raw bytes: bytea, or text as-is */
+            break;
+        case 2:
+            values[i] = *jsd_delivery_msg_id(d) ? jsd_delivery_msg_id(d) : NULL;
+            break;
+        case 3:
+            values[i] = seq;
+            break;
+        default:
+            values[i] = dlv;
+            break;
+        }
+    }
+    PGresult *r = PQexecPrepared(pg, PG_STMT_NAME, k->pg_n, values, lengths, formats, 0);
+    ExecStatusType es = PQresultStatus(r);
+    if (es != PGRES_COMMAND_OK && es != PGRES_TUPLES_OK) {
+        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        if (state && strcmp(state, "26000") == 0)
+            k->pg_prepared_on = NULL; /* the session lost it: prepare again next time */
+        snprintf(k->last_error, sizeof(k->last_error), "--sql failed: %s", PQresultErrorMessage(r));
+        char *nl = strchr(k->last_error, '\n');
+        if (nl)
+            *nl = '\0';
+        PQclear(r);
+        return jsd_disposition_retry(0, k->last_error);
+    }
+    PQclear(r);
+    return jsd_disposition_commit();
+}
+
+static jsd_disposition handle(jsd_tx *tx, const jsd_delivery *d, void *user)
+{
+    sink *k = user;
+    sqlite3 *db = jsd_tx_sqlite(tx);
+    if (db)
+        return run_sqlite(k, db, d);
+    PGconn *pg = jsd_tx_pg(tx);
+    if (pg)
+        return run_pg(k, pg, d);
+    return jsd_disposition_retry(0, "transaction has no native handle");
+}
+
+/* Prepare (and so check) the statement once before consuming anything. */
+static int check_statement(jsd_store *store, sink *k)
+{
+    jsd_tx *tx = NULL;
+    char why[512] = "";
+    bool ok;
+    if (jsd_tx_begin(store, &tx) != JSD_OK) {
+        cli_err("consume", "cannot begin a transaction: %s", jsd_store_errmsg(store));
+        return CLI_UNAVAILABLE;
+    }
+    if (jsd_tx_sqlite(tx)) {
+        ok = sqlite_prepare(k, jsd_tx_sqlite(tx), why, sizeof(why));
+    } else {
+        ok = pg_translate(k, why, sizeof(why)) && pg_prepare(k, jsd_tx_pg(tx), why, sizeof(why));
+    }
+    jsd_tx_rollback(tx);
+    if (!ok) {
+        cli_err("consume", "%s", why);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: jsdurable consume --store URL --nats URL --stream NAME --durable NAME\n"
+            "         --sql 'STATEMENT' [options]\n\n"
+            "Apply every message of a durable pull consumer exactly once: STATEMENT runs in the\n"
+            "same store transaction as the message's inbox row, then the message is ACKed.\n"
+            "Named parameters: :subject :payload :msg_id :stream_seq :deliveries (bound, never\n"
+            "spliced into the SQL).\n\n"
+            "Options:\n"
+            "  --store URL              sqlite:PATH or postgres://... (default $JSD_STORE)\n"
+            "  --stream NAME            stream to read (must exist)\n"
+            "  --durable NAME           durable pull consumer; created when missing with\n"
+            "                           explicit ack, deliver all, ack wait 30s, backoff\n"
+            "                           1s/2s/5s/10s/30s, max_ack_pending 1024, and max_deliver\n"
+            "                           = --max-deliver + 1\n"
+            "  --filter SUBJ            filter subject for a created durable\n"
+            "  --sql STATEMENT          one SQL statement run per message\n"
+            "  --accept-type TYPE       accepted Jsd-Type header (repeatable; default: any)\n"
+            "  --payload raw|json       json: a payload must be JSON nested <= 8 (default raw)\n"
+            "  --dlq-subject SUBJ       death envelopes (default jsd.dlq.<stream>.<durable>);\n"
+            "                           an existing stream must capture it\n"
+            "  --max-deliver N          attempts before a message is parked (default: the\n"
+            "                           durable's max_deliver - 1; 5 for a created durable)\n"
+            "  --ack-wait DURATION      ack wait of a created durable (default 30s)\n"
+            "  --inbox-retention DUR    horizon `jsdurable gc` uses for inbox rows (default 7d;\n"
+            "                           0 = kept forever); checked against redelivery\n"
+            "  --batch N                messages per transaction (default 256)\n"
+            "  --until-idle             exit 0 once nothing is pending or in flight\n"
+            "  --metrics ADDR           (reserved: Prometheus metrics, see `jsdurable "
+            "relay`)\n\n" CLI_CONN_HELP "\nExample:\n"
+            "  jsdurable consume --store sqlite:app.db --nats nats://127.0.0.1:4222 \\\n"
+            "    --stream ORDERS --durable sink --until-idle \\\n"
+            "    --sql 'INSERT INTO orders(subject, body, seq) VALUES (:subject, :payload, "
+            ":stream_seq)'\n");
+}
+
+enum {
+    O_STORE = 1,
+    O_STREAM,
+    O_DURABLE,
+    O_FILTER,
+    O_SQL,
+    O_ACCEPT,
+    O_PAYLOAD,
+    O_DLQ,
+    O_MAXDELIVER,
+    O_UNTIL_IDLE,
+    O_BATCH,
+    O_METRICS,
+    O_ACKWAIT,
+    O_RETENTION,
+    O_HELP
+};
 
 int cmd_consume(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    cli_err("consume", "not implemented yet");
-    return CLI_UNAVAILABLE;
+    static const struct option longopts[] = {
+        {"store", required_argument, NULL, O_STORE},
+        {"stream", required_argument, NULL, O_STREAM},
+        {"durable", required_argument, NULL, O_DURABLE},
+        {"filter", required_argument, NULL, O_FILTER},
+        {"sql", required_argument, NULL, O_SQL},
+        {"accept-type", required_argument, NULL, O_ACCEPT},
+        {"payload", required_argument, NULL, O_PAYLOAD},
+        {"dlq-subject", required_argument, NULL, O_DLQ},
+        {"max-deliver", required_argument, NULL, O_MAXDELIVER},
+        {"until-idle", no_argument, NULL, O_UNTIL_IDLE},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"metrics", required_argument, NULL, O_METRICS},
+        {"ack-wait", required_argument, NULL, O_ACKWAIT},
+        {"inbox-retention", required_argument, NULL, O_RETENTION},
+        {"help", no_argument, NULL, O_HELP},
+        CLI_CONN_LONGOPTS,
+        {NULL, 0, NULL, 0}};
+    cli_conn cc;
+    const char *store_flag = NULL, *stream = NULL, *durable = NULL, *filter = NULL, *sql = NULL;
+    const char *dlq = NULL, *metrics = NULL;
+    const char **types = NULL;
+    size_t n_types = 0;
+    bool json = false, until_idle = false;
+    long max_deliver = 0, batch = 256;
+    long long ack_wait_ms = 30000, retention_ms = 7LL * 24 * 3600 * 1000;
+    int rc = CLI_OK, opt;
+    jsd_store *store = NULL;
+    jsd_conn *conn = NULL;
+    jsd_consumer *cons = NULL;
+    sink k;
+    memset(&k, 0, sizeof(k));
+
+    cli_conn_init(&cc);
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char *end = NULL;
+        if (opt >= CLI_CONN_OPT_BASE) {
+            if ((rc = cli_conn_flag(&cc, opt, optarg)) != 0)
+                goto out;
+            continue;
+        }
+        switch (opt) {
+        case O_STORE:
+            store_flag = optarg;
+            break;
+        case O_STREAM:
+            stream = optarg;
+            break;
+        case O_DURABLE:
+            durable = optarg;
+            break;
+        case O_FILTER:
+            filter = optarg;
+            break;
+        case O_SQL:
+            sql = optarg;
+            break;
+        case O_ACCEPT: {
+            const char **nt = realloc(types, (n_types + 1) * sizeof(*types));
+            if (!nt) {
+                rc = CLI_SOFTWARE;
+                goto out;
+            }
+            types = nt;
+            types[n_types++] = optarg;
+            break;
+        }
+        case O_PAYLOAD:
+            if (!strcmp(optarg, "json")) {
+                json = true;
+            } else if (strcmp(optarg, "raw") != 0) {
+                cli_err("consume", "--payload takes raw or json");
+                rc = CLI_USAGE;
+                goto out;
+            }
+            break;
+        case O_DLQ:
+            dlq = optarg;
+            break;
+        case O_MAXDELIVER:
+            max_deliver = strtol(optarg, &end, 10);
+            if (!*optarg || *end || max_deliver < 1 || max_deliver > 10000) {
+                cli_err("consume", "--max-deliver takes 1..10000");
+                rc = CLI_USAGE;
+                goto out;
+            }
+            break;
+        case O_UNTIL_IDLE:
+            until_idle = true;
+            break;
+        case O_BATCH:
+            batch = strtol(optarg, &end, 10);
+            if (!*optarg || *end || batch < 1 || batch > 4096) {
+                cli_err("consume", "--batch takes 1..4096");
+                rc = CLI_USAGE;
+                goto out;
+            }
+            break;
+        case O_METRICS:
+            metrics = optarg;
+            break;
+        case O_ACKWAIT:
+        case O_RETENTION: {
+            long long v = 0;
+            char *e2 = NULL;
+            /* DURATION: 250ms, 30s, 5m, 2h, 7d or plain milliseconds */
+            v = strtoll(optarg, &e2, 10);
+            long long mul = 1;
+            if (e2 && !strcmp(e2, "ms"))
+                mul = 1;
+            else if (e2 && !strcmp(e2, "s"))
+                mul = 1000;
+            else if (e2 && !strcmp(e2, "m"))
+                mul = 60000;
+            else if (e2 && !strcmp(e2, "h"))
+                mul = 3600000;
+            else if (e2 && !strcmp(e2, "d"))
+                mul = 86400000;
+            else if (e2 && *e2)
+                mul = 0;
+            if (!*optarg || mul == 0 || v < 0 || v > 1000000000LL || (opt == O_ACKWAIT && v == 0)) {
+                cli_err("consume", "%s takes a duration such as 30s, 5m, 7d",
+                        opt == O_ACKWAIT ? "--ack-wait" : "--inbox-retention");
+                rc = CLI_USAGE;
+                goto out;
+            }
+            if (opt == O_ACKWAIT)
+                ack_wait_ms = v * mul;
+            else
+                retention_ms = v * mul;
+            break;
+        }
+        case O_HELP:
+        case 'h':
+            usage(stdout);
+            rc = CLI_OK;
+            goto out;
+        default:
+            usage(stderr);
+            rc = CLI_USAGE;
+            goto out;
+        }
+    }
+    if (optind < argc) {
+        cli_err("consume", "unexpected argument '%s'", argv[optind]);
+        rc = CLI_USAGE;
+        goto out;
+    }
+    const char *store_url = cli_store_url(store_flag);
+    if (!store_url || !stream || !durable || !sql) {
+        cli_err("consume", "--store (or $JSD_STORE), --stream, --durable and --sql are required");
+        rc = CLI_USAGE;
+        goto out;
+    }
+    if ((rc = cli_conn_finish(&cc, "consume")) != 0)
+        goto out;
+    if (metrics)
+        cli_err("consume", "--metrics %s: metrics are not served by this build; ignored", metrics);
+    k.sql = sql;
+    k.json = json;
+
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_store_open(&store, store_url, &err) != JSD_OK) {
+        cli_err("consume", "%s", err.msg);
+        rc = err.status == JSD_ERR_SCHEMA ? CLI_CONFIG : CLI_CANTCREAT;
+        goto out;
+    }
+    if ((rc = check_statement(store, &k)) != 0)
+        goto out;
+    if ((rc = cli_conn_open(&cc, &conn)) != 0)
+        goto out;
+
+    jsd_durable_config dc;
+    jsd_durable_config_init(&dc);
+    dc.filter_subject = filter;
+    dc.ack_wait_ms = ack_wait_ms;
+    if (max_deliver > 0)
+        dc.max_deliver = (int)max_deliver + 1;
+    bool created = false;
+    jsd_status st = jsd_consumer_ensure(conn, stream, durable, &dc, &created, &err);
+    if (st != JSD_OK) {
+        cli_err("consume", "%s", err.msg);
+        rc = cli_exit_for(st);
+        goto out;
+    }
+    if (created)
+        fprintf(stderr, "jsdurable consume: created durable %s on stream %s\n", durable, stream);
+
+    jsd_consumer_opts co;
+    jsd_consumer_opts_init(&co);
+    co.stream = stream;
+    co.durable = durable;
+    co.batch = (int)batch;
+    co.accept_types = types;
+    co.n_accept_types = n_types;
+    co.payload_format = json ? JSD_PAYLOAD_JSON : JSD_PAYLOAD_RAW;
+    co.dlq_subject = dlq;
+    co.max_deliver = (int)max_deliver;
+    co.inbox_retention_ms = retention_ms;
+    st = jsd_consumer_create(&cons, store, conn, &co, &err);
+    if (st != JSD_OK) {
+        cli_err("consume", "%s", err.msg);
+        rc = st == JSD_ERR_NOT_FOUND ? CLI_CONFIG : cli_exit_for(st);
+        goto out;
+    }
+
+    running = cons;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    st = jsd_consumer_run(cons, handle, &k, until_idle);
+    running = NULL;
+    jsd_consumer_stats s;
+    jsd_consumer_stats_get(cons, &s);
+    fprintf(stderr,
+            "jsdurable consume: %llu fetched, %llu committed, %llu duplicates, %llu retried, "
+            "%llu poisoned, %llu parked\n",
+            (unsigned long long)s.fetched, (unsigned long long)s.committed,
+            (unsigned long long)s.duplicates, (unsigned long long)s.retried,
+            (unsigned long long)s.poisoned, (unsigned long long)s.parked);
+    if (st != JSD_OK) {
+        cli_err("consume", "%s", jsd_consumer_errmsg(cons));
+        rc = cli_exit_for(st);
+    }
+out:
+    jsd_consumer_destroy(cons);
+    sqlite3_finalize(k.stmt);
+    free(k.pg_sql);
+    free(types);
+    jsd_conn_close(conn);
+    jsd_store_close(store);
+    cli_conn_free(&cc);
+    return rc;
 }

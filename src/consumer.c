@@ -406,7 +406,7 @@ static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
 
     /* The dead-letter stream: it must exist, and not be the stream we read. */
     st = jsd__stream_for_subject_js(c->js, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream),
-                                 &c->err);
+                                    &c->err);
     if (st == JSD_ERR_NOT_FOUND) {
         st = cerr(c, JSD_ERR_CONFIG,
                   "no stream captures the dead-letter subject \"%s\"; create a dead-letter "
@@ -838,8 +838,8 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
 
 static void nak(jsd_consumer *c, jsd_delivery *d, int64_t delay_ms)
 {
-    natsStatus s = natsMsg_NakWithDelay(
-        d->msg, (delay_ms > 0 ? delay_ms : c->retry_delay_ms) * 1000000LL, NULL);
+    /* nats.c takes the delay in milliseconds */
+    natsStatus s = natsMsg_NakWithDelay(d->msg, delay_ms > 0 ? delay_ms : c->retry_delay_ms, NULL);
     if (s != NATS_OK)
         JSD_WARN("ingress", "NAK of %s:%" PRIu64 " failed (%s); it comes back after ack_wait",
                  c->stream, d->seq, natsStatus_GetText(s));
@@ -946,7 +946,7 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
     }
     if (!reserve(c, (size_t)list.Count)) {
         for (int i = 0; i < list.Count; i++)
-            natsMsg_NakWithDelay(list.Msgs[i], c->retry_delay_ms * 1000000LL, NULL);
+            natsMsg_NakWithDelay(list.Msgs[i], c->retry_delay_ms, NULL);
         natsMsgList_Destroy(&list);
         return cerr(c, JSD_ERR_NOMEM, "out of memory for a batch of %d", list.Count);
     }

@@ -1,0 +1,587 @@
+/*
+ * Durable ingress against a real nats-server and both store back ends
+ * (IN-1..5, DLQ-1,2): commit-then-ACK with a confirmed ACK, a failed commit
+ * that never ACKs, handler retry with its delay, progress past ack_wait, the
+ * max_ack_pending bound, drain, poison on first delivery, parking at
+ * max_deliver, the inbox answering redeliveries, and the configuration guard.
+ * Effects tables have no unique key: only the inbox keeps them once-only.
+ */
+#include <pthread.h>
+
+#include "store/store.h"
+#include "test_consumer_util.h"
+
+typedef struct hctx {
+    cenv *e;
+    jsd_consumer *c;
+    int calls;
+    int fail_commit_left; /* make the batch's COMMIT fail this many times */
+    int retry_left;       /* return retry this many times */
+    int64_t retry_delay_ms;
+    int always_retry;
+    int sleep_ms; /* slow handler, with progress every 200 ms */
+    bool drain_on_first;
+    int64_t first_at_ms[64], second_at_ms[64];
+    uint64_t seen_deliveries[64];
+    int64_t max_ack_pending_seen;
+    bool check_pending;
+    const char *poison_reason;
+} hctx;
+
+static void effects_table(cenv *e)
+{
+    store_exec(e->store, "CREATE TABLE effects(seq BIGINT, body TEXT)");
+    store_exec(e->store, "CREATE TABLE parent(id BIGINT PRIMARY KEY)");
+    store_exec(e->store, "CREATE TABLE child(pid BIGINT REFERENCES parent(id) DEFERRABLE "
+                         "INITIALLY DEFERRED)");
+}
+
+static jsd_disposition sink(jsd_tx *tx, const jsd_delivery *d, void *user)
+{
+    hctx *h = user;
+    char sql[256];
+    size_t len = 0;
+    const char *p = jsd_delivery_payload(d, &len);
+    uint64_t seq = jsd_delivery_stream_seq(d);
+    h->calls++;
+    if (seq < 64) {
+        if (h->first_at_ms[seq] == 0)
+            h->first_at_ms[seq] = jsd_test_mono_ms();
+        else if (h->second_at_ms[seq] == 0)
+            h->second_at_ms[seq] = jsd_test_mono_ms();
+        h->seen_deliveries[seq] = jsd_delivery_deliveries(d);
+    }
+    if (h->drain_on_first && h->calls == 1)
+        jsd_consumer_begin_drain(h->c);
+    if (h->check_pending) {
+        jsConsumerInfo *ci = cenv_info(h->e);
+        if (ci && ci->NumAckPending > h->max_ack_pending_seen)
+            h->max_ack_pending_seen = ci->NumAckPending;
+        jsConsumerInfo_Destroy(ci);
+    }
+    for (int slept = 0; slept < h->sleep_ms; slept += 200) {
+        jsd_test_sleep_ms(200);
+        if (jsd_delivery_progress(d) != JSD_OK)
+            return jsd_disposition_retry(0, "progress failed");
+    }
+    snprintf(sql, sizeof(sql), "INSERT INTO effects(seq, body) VALUES (%llu, '%.*s')",
+             (unsigned long long)seq, (int)(len < 60 ? len : 60), p ? p : "");
+    if (!tx_exec(tx, sql))
+        return jsd_disposition_retry(0, "insert failed");
+    if (h->poison_reason)
+        return jsd_disposition_poison(h->poison_reason);
+    if (h->always_retry)
+        return jsd_disposition_retry(h->retry_delay_ms, "always failing");
+    if (h->retry_left > 0) {
+        h->retry_left--;
+        return jsd_disposition_retry(h->retry_delay_ms, "try again later");
+    }
+    if (h->fail_commit_left > 0) {
+        h->fail_commit_left--;
+        /* A deferred foreign key: the statement succeeds, the COMMIT fails. */
+        if (!tx_exec(tx, "INSERT INTO child(pid) VALUES (424242)"))
+            return jsd_disposition_retry(0, "could not arm the failing commit");
+    }
+    return jsd_disposition_commit();
+}
+
+static long long effects(cenv *e)
+{
+    return store_scalar(e->store, "SELECT COUNT(*) FROM effects");
+}
+
+static long long distinct_effects(cenv *e)
+{
+    return store_scalar(e->store, "SELECT COUNT(DISTINCT seq) FROM effects");
+}
+
+/* Poll until cond or the deadline. */
+#define POLL_UNTIL(c, h, cond, ms)                                                                 \
+    do {                                                                                           \
+        int64_t end_ = jsd_test_mono_ms() + (ms);                                                  \
+        while (!(cond) && jsd_test_mono_ms() < end_) {                                             \
+            jsd_status st_ = jsd_consumer_poll((c), sink, (h), NULL);                              \
+            if (st_ != JSD_OK && st_ != JSD_ERR_STOPPED)                                           \
+                fail_msg("poll: %s: %s", jsd_status_name(st_), jsd_consumer_errmsg(c));            \
+        }                                                                                          \
+        if (!(cond))                                                                               \
+            fail_msg("`%s` still false after %d ms", #cond, (int)(ms));                            \
+    } while (0)
+
+/* ---- commit, then a confirmed ACK ------------------------------------------------------ */
+static void commit_then_confirmed_ack(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    cenv_publish(&e, 1, 300, NULL);
+    h.e = &e;
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 300), 20000);
+    ASSERT_EQ(effects(&e), 300);
+    ASSERT_EQ(distinct_effects(&e), 300);
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_EQ(s.acked, 300);
+    ASSERT_EQ(s.ack_unconfirmed, 0);
+    ASSERT_EQ(s.duplicates, 0);
+    ASSERT_TRUE(s.max_batch > 1); /* batched, not one at a time */
+    /* The server agrees: nothing pending, nothing awaiting an ACK, no redelivery. */
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_TRUE(ci != NULL);
+    ASSERT_EQ(ci->NumAckPending, 0);
+    ASSERT_EQ(ci->NumPending, 0);
+    ASSERT_EQ(ci->NumRedelivered, 0);
+    ASSERT_EQ(ci->AckFloor.Stream, 300);
+    jsConsumerInfo_Destroy(ci);
+    /* The inbox holds every delivery identity. */
+    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox"), 300);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- a failed commit never ACKs; the redelivery is applied once ------------------------- */
+static void failed_commit_no_ack(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    cenv_publish(&e, 1, 10, NULL);
+    h.e = &e;
+    h.fail_commit_left = 1;
+    jsd_consumer_opts o;
+    jsd_consumer_opts_init(&o);
+    o.retry_delay_ms = 1500;
+    jsd_consumer *c = cenv_consumer(&e, &o);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.commit_failures >= 1), 10000);
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_EQ(s.acked, 0);
+    ASSERT_EQ(s.committed, 0);
+    ASSERT_EQ(effects(&e), 0);
+    /* Not ACKed: the server still holds them (NAKed with a delay). */
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_EQ(ci->AckFloor.Stream, 0);
+    jsConsumerInfo_Destroy(ci);
+    int64_t t0 = jsd_test_mono_ms();
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 10), 15000);
+    /* The NAK's delay held them back (a plain NAK would redeliver at once). */
+    ASSERT_TRUE(jsd_test_mono_ms() - t0 >= 1000);
+    ASSERT_EQ(effects(&e), 10);
+    ASSERT_EQ(distinct_effects(&e), 10);
+    ASSERT_EQ(h.seen_deliveries[1], 2);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- the inbox answers a redelivery of a committed delivery ------------------------------ */
+static void redelivery_hits_inbox(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    cenv_publish(&e, 1, 5, NULL);
+    /* The state a crash right after COMMIT leaves: deliveries taken, their
+     * effects and inbox rows committed, no ACK sent. */
+    natsSubscription *sub = NULL;
+    jsSubOptions so;
+    jsErrCode jerr = 0;
+    natsMsgList list = {0};
+    jsSubOptions_Init(&so);
+    so.Stream = e.stream;
+    so.Consumer = e.durable;
+    ASSERT_EQ(js_PullSubscribe(&sub, e.js, NULL, e.durable, NULL, &so, &jerr), NATS_OK);
+    ASSERT_EQ(natsSubscription_Fetch(&list, sub, 5, 2000, &jerr), NATS_OK);
+    ASSERT_EQ(list.Count, 5);
+    jsd_tx *tx = NULL;
+    ASSERT_OK(jsd_tx_begin(e.store, &tx));
+    for (int i = 0; i < list.Count; i++) {
+        jsMsgMetaData *md = NULL;
+        char sql[128];
+        ASSERT_EQ(natsMsg_GetMetaData(&md, list.Msgs[i]), NATS_OK);
+        snprintf(sql, sizeof(sql), "INSERT INTO effects(seq, body) VALUES (%llu, 'x')",
+                 (unsigned long long)md->Sequence.Stream);
+        ASSERT_TRUE(tx_exec(tx, sql));
+        ASSERT_OK(
+            jsd__tx_inbox_insert(tx, e.stream, e.durable, md->Sequence.Stream, NULL, 1, NULL));
+        jsMsgMetaData_Destroy(md);
+    }
+    ASSERT_OK(jsd_tx_commit(tx));
+    natsMsgList_Destroy(&list);
+    natsSubscription_Destroy(sub);
+
+    h.e = &e;
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.duplicates >= 5), 15000);
+    ASSERT_EQ(h.calls, 0); /* the handler never ran again */
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_EQ(s.committed, 0);
+    ASSERT_EQ(s.acked, 5); /* only the ACK was repeated */
+    ASSERT_EQ(effects(&e), 5);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- retry honours its delay; its work is undone ------------------------------------- */
+static void retry_honours_delay(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    cenv_publish(&e, 1, 1, NULL);
+    h.e = &e;
+    h.retry_left = 1;
+    h.retry_delay_ms = 1500;
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.retried >= 1), 10000);
+    ASSERT_EQ(effects(&e), 0); /* the retried handler's insert was rolled back */
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 1), 10000);
+    int64_t gap = h.second_at_ms[1] - h.first_at_ms[1];
+    if (gap < 1400)
+        fail_msg("redelivered after %lld ms, asked for 1500", (long long)gap);
+    ASSERT_EQ(h.seen_deliveries[1], 2);
+    ASSERT_EQ(effects(&e), 1);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- progress keeps a slow delivery past ack_wait ------------------------------------- */
+static void progress_extends_ack_wait(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    cenv_publish(&e, 1, 1, NULL);
+    h.e = &e;
+    h.sleep_ms = 3000; /* three ack waits */
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 1), 15000);
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_EQ(s.acked, 1);
+    ASSERT_EQ(h.seen_deliveries[1], 1);
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_EQ(ci->NumRedelivered, 0);
+    ASSERT_EQ(ci->Delivered.Consumer, 1); /* delivered once, never again */
+    jsConsumerInfo_Destroy(ci);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- in flight never exceeds max_ack_pending ------------------------------------------ */
+static void in_flight_bounded(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 30000, 6, 8, NULL, 0);
+    cenv_publish(&e, 1, 40, NULL);
+    h.e = &e;
+    h.check_pending = true;
+    jsd_consumer_opts o;
+    jsd_consumer_opts_init(&o);
+    o.batch = 256; /* asks for more than the durable allows */
+    jsd_consumer *c = cenv_consumer(&e, &o);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 40), 20000);
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_LE(s.max_batch, 8);
+    ASSERT_TRUE(h.max_ack_pending_seen >= 1);
+    ASSERT_LE(h.max_ack_pending_seen, 8);
+    ASSERT_EQ(effects(&e), 40);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- drain: no new fetch, the batch in hand is still applied and settled -------------- */
+static void drain_settles_batch_in_hand(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    cenv_publish(&e, 1, 30, NULL);
+    h.e = &e;
+    h.drain_on_first = true;
+    jsd_consumer_opts o;
+    jsd_consumer_opts_init(&o);
+    o.batch = 10;
+    jsd_consumer *c = cenv_consumer(&e, &o);
+    h.c = c;
+    ASSERT_OK(jsd_consumer_run(c, sink, &h, false)); /* returns once drained */
+    jsd_consumer_stats s;
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_EQ(s.batches, 1);
+    ASSERT_EQ(s.committed, 10);
+    ASSERT_EQ(s.acked, 10);
+    ASSERT_EQ(effects(&e), 10);
+    ASSERT_STATUS(jsd_consumer_poll(c, sink, &h, NULL), JSD_ERR_STOPPED);
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_EQ(ci->NumPending, 20); /* never fetched */
+    ASSERT_EQ(ci->NumAckPending, 0);
+    jsConsumerInfo_Destroy(ci);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- poison on first delivery ------------------------------------------------------------ */
+static void check_one_death(cenv *e, const char *reason, uint64_t stream_seq)
+{
+    ASSERT_EQ(stream_msgs(e, e->dlq_stream), 1);
+    jsd_dead_letter d;
+    jsd_error err;
+    jsd_error_clear(&err);
+    ASSERT_OK_E(jsd_dlq_get(e->conn, e->dlq_stream, 1, &d, &err), err.msg);
+    ASSERT_STREQ(d.reason, reason);
+    ASSERT_STREQ(d.stream, e->stream);
+    ASSERT_STREQ(d.consumer, e->durable);
+    ASSERT_EQ(d.stream_seq, stream_seq);
+    ASSERT_TRUE(d.deliveries >= 1);
+    ASSERT_TRUE(strlen(d.time) >= 20);
+    char subj[128];
+    snprintf(subj, sizeof(subj), "%s.bad", e->prefix);
+    ASSERT_STREQ(d.subject, subj);
+    jsd_dead_letter_clear(&d);
+}
+
+static void poison_on_first_delivery(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    static const char body[] = "{\"a\": [1, 2,"; /* malformed */
+    cenv_publish_raw(&e, "bad", body, (int)sizeof(body) - 1, "order.created", "bad-1");
+    cenv_publish_raw(&e, "good", "{\"a\":1}", 7, "order.created", "good-1");
+    cenv_publish_raw(&e, "bad", "{}", 2, "order.unknown", "bad-2");
+    h.e = &e;
+    const char *types[] = {"order.created"};
+    jsd_consumer_opts o;
+    jsd_consumer_opts_init(&o);
+    o.accept_types = types;
+    o.n_accept_types = 1;
+    o.payload_format = JSD_PAYLOAD_JSON;
+    jsd_consumer *c = cenv_consumer(&e, &o);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.poisoned >= 2 && s.committed >= 1), 10000);
+    ASSERT_EQ(h.calls, 1); /* the handler never saw the poison */
+    ASSERT_EQ(effects(&e), 1);
+    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 2);
+    /* Poison records with diagnostics and the original bytes. */
+    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison"), 2);
+    jsd_dead_letter d;
+    jsd_error err;
+    ASSERT_OK_E(jsd_dlq_get(e.conn, e.dlq_stream, 1, &d, &err), err.msg);
+    ASSERT_STREQ(d.reason, "poison");
+    ASSERT_EQ(d.stream_seq, 1);
+    ASSERT_EQ(d.deliveries, 1);
+    ASSERT_CONTAINS(d.error, "malformed JSON");
+    ASSERT_EQ(d.len, sizeof(body) - 1);
+    ASSERT_TRUE(memcmp(d.payload, body, d.len) == 0); /* verbatim */
+    ASSERT_STREQ(d.msg_id, "bad-1");
+    jsd_dead_letter_clear(&d);
+    ASSERT_OK_E(jsd_dlq_get(e.conn, e.dlq_stream, 2, &d, &err), err.msg);
+    ASSERT_CONTAINS(d.error, "unsupported Jsd-Type \"order.unknown\"");
+    jsd_dead_letter_clear(&d);
+    /* TERMed: never redelivered, even after several ack waits. */
+    jsd_test_sleep_ms(2500);
+    int n = 0;
+    ASSERT_OK(jsd_consumer_poll(c, sink, &h, &n));
+    ASSERT_EQ(n, 0);
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_EQ(ci->NumAckPending, 0);
+    ASSERT_EQ(ci->NumRedelivered, 0);
+    jsConsumerInfo_Destroy(ci);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- a handler may declare poison too; its work is undone ------------------------------- */
+static void handler_poison(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    cenv_publish_raw(&e, "bad", "x", 1, NULL, NULL);
+    h.e = &e;
+    h.poison_reason = "customer 7 does not exist";
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.poisoned >= 1), 10000);
+    ASSERT_EQ(effects(&e), 0);
+    check_one_death(&e, "poison", 1);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- max_deliver: parked, ACKed after the dead-letter PubAck ------------------------------ */
+static void max_deliver_parks(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 1000, 3, 1024, NULL, 0); /* park after 2 failed attempts */
+    cenv_publish_raw(&e, "bad", "payload-x", 9, NULL, "px");
+    h.e = &e;
+    h.always_retry = 1;
+    h.retry_delay_ms = 200;
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.parked >= 1), 15000);
+    ASSERT_EQ(h.calls, 2);
+    ASSERT_EQ(effects(&e), 0);
+    check_one_death(&e, "max_deliver", 1);
+    jsd_dead_letter d;
+    jsd_error err;
+    ASSERT_OK_E(jsd_dlq_get(e.conn, e.dlq_stream, 1, &d, &err), err.msg);
+    ASSERT_EQ(d.deliveries, 2);
+    ASSERT_CONTAINS(d.error, "always failing");
+    ASSERT_EQ(d.len, 9);
+    jsd_dead_letter_clear(&d);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_EQ(ci->AckFloor.Stream, 1); /* ACKed, not TERMed */
+    jsConsumerInfo_Destroy(ci);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- configuration guard and dead-letter stream check ------------------------------------ */
+static void config_guard(bool pg)
+{
+    cenv e;
+    cenv_up(&e, pg);
+    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    jsd_consumer_opts o;
+    jsd_consumer *c = NULL;
+    jsd_error err;
+    jsd_consumer_opts_init(&o);
+    o.stream = e.stream;
+    o.durable = e.durable;
+    /* 30 s x 6 = 180 s of possible redelivery */
+    o.inbox_retention_ms = 179999;
+    jsd_error_clear(&err);
+    ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "shorter than the redelivery horizon 180000 ms");
+    o.inbox_retention_ms = 180000;
+    ASSERT_OK_E(jsd_consumer_create(&c, e.store, e.conn, &o, &err), err.msg);
+    jsd_consumer_destroy(c);
+    c = NULL;
+    /* The stream's duplicate window (2 min by default) is a floor too. */
+    snprintf(e.durable, sizeof(e.durable), "%s", jsd_test_unique("short"));
+    cenv_durable(&e, 1000, 2, 1024, NULL, 0);
+    o.durable = e.durable;
+    o.dlq_subject = e.dlq_subject; /* keep the first durable's dead-letter subject */
+    o.inbox_retention_ms = 60000;
+    ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "duplicate window 120000 ms");
+    /* A park threshold at or above the durable's max_deliver is refused. */
+    o.inbox_retention_ms = 0;
+    o.max_deliver = 2;
+    ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "below the durable's max_deliver 2");
+    o.max_deliver = 0;
+    /* No stream captures the dead-letter subject: refused. */
+    o.dlq_subject = "nowhere.dlq.x";
+    ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "no stream captures the dead-letter subject \"nowhere.dlq.x\"");
+    /* The consumed stream itself may not hold the dead letters. */
+    char own[128];
+    snprintf(own, sizeof(own), "%s.dlq", e.prefix);
+    o.dlq_subject = own;
+    ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "captured by the consumed stream");
+    /* A missing durable is named. */
+    o.dlq_subject = NULL;
+    o.durable = "nosuchdurable";
+    ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_NOT_FOUND);
+    ASSERT_CONTAINS(err.msg, "durable \"nosuchdurable\" does not exist");
+    ASSERT_TRUE(c == NULL);
+    cenv_down(&e);
+}
+
+/* ---- a re-published duplicate past the broker's window is caught by msg id ------------- */
+static void msg_id_duplicate_caught(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    /* A 200 ms duplicate window, so the broker forgets the id quickly. */
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    ASSERT_EQ(js_GetStreamInfo(&si, e.js, e.stream, NULL, &jerr), NATS_OK);
+    si->Config->Duplicates = 200LL * 1000000;
+    jsStreamInfo *si2 = NULL;
+    ASSERT_EQ(js_UpdateStream(&si2, e.js, si->Config, NULL, &jerr), NATS_OK);
+    jsStreamInfo_Destroy(si2);
+    jsStreamInfo_Destroy(si);
+    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    cenv_publish_raw(&e, "a", "one", 3, NULL, "same-id");
+    h.e = &e;
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 1), 10000);
+    jsd_test_sleep_ms(400); /* past the window: the next publish is stored anew */
+    cenv_publish_raw(&e, "a", "one", 3, NULL, "same-id");
+    ASSERT_EQ(stream_msgs(&e, e.stream), 2);
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.duplicates >= 1), 10000);
+    ASSERT_EQ(h.calls, 1);
+    ASSERT_EQ(effects(&e), 1);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+#define BOTH(fn)                                                                                   \
+    static void fn##_sqlite(void **state)                                                          \
+    {                                                                                              \
+        (void)state;                                                                               \
+        fn(false);                                                                                 \
+    }                                                                                              \
+    static void fn##_pg(void **state)                                                              \
+    {                                                                                              \
+        (void)state;                                                                               \
+        fn(true);                                                                                  \
+    }
+
+BOTH(commit_then_confirmed_ack)
+BOTH(failed_commit_no_ack)
+BOTH(redelivery_hits_inbox)
+BOTH(retry_honours_delay)
+BOTH(progress_extends_ack_wait)
+BOTH(in_flight_bounded)
+BOTH(drain_settles_batch_in_hand)
+BOTH(poison_on_first_delivery)
+BOTH(handler_poison)
+BOTH(max_deliver_parks)
+BOTH(config_guard)
+BOTH(msg_id_duplicate_caught)
+
+#define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
+
+JSD_TEST_MAIN(T(commit_then_confirmed_ack), T(failed_commit_no_ack), T(redelivery_hits_inbox),
+              T(retry_honours_delay), T(progress_extends_ack_wait), T(in_flight_bounded),
+              T(drain_settles_batch_in_hand), T(poison_on_first_delivery), T(handler_poison),
+              T(max_deliver_parks), T(config_guard), T(msg_id_duplicate_caught))
