@@ -140,6 +140,7 @@ void jsd_conn_opts_init(jsd_conn_opts *o)
     o->max_pending_msgs = 65536;
     o->max_pending_bytes = 64 * 1024 * 1024;
     o->require_jetstream = 1;
+    o->ping_interval_ms = 5000;
 }
 
 /* ---- redaction --------------------------------------------------------------- */
@@ -680,6 +681,7 @@ static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
     RANGE(reconnect_wait_ms, 0, 3600000, "reconnect_wait_ms");
     RANGE(reconnect_jitter_ms, 0, 3600000, "reconnect_jitter_ms");
     RANGE(reconnect_buffer_bytes, 1, 1024 * 1024 * 1024, "reconnect_buffer_bytes");
+    RANGE(ping_interval_ms, 100, 3600000, "ping_interval_ms");
     RANGE(max_pending_msgs, 1, 100000000, "max_pending_msgs");
     RANGE(max_pending_bytes, 1, INT32_MAX, "max_pending_bytes");
 #undef RANGE
@@ -779,6 +781,10 @@ static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions
     if ((s = natsOptions_SetName(no, c->name)) != NATS_OK)
         goto fail;
     if ((s = natsOptions_SetTimeout(no, o->connect_timeout_ms)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetPingInterval(no, o->ping_interval_ms)) != NATS_OK)
+        goto fail;
+    if ((s = natsOptions_SetMaxPingsOut(no, 2)) != NATS_OK)
         goto fail;
     if ((s = natsOptions_SetSendAsap(no, true)) != NATS_OK)
         goto fail;

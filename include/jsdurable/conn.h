@@ -72,6 +72,12 @@ typedef struct jsd_conn_opts {
     /* Fail when the server does not offer JetStream (default 1). With 0 the
      * connection is for core NATS only (jsd_conn_publish_core). */
     int require_jetstream;
+
+    /* Liveness: a PING every ping_interval_ms; after 2 unanswered the
+     * connection counts as lost and reconnection starts, so a hung server is
+     * noticed within about three intervals. Default 5000 (nats.c's own
+     * default is 2 minutes). */
+    int ping_interval_ms;
 } jsd_conn_opts;
 
 /* Fill defaults. */
@@ -106,8 +112,7 @@ const char *jsd_conn_servers_redacted(const jsd_conn *c);
 
 /* Core NATS publish for explicitly lossy subjects (CONN-3): no JetStream, no
  * acknowledgement. */
-jsd_status jsd_conn_publish_core(jsd_conn *c, const char *subject, const void *data,
-                                 size_t len);
+jsd_status jsd_conn_publish_core(jsd_conn *c, const char *subject, const void *data, size_t len);
 
 #ifdef __cplusplus
 }

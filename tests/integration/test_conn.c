@@ -440,6 +440,28 @@ static void reconnects_after_the_server_comes_back(void **state)
     jsd_conn_close(c);
 }
 
+/* A hung server (SIGSTOP) is noticed through unanswered PINGs, and the
+ * connection comes back once it resumes. */
+static void hung_server_is_noticed_and_recovered(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    opts_for(&o, fx.url);
+    o.ping_interval_ms = 200;
+    o.connect_timeout_ms = 500;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_EQ(jsd_fx_nats_pause(&fx), 0);
+    ASSERT_WAIT(!jsd_conn_is_connected(c), 20000);
+    ASSERT_EQ(jsd_fx_nats_resume(&fx), 0);
+    ASSERT_WAIT(jsd_conn_is_connected(c), 30000);
+    ASSERT_EQ(jsd_conn_reconnects(c), 1);
+    jsd_conn_close(c);
+}
+
 /* ---- asynchronous errors --------------------------------------------------------------- */
 
 typedef struct seen {
@@ -693,5 +715,6 @@ JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
               cmocka_unit_test(bounded_reconnect_gives_up_cleanly),
               cmocka_unit_test(round_trip_through_the_shared_server),
               cmocka_unit_test(reconnects_after_the_server_comes_back),
+              cmocka_unit_test(hung_server_is_noticed_and_recovered),
               cmocka_unit_test(async_errors_reach_every_listener),
               cmocka_unit_test(failures_never_reveal_secrets))

@@ -59,6 +59,7 @@ static void defaults_are_documented_values(void **state)
     ASSERT_EQ(o.max_pending_msgs, 65536);
     ASSERT_EQ(o.max_pending_bytes, 64 * 1024 * 1024);
     ASSERT_EQ(o.require_jetstream, 1);
+    ASSERT_EQ(o.ping_interval_ms, 5000);
 }
 
 static void null_arguments(void **state)
@@ -191,6 +192,9 @@ static void ranges_are_checked(void **state)
     RANGE_CASE(reconnect_buffer_bytes, -1, "reconnect_buffer_bytes is -1");
     RANGE_CASE(max_pending_msgs, 0, "max_pending_msgs is 0");
     RANGE_CASE(max_pending_bytes, -1, "max_pending_bytes is -1");
+    RANGE_CASE(max_pending_bytes, INT64_C(1) << 31, "max_pending_bytes is 2147483648");
+    RANGE_CASE(reconnect_buffer_bytes, 0, "reconnect_buffer_bytes is 0");
+    RANGE_CASE(ping_interval_ms, 0, "ping_interval_ms is 0");
 #undef RANGE_CASE
 }
 
