@@ -69,8 +69,9 @@ static const char *const sql_text[P__COUNT] = {
                       "payload, order_key, created_at, not_before, next_attempt_at) "
                       "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], "
                       "$5::bytea[], $6::bytea[], $7::text[], $8::int8[], $9::int8[], $9::int8[]) "
-                      "ON CONFLICT (owner, effect_id) DO NOTHING RETURNING id, owner, effect_id",
-    [P_DELETE_IDS] = "DELETE FROM @jsd_outbox WHERE id = ANY($1::int8[])",
+                      "ON CONFLICT (owner, effect_id) DO NOTHING RETURNING id",
+    [P_DELETE_IDS] =
+        "DELETE FROM @jsd_outbox WHERE id = ANY($1::int8[]) RETURNING owner, effect_id",
     [P_CLAIM] = "UPDATE @jsd_outbox SET lease_token = $1, lease_expires = $2 WHERE id IN ("
                 "SELECT c.id FROM @jsd_outbox c WHERE c.published_at IS NULL "
                 "AND c.dead_lettered_at IS NULL AND c.next_attempt_at <= $3 "
@@ -161,7 +162,6 @@ static const char *const migration_1[] = {
     " published_at BIGINT,"
     " CONSTRAINT jsd_outbox_identity UNIQUE (owner, effect_id))",
     "CREATE INDEX jsd_outbox_pending ON @jsd_outbox (id, next_attempt_at) WHERE " PENDING,
-    "CREATE INDEX jsd_outbox_due ON @jsd_outbox (next_attempt_at) WHERE " PENDING,
     "CREATE INDEX jsd_outbox_key ON @jsd_outbox (order_key, id) "
     "WHERE order_key IS NOT NULL AND " PENDING,
     "CREATE INDEX jsd_outbox_published ON @jsd_outbox (published_at) "
@@ -591,8 +591,7 @@ static jsd_status pg_tx(jsd_store *s, jsd__txop op)
                           PQstatus(PG(s)->conn) == CONNECTION_BAD
                               ? "; whether the transaction committed is unknown"
                               : "; the transaction was rolled back, nothing was committed");
-        }
-        else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
+        } else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
             rc = jsd__store_err(s, JSD_ERR_STORE,
                                 "COMMIT on store \"%s\" rolled back instead: an earlier statement "
                                 "of the transaction failed, so nothing was committed",
@@ -680,15 +679,36 @@ static jsd_status pg_emit(jsd_store *s, const jsd__row *rows, size_t n, size_t *
     }
     size_t got = (size_t)PQntuples(res);
     if (got < n) {
-        /* Find the first input row that was not inserted, then undo the rest so
-         * the batch is all or nothing. */
-        size_t first = n;
+        /* Some identity already existed: undo the rows this statement inserted so
+         * the batch is all or nothing, learning their identities as they go, and
+         * name the first input row that was not among them. */
+        arr ids;
+        arr_init(&ids, OID_INT8);
+        for (size_t k = 0; k < got; k++)
+            arr_i64(&ids, get_i64(res, (int)k, 0));
+        PQclear(res);
+        res = NULL;
+        rc = JSD_ERR_EXISTS;
+        if (got > 0) {
+            params d = {.n = 0};
+            if (!arr_done(&ids)) {
+                rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory undoing a batch");
+            } else {
+                p_arr(&d, &ids);
+                res = pexec(s, P_DELETE_IDS, d.n, d.v, d.len, d.fmt, PGRES_TUPLES_OK,
+                            "undoing a partly inserted batch");
+                if (!res)
+                    rc = s->err.status;
+            }
+        }
+        arr_free(&ids, 1);
+        size_t first = n, undone = res ? (size_t)PQntuples(res) : 0;
         for (size_t i = 0; i < n && first == n; i++) {
             bool found = false;
-            for (size_t k = 0; k < got && !found; k++) {
+            for (size_t k = 0; k < undone && !found; k++) {
                 size_t ol, il;
-                const char *o = get_str(res, (int)k, 1, &ol);
-                const char *e = get_str(res, (int)k, 2, &il);
+                const char *o = get_str(res, (int)k, 0, &ol);
+                const char *e = get_str(res, (int)k, 1, &il);
                 found = ol == strlen(rows[i].owner) && !memcmp(o, rows[i].owner, ol) &&
                         il == strlen(rows[i].effect_id) && !memcmp(e, rows[i].effect_id, il);
             }
@@ -701,27 +721,6 @@ static jsd_status pg_emit(jsd_store *s, const jsd__row *rows, size_t n, size_t *
                 first = i;
         }
         *dup_index = first < n ? first : 0;
-        arr ids;
-        arr_init(&ids, OID_INT8);
-        for (size_t k = 0; k < got; k++)
-            arr_i64(&ids, get_i64(res, (int)k, 0));
-        PQclear(res);
-        rc = JSD_ERR_EXISTS;
-        if (got > 0) {
-            params d = {.n = 0};
-            if (!arr_done(&ids)) {
-                rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory undoing a batch");
-            } else {
-                p_arr(&d, &ids);
-                PGresult *dr = pexec(s, P_DELETE_IDS, d.n, d.v, d.len, d.fmt, PGRES_COMMAND_OK,
-                                     "undoing a partly inserted batch");
-                if (!dr)
-                    rc = s->err.status;
-                PQclear(dr);
-            }
-        }
-        arr_free(&ids, 1);
-        goto out;
     }
     PQclear(res);
 out:
@@ -1391,7 +1390,10 @@ jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, 
         clean_msg(s, PQerrorMessage(p->conn), clean, sizeof(clean));
         bool auth = strstr(clean, "authentication failed") || strstr(clean, "password");
         bool malformed = strncmp(clean, "invalid ", 8) == 0;
-        rc = jsd__store_err(s, auth ? JSD_ERR_AUTH : malformed ? JSD_ERR_CONFIG : JSD_ERR_CONNECT,
+        rc = jsd__store_err(s,
+                            auth        ? JSD_ERR_AUTH
+                            : malformed ? JSD_ERR_CONFIG
+                                        : JSD_ERR_CONNECT,
                             malformed ? "store URL \"%s\" is malformed: %s"
                                       : "cannot connect to the PostgreSQL store \"%s\": %s",
                             s->url_safe, clean);

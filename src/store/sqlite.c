@@ -164,7 +164,6 @@ static const char *const migration_1[] = {
     " published_at INTEGER,"
     " UNIQUE (owner, effect_id))",
     "CREATE INDEX jsd_outbox_pending ON jsd_outbox (id, next_attempt_at) WHERE " PENDING,
-    "CREATE INDEX jsd_outbox_due ON jsd_outbox (next_attempt_at) WHERE " PENDING,
     "CREATE INDEX jsd_outbox_key ON jsd_outbox (order_key, id) "
     "WHERE order_key IS NOT NULL AND " PENDING,
     "CREATE INDEX jsd_outbox_published ON jsd_outbox (published_at) "
