@@ -96,6 +96,9 @@ struct jsd_store {
 /* Record an error on the store (and return s). */
 jsd_status jsd__store_err(jsd_store *st, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);
 
+/* Encode validated headers for the headers column (size first). */
+size_t jsd__headers_encoded_size(const jsd_header *h, size_t n);
+void jsd__headers_encode(const jsd_header *h, size_t n, unsigned char *out);
 /* Decode the headers column into an array allocated inside mem (a buffer the
  * caller sized with jsd__headers_decoded_size). false when malformed. */
 size_t jsd__headers_decoded_size(const unsigned char *enc, size_t len, size_t *n_headers);

@@ -405,7 +405,7 @@ static jsd_status check_header(const jsd_header *h, size_t i, jsd_error *err)
 
 /* ---- headers encoding --------------------------------------------------------------- */
 
-static size_t headers_enc_size(const jsd_header *h, size_t n)
+size_t jsd__headers_encoded_size(const jsd_header *h, size_t n)
 {
     size_t sz = 2;
     for (size_t i = 0; i < n; i++)
@@ -413,7 +413,7 @@ static size_t headers_enc_size(const jsd_header *h, size_t n)
     return sz;
 }
 
-static void headers_encode(const jsd_header *h, size_t n, unsigned char *out)
+void jsd__headers_encode(const jsd_header *h, size_t n, unsigned char *out)
 {
     size_t o = 0;
     out[o++] = HEADERS_ENC_VERSION;
@@ -735,7 +735,7 @@ jsd_store *jsd__tx_store(jsd_tx *tx)
 }
 
 /* Validate one effect and fill row (pointing into e, and into enc for the
- * headers: enc must hold headers_enc_size bytes; sized by the caller). */
+ * headers, allocated into *enc). */
 static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, jsd__row *row,
                               unsigned char **enc)
 {
@@ -781,11 +781,11 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     row->not_before = e->not_before_ms ? e->not_before_ms : now;
     jsd_effect_msg_id(row->owner, row->effect_id, row->msg_id);
     if (e->n_headers) {
-        row->headers_len = headers_enc_size(e->headers, e->n_headers);
+        row->headers_len = jsd__headers_encoded_size(e->headers, e->n_headers);
         *enc = jsd__malloc(row->headers_len);
         if (!*enc)
             return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory encoding headers");
-        headers_encode(e->headers, e->n_headers, *enc);
+        jsd__headers_encode(e->headers, e->n_headers, *enc);
         row->headers = *enc;
     }
     return JSD_OK;
