@@ -5,14 +5,17 @@
  *
  *   bench_publish NATS_URL [MESSAGES] [SUFFIX]
  *
- * Prints `raw.publish<SUFFIX> V msg/s`, `publisher<SUFFIX> V msg/s` and
- * `publisher.ratio<SUFFIX> V x` (medians of 3 alternating runs). Every run
+ * Prints `raw.publish<SUFFIX> V msg/s`, `publisher<SUFFIX> V msg/s`,
+ * `publisher.ratio<SUFFIX> V x` (medians of 3 alternating runs; the ratio is
+ * the median of the per-pair ratios) and the client CPU per message of each
+ * (`*.cpu<SUFFIX> V us/msg`, all threads, user + system). Every run
  * checks that the stream holds exactly MESSAGES messages, so a fast but lossy
  * run cannot report a figure. Uses streams of its own, deleted at the end.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +33,17 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+
+/* CPU seconds (user + system, all threads) used by this process so far. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static double last_cpu_us; /* client CPU per message of the last run */
 
 static int die(const char *what, natsStatus s)
 {
@@ -104,7 +118,7 @@ static double run_raw(const char *url, jsCtx *admin, int n, int run, const char 
     make_stream(admin, stream, subject);
     raw_errors = 0;
 
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < n; i++) {
         jsPubOptions po;
         jsPubOptions_Init(&po);
@@ -119,6 +133,7 @@ static double run_raw(const char *url, jsCtx *admin, int n, int run, const char 
     if ((s = js_PublishAsyncComplete(js, &cpo)) != NATS_OK)
         die("js_PublishAsyncComplete", s);
     double secs = now_s() - t0;
+    last_cpu_us = (cpu_s() - c0) * 1e6 / n;
     uint64_t stored = stream_msgs(admin, stream);
     if (raw_errors || stored != (uint64_t)n) {
         fprintf(stderr, "bench_publish: raw run %d: %d errors, %llu of %d stored\n", run,
@@ -163,7 +178,7 @@ static double run_publisher(const char *url, jsCtx *admin, int n, int run, const
     }
 
     int accepted = 0, other = 0;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < n;) {
         snprintf(id, sizeof(id), "pub-%d-%d", run, i);
         if (jsd_publish_submit(p, id, payload, PAYLOAD, NULL, 0, NULL, &r)) {
@@ -185,6 +200,7 @@ static double run_publisher(const char *url, jsCtx *admin, int n, int run, const
             done[k].result.outcome == JSD_OUTCOME_ACCEPTED ? accepted++ : other++;
     }
     double secs = now_s() - t0;
+    last_cpu_us = (cpu_s() - c0) * 1e6 / n;
     uint64_t stored = stream_msgs(admin, stream);
     if (other || accepted != n || stored != (uint64_t)n) {
         fprintf(stderr, "bench_publish: publisher run %d: %d accepted, %d other, %llu stored\n",
@@ -227,18 +243,26 @@ int main(int argc, char **argv)
     if (s != NATS_OK)
         die("admin connection", s);
 
-    double raw[RUNS], pub[RUNS], ratio[RUNS];
+    double raw[RUNS], pub[RUNS], ratio[RUNS], raw_cpu[RUNS], pub_cpu[RUNS];
     for (int r = 0; r < RUNS; r++) {
         raw[r] = run_raw(url, admin, n, r, payload);
+        raw_cpu[r] = last_cpu_us;
         pub[r] = run_publisher(url, admin, n, r, payload);
+        pub_cpu[r] = last_cpu_us;
         ratio[r] = pub[r] / raw[r];
     }
+    qsort(raw_cpu, RUNS, sizeof(double), cmp_double);
+    qsort(pub_cpu, RUNS, sizeof(double), cmp_double);
     qsort(raw, RUNS, sizeof(double), cmp_double);
     qsort(pub, RUNS, sizeof(double), cmp_double);
     qsort(ratio, RUNS, sizeof(double), cmp_double);
     printf("raw.publish%s %.0f msg/s\n", suffix, raw[RUNS / 2]);
     printf("publisher%s %.0f msg/s\n", suffix, pub[RUNS / 2]);
     printf("publisher.ratio%s %.2f x\n", suffix, ratio[RUNS / 2]);
+    /* client CPU (all threads) per message: steadier than msg/s on a busy
+     * machine, and it shows what the publisher adds */
+    printf("raw.publish.cpu%s %.2f us/msg\n", suffix, raw_cpu[RUNS / 2]);
+    printf("publisher.cpu%s %.2f us/msg\n", suffix, pub_cpu[RUNS / 2]);
     jsCtx_Destroy(admin);
     natsConnection_Destroy(nc);
     nats_Close();

@@ -11,9 +11,11 @@
  *   so a reply that arrives before PublishMsg returns still finds it. If the
  *   write is refused before anything was buffered, the slot is released and
  *   the outcome is decided at once.
- * - nats.c's threads (subscription callback, async-error listener) only store
- *   the reply message or a "denied" mark in the entry under the lock and
- *   queue the slot; the owner thread parses replies in poll.
+ * - nats.c's threads (subscription callback, async-error listener) read the
+ *   reply without touching shared state (the usual acknowledgement without
+ *   allocating), then only store the result or a "denied" mark in the entry
+ *   under the lock and queue the slot; the owner thread decides the outcome
+ *   against what the entry expected, in poll.
  * - Nothing waits without a bound: each entry has a deadline, and poll settles
  *   as UNKNOWN any entry whose deadline passed or whose connection was lost or
  *   replaced while it was in flight (its acknowledgement cannot come any more).
@@ -34,8 +36,22 @@
 #define SLOT_BITS     11
 #define SLOT_MASK     ((1u << SLOT_BITS) - 1)
 #define CONN_CHECK_MS 50 /* how often a waiting poll looks at the connection */
+#define BATCH_WAIT_MS 2  /* longest a completion waits for its batch-mates */
 
 enum { E_FREE = 0, E_WRITING, E_INFLIGHT, E_QUEUED, E_TAKEN };
+
+/* A reply as read on nats.c's thread, before it is matched against what the
+ * entry expected. */
+enum { R_NORESP = 1, R_STATUS, R_MALFORMED, R_ERROR, R_ACK };
+typedef struct parsed_reply {
+    int kind;
+    int code;       /* R_STATUS: status; R_ERROR: JetStream code */
+    int err_code;   /* R_ERROR */
+    int dlen;       /* R_MALFORMED: reply size */
+    int64_t seq;    /* R_ACK */
+    bool dup;       /* R_ACK */
+    char text[160]; /* R_ACK: stream; R_ERROR: description; R_MALFORMED: what */
+} parsed_reply;
 
 typedef struct entry {
     uint64_t id;
@@ -48,7 +64,8 @@ typedef struct entry {
     int deadline_ms;
     uint64_t epoch; /* reconnect count when written */
     int64_t seen_ms;
-    natsMsg *reply;
+    bool has_reply;
+    parsed_reply rp;
     void *user;
     char stream[JSD_STREAM_NAME_MAX + 1];
     char subject[JSD_SUBJECT_MAX + 1];
@@ -76,6 +93,11 @@ struct jsd__pubengine {
     size_t ring_head, ring_len;
     int64_t next_expiry;  /* earliest deadline of INFLIGHT entries (may be early) */
     uint64_t swept_epoch; /* reconnect count at the last full sweep */
+    /* poll is waiting; wake it when wake_at completions are queued (a batch
+     * when many are in flight, so one wake-up serves many; it also wakes
+     * itself every BATCH_WAIT_MS) */
+    bool waiting;
+    size_t wake_at;
     atomic_size_t used;
     atomic_uint_least64_t late;
 };
@@ -109,21 +131,157 @@ static void queue_slot(jsd__pubengine *e, uint32_t slot)
     e->entries[slot].state = E_QUEUED;
     e->ring[(e->ring_head + e->ring_len) % e->cap] = slot;
     e->ring_len++;
-    pthread_cond_signal(&e->cv);
+    if (e->waiting && e->ring_len >= e->wake_at)
+        pthread_cond_signal(&e->cv);
 }
 
 /* Must hold lk. */
 static void release_slot(jsd__pubengine *e, uint32_t slot)
 {
     entry *en = &e->entries[slot];
-    if (en->reply) {
-        natsMsg_Destroy(en->reply);
-        en->reply = NULL;
-    }
+    en->has_reply = false;
     en->state = E_FREE;
     en->user = NULL;
     e->free_stack[e->n_free++] = slot;
     atomic_fetch_sub(&e->used, 1);
+}
+
+/* ---- reading replies ----------------------------------------------------------------- */
+
+static void copy_printable(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    for (; src && *src && n + 1 < cap; src++)
+        dst[n++] = ((unsigned char)*src >= 0x20 && (unsigned char)*src < 0x7f) ? *src : '?';
+    dst[n] = '\0';
+}
+
+/* The usual acknowledgement, {"stream":"S", "seq":N} with an optional
+ * ,"duplicate": true|false (nats-server puts spaces after some separators),
+ * read without allocating. Anything else (a domain, escapes, errors) returns
+ * false and goes to jansson. */
+typedef struct scan {
+    const char *d;
+    size_t n, i;
+} scan;
+
+static void sc_ws(scan *s)
+{
+    while (s->i < s->n && (s->d[s->i] == ' ' || s->d[s->i] == '\t'))
+        s->i++;
+}
+
+static bool sc_lit(scan *s, const char *lit)
+{
+    size_t l = strlen(lit);
+    sc_ws(s);
+    if (s->n - s->i < l || memcmp(s->d + s->i, lit, l) != 0)
+        return false;
+    s->i += l;
+    return true;
+}
+
+static bool parse_ack_fast(const char *d, size_t n, parsed_reply *p)
+{
+    scan s = {d, n, 0};
+    size_t k = 0;
+    if (!sc_lit(&s, "{") || !sc_lit(&s, "\"stream\"") || !sc_lit(&s, ":") || !sc_lit(&s, "\""))
+        return false;
+    while (s.i < n && d[s.i] != '"' && k + 1 < sizeof(p->text)) {
+        if ((unsigned char)d[s.i] < 0x20 || d[s.i] == '\\')
+            return false;
+        p->text[k++] = d[s.i++];
+    }
+    p->text[k] = '\0';
+    if (k == 0 || !sc_lit(&s, "\"") || !sc_lit(&s, ",") || !sc_lit(&s, "\"seq\"") ||
+        !sc_lit(&s, ":"))
+        return false;
+    sc_ws(&s);
+    int64_t seq = 0;
+    size_t digits = 0;
+    while (s.i < n && d[s.i] >= '0' && d[s.i] <= '9' && digits < 18) {
+        seq = seq * 10 + (d[s.i++] - '0');
+        digits++;
+    }
+    if (digits == 0 || (s.i < n && d[s.i] >= '0' && d[s.i] <= '9'))
+        return false;
+    p->dup = false;
+    if (sc_lit(&s, ",")) {
+        if (!sc_lit(&s, "\"duplicate\"") || !sc_lit(&s, ":"))
+            return false;
+        if (sc_lit(&s, "true"))
+            p->dup = true;
+        else if (!sc_lit(&s, "false"))
+            return false;
+    }
+    if (!sc_lit(&s, "}"))
+        return false;
+    sc_ws(&s);
+    if (s.i != n)
+        return false;
+    p->kind = R_ACK;
+    p->seq = seq;
+    return true;
+}
+
+/* Read a reply (nats.c's thread; touches nothing shared). */
+static void parse_reply(natsMsg *msg, parsed_reply *p)
+{
+    const char *status = NULL;
+    memset(p, 0, sizeof(*p));
+    if (natsMsg_IsNoResponders(msg)) {
+        p->kind = R_NORESP;
+        return;
+    }
+    if (natsMsgHeader_Get(msg, "Status", &status) == NATS_OK && status && *status) {
+        char shown[16];
+        copy_printable(shown, sizeof(shown), status);
+        long code = strtol(shown, NULL, 10);
+        p->kind = R_STATUS;
+        p->code = code > 0 && code < 1000 ? (int)code : 0;
+        copy_printable(p->text, sizeof(p->text), shown);
+        return;
+    }
+    const char *data = natsMsg_GetData(msg);
+    int dlen = natsMsg_GetDataLength(msg);
+    p->dlen = dlen;
+    if (data && dlen > 0 && parse_ack_fast(data, (size_t)dlen, p))
+        return;
+    memset(p, 0, sizeof(*p));
+    p->dlen = dlen;
+    p->kind = R_MALFORMED;
+    json_error_t jerr;
+    json_t *root = (data && dlen > 0) ? json_loadb(data, (size_t)dlen, 0, &jerr) : NULL;
+    if (!root || !json_is_object(root)) {
+        jsd__strlcpy(p->text, "not a JSON object", sizeof(p->text));
+        json_decref(root);
+        return;
+    }
+    json_t *jerrobj = json_object_get(root, "error");
+    if (jerrobj) {
+        json_t *jc = json_object_get(jerrobj, "code");
+        json_t *je = json_object_get(jerrobj, "err_code");
+        json_t *jd = json_object_get(jerrobj, "description");
+        p->kind = R_ERROR;
+        p->code = json_is_integer(jc) ? (int)json_integer_value(jc) : 0;
+        p->err_code = json_is_integer(je) ? (int)json_integer_value(je) : 0;
+        copy_printable(p->text, sizeof(p->text), json_is_string(jd) ? json_string_value(jd) : "");
+        json_decref(root);
+        return;
+    }
+    json_t *js = json_object_get(root, "stream");
+    json_t *jq = json_object_get(root, "seq");
+    json_t *jdup = json_object_get(root, "duplicate");
+    if (!json_is_string(js) || !json_is_integer(jq) || (jdup && !json_is_boolean(jdup))) {
+        jsd__strlcpy(p->text, "no stream or sequence", sizeof(p->text));
+        json_decref(root);
+        return;
+    }
+    p->kind = R_ACK;
+    p->seq = (int64_t)json_integer_value(jq);
+    p->dup = jdup && json_is_true(jdup);
+    copy_printable(p->text, sizeof(p->text), json_string_value(js));
+    json_decref(root);
 }
 
 /* ---- nats.c callbacks: only hand data over ------------------------------------------ */
@@ -148,21 +306,25 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
         }
     }
     int64_t seen = jsd__now_ms();
+    parsed_reply rp;
+    if (ok)
+        parse_reply(msg, &rp);
+    natsMsg_Destroy(msg);
+    bool matched = false;
     pthread_mutex_lock(&e->lk);
     uint32_t slot = (uint32_t)(id & SLOT_MASK);
     if (ok && slot < e->cap && e->entries[slot].id == id &&
         (e->entries[slot].state == E_WRITING || e->entries[slot].state == E_INFLIGHT)) {
         entry *en = &e->entries[slot];
-        en->reply = msg;
+        en->rp = rp;
+        en->has_reply = true;
         en->seen_ms = seen;
-        msg = NULL;
+        matched = true;
         queue_slot(e, slot);
     }
     pthread_mutex_unlock(&e->lk);
-    if (msg) {
+    if (!matched)
         atomic_fetch_add(&e->late, 1);
-        natsMsg_Destroy(msg);
-    }
 }
 
 static void on_sub_complete(void *closure)
@@ -256,6 +418,7 @@ jsd_status jsd__pubengine_create(jsd__pubengine **out, jsd_conn *conn, const jsd
     e->max_payload = o->max_payload ? o->max_payload
                                     : (size_t)JSD_MIN((int64_t)JSD_PAYLOAD_DEFAULT_CAP, server_max);
     e->next_expiry = INT64_MAX;
+    e->wake_at = 1;
     e->swept_epoch = jsd_conn_reconnects(conn);
     pthread_mutex_init(&e->lk, NULL);
     pthread_condattr_t ca;
@@ -331,10 +494,6 @@ void jsd__pubengine_destroy(jsd__pubengine *e)
             return;
         }
     }
-    if (e->entries)
-        for (size_t i = 0; i < e->cap; i++)
-            if (e->entries[i].reply)
-                natsMsg_Destroy(e->entries[i].reply);
     jsd__free(e->entries);
     jsd__free(e->free_stack);
     jsd__free(e->ring);
@@ -461,10 +620,8 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
         return false;
     }
     /* 1. admission, before anything else */
-    pthread_mutex_lock(&e->lk);
-    bool full = e->n_free == 0;
-    pthread_mutex_unlock(&e->lk);
-    if (full) {
+    /* only the owner thread takes or frees slots, so this count is exact */
+    if (atomic_load(&e->used) >= e->cap) {
         res->outcome = JSD_OUTCOME_RETRYABLE;
         set_reason(res, "admission full: %zu publications in flight; try again later", e->cap);
         return false;
@@ -474,8 +631,7 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
         return false;
     /* 3. a connection to write on */
     uint64_t epoch = jsd_conn_reconnects(e->conn);
-    if (!jsd_conn_is_connected(e->conn) ||
-        natsConnection_Status(e->nc) != NATS_CONN_STATUS_CONNECTED) {
+    if (!jsd_conn_is_connected(e->conn)) {
         res->outcome = JSD_OUTCOME_UNAVAILABLE;
         set_reason(res, "not connected to NATS; nothing was sent");
         return false;
@@ -489,7 +645,7 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     en->id = (en->gen << SLOT_BITS) | slot;
     en->state = E_WRITING;
     en->denied = en->lost = en->expired = false;
-    en->reply = NULL;
+    en->has_reply = false;
     en->user = r->user;
     en->epoch = epoch;
     en->deadline_ms = r->deadline_ms ? r->deadline_ms : e->deadline_ms;
@@ -562,112 +718,75 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
 
 /* ---- settling ---------------------------------------------------------------------- */
 
-static void copy_printable(char *dst, size_t cap, const char *src)
+/* Turn a read reply into an outcome (owner thread). */
+static void settle_reply(const entry *en, const parsed_reply *p, jsd_publish_result *res)
 {
-    size_t n = 0;
-    for (; src && *src && n + 1 < cap; src++)
-        dst[n++] = ((unsigned char)*src >= 0x20 && (unsigned char)*src < 0x7f) ? *src : '?';
-    dst[n] = '\0';
-}
-
-/* Turn a reply into an outcome (owner thread). */
-static void settle_reply(const entry *en, natsMsg *msg, jsd_publish_result *res)
-{
-    const char *status = NULL;
     result_init(res, JSD_OUTCOME_UNKNOWN);
-    if (natsMsg_IsNoResponders(msg)) {
+    switch (p->kind) {
+    case R_NORESP:
         res->outcome = JSD_OUTCOME_FAILED;
         res->nats_status = NATS_NO_RESPONDERS;
         res->status_code = 503;
         set_reason(res, "no stream captures subject \"%s\" (no responders); nothing was stored",
                    en->subject);
         return;
-    }
-    if (natsMsgHeader_Get(msg, "Status", &status) == NATS_OK && status && *status) {
-        char shown[16];
-        copy_printable(shown, sizeof(shown), status);
-        long code = strtol(shown, NULL, 10);
-        res->status_code = code > 0 && code < 1000 ? (int)code : 0;
+    case R_STATUS:
+        res->status_code = p->code;
         set_reason(res,
                    "the reply carried status %s and no acknowledgement; the message may "
                    "be stored: retry with the same id",
-                   shown);
+                   p->text);
         return;
-    }
-    const char *data = natsMsg_GetData(msg);
-    int dlen = natsMsg_GetDataLength(msg);
-    json_error_t jerr;
-    json_t *root = (data && dlen > 0) ? json_loadb(data, (size_t)dlen, 0, &jerr) : NULL;
-    if (!root || !json_is_object(root)) {
-        set_reason(res,
-                   "malformed acknowledgement (%d bytes, not a JSON object); the message "
-                   "may be stored: retry with the same id",
-                   dlen);
-        json_decref(root);
-        return;
-    }
-    json_t *jerrobj = json_object_get(root, "error");
-    if (jerrobj) {
-        json_t *jc = json_object_get(jerrobj, "code");
-        json_t *je = json_object_get(jerrobj, "err_code");
-        json_t *jd = json_object_get(jerrobj, "description");
-        int code = json_is_integer(jc) ? (int)json_integer_value(jc) : 0;
-        res->status_code = code;
-        res->js_err_code = json_is_integer(je) ? (int)json_integer_value(je) : 0;
-        char desc[160];
-        copy_printable(desc, sizeof(desc), json_is_string(jd) ? json_string_value(jd) : "");
-        if (code >= 400 && code < 500) {
+    case R_ERROR:
+        res->status_code = p->code;
+        res->js_err_code = p->err_code;
+        if (p->code >= 400 && p->code < 500) {
             res->outcome = JSD_OUTCOME_FAILED;
             set_reason(res,
                        "the stream refused the message: %s (code %d, err_code %d); nothing "
                        "was stored",
-                       desc, code, res->js_err_code);
+                       p->text, p->code, p->err_code);
         } else {
             set_reason(res,
                        "the stream answered an error: %s (code %d, err_code %d); the "
                        "message may be stored: retry with the same id",
-                       desc, code, res->js_err_code);
+                       p->text, p->code, p->err_code);
         }
-        json_decref(root);
+        return;
+    case R_ACK:
+        if (strcmp(p->text, en->stream) != 0) {
+            char shown[64];
+            copy_printable(shown, sizeof(shown), p->text);
+            set_reason(res,
+                       "foreign acknowledgement naming stream \"%s\", expected \"%s\"; the "
+                       "message may be stored: retry with the same id",
+                       shown, en->stream);
+        } else if (p->seq <= 0) {
+            set_reason(res,
+                       "acknowledgement with sequence %lld; the message may be stored: retry "
+                       "with the same id",
+                       (long long)p->seq);
+        } else {
+            res->outcome = JSD_OUTCOME_ACCEPTED;
+            jsd__strlcpy(res->receipt.stream, p->text, sizeof(res->receipt.stream));
+            res->receipt.seq = (uint64_t)p->seq;
+            res->receipt.duplicate = p->dup;
+            res->receipt.accepted_at_ms = en->seen_ms;
+        }
+        return;
+    default:
+        set_reason(res,
+                   "malformed acknowledgement (%d bytes, %s); the message may be stored: "
+                   "retry with the same id",
+                   p->dlen, p->text);
         return;
     }
-    json_t *js = json_object_get(root, "stream");
-    json_t *jq = json_object_get(root, "seq");
-    json_t *jdup = json_object_get(root, "duplicate");
-    if (!json_is_string(js) || !json_is_integer(jq) || (jdup && !json_is_boolean(jdup))) {
-        set_reason(res, "malformed acknowledgement (no stream or sequence); the message may be "
-                        "stored: retry with the same id");
-        json_decref(root);
-        return;
-    }
-    json_int_t seq = json_integer_value(jq);
-    const char *stream = json_string_value(js);
-    if (strcmp(stream, en->stream) != 0) {
-        char shown[64];
-        copy_printable(shown, sizeof(shown), stream);
-        set_reason(res,
-                   "foreign acknowledgement naming stream \"%s\", expected \"%s\"; the "
-                   "message may be stored: retry with the same id",
-                   shown, en->stream);
-    } else if (seq <= 0) {
-        set_reason(res,
-                   "acknowledgement with sequence %lld; the message may be stored: retry "
-                   "with the same id",
-                   (long long)seq);
-    } else {
-        res->outcome = JSD_OUTCOME_ACCEPTED;
-        jsd__strlcpy(res->receipt.stream, stream, sizeof(res->receipt.stream));
-        res->receipt.seq = (uint64_t)seq;
-        res->receipt.duplicate = jdup && json_is_true(jdup);
-        res->receipt.accepted_at_ms = en->seen_ms;
-    }
-    json_decref(root);
 }
 
-static void settle(const entry *en, natsMsg *reply, jsd_publish_result *res)
+static void settle(const entry *en, jsd_publish_result *res)
 {
-    if (reply) {
-        settle_reply(en, reply, res);
+    if (en->has_reply) {
+        settle_reply(en, &en->rp, res);
         return;
     }
     result_init(res, JSD_OUTCOME_UNKNOWN);
@@ -719,7 +838,6 @@ size_t jsd__pubengine_poll(jsd__pubengine *e, jsd_publish_done *done, size_t max
 {
     enum { BATCH = 64 };
     uint32_t slots[BATCH];
-    natsMsg *replies[BATCH];
     size_t n = 0;
     if (!e || !done || !max)
         return 0;
@@ -736,16 +854,13 @@ size_t jsd__pubengine_poll(jsd__pubengine *e, jsd_publish_done *done, size_t max
                 e->ring_len--;
                 entry *en = &e->entries[slot];
                 en->state = E_TAKEN;
-                replies[k] = en->reply;
-                en->reply = NULL;
                 slots[k++] = slot;
             }
             pthread_mutex_unlock(&e->lk);
             for (size_t i = 0; i < k; i++) {
                 entry *en = &e->entries[slots[i]];
                 done[n + i].user = en->user;
-                settle(en, replies[i], &done[n + i].result);
-                natsMsg_Destroy(replies[i]);
+                settle(en, &done[n + i].result);
             }
             pthread_mutex_lock(&e->lk);
             for (size_t i = 0; i < k; i++)
@@ -757,10 +872,17 @@ size_t jsd__pubengine_poll(jsd__pubengine *e, jsd_publish_done *done, size_t max
         int64_t now = jsd__mono_ms();
         if (now >= end || atomic_load(&e->used) == 0)
             break;
-        int64_t wake = JSD_MIN(end, JSD_MIN(e->next_expiry, now + CONN_CHECK_MS));
+        size_t used = atomic_load(&e->used);
+        size_t want = used >= 64 ? JSD_MIN(max, used / 8) : 1;
+        int64_t wake =
+            JSD_MIN(end, JSD_MIN(e->next_expiry, now + (want > 1 ? BATCH_WAIT_MS : CONN_CHECK_MS)));
         struct timespec ts;
         timespec_at_mono(&ts, wake);
+        e->wake_at = want;
+        e->waiting = true;
         pthread_cond_timedwait(&e->cv, &e->lk, &ts);
+        e->waiting = false;
+        e->wake_at = 1;
     }
     pthread_mutex_unlock(&e->lk);
     return n;

@@ -34,9 +34,10 @@
  *                stream's duplicate window.
  *
  * Threads: submit, poll and destroy belong to one owner thread. nats.c's
- * subscription and error callbacks only hand data over under the engine's
- * lock; replies are parsed on the owner thread, in poll. inflight() may be
- * called from any thread.
+ * subscription and error callbacks read a reply without touching shared
+ * state and only hand the result over under the engine's lock; the outcome is
+ * decided on the owner thread, in poll. inflight() may be called from any
+ * thread.
  */
 #ifndef JSD_PUBENGINE_H
 #define JSD_PUBENGINE_H

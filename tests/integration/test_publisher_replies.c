@@ -27,6 +27,9 @@ static const struct {
     const char *reply; /* NULL: answer with a bare status 408 */
 } cases[] = {
     {"ok", "{\"stream\":\"EXPECTED\",\"seq\":7,\"duplicate\":true}"},
+    {"spaced", "{\"stream\":\"EXPECTED\", \"seq\":8,\"duplicate\": false}"},
+    {"domain", "{\"stream\":\"EXPECTED\", \"domain\":\"hub\", \"seq\":9}"},
+    {"trailing", "{\"stream\":\"EXPECTED\",\"seq\":7} x"},
     {"foreign", "{\"stream\":\"OTHER\",\"seq\":5}"},
     {"malformed", "this is not json"},
     {"zero-seq", "{\"stream\":\"EXPECTED\",\"seq\":0}"},
@@ -125,6 +128,12 @@ static void crafted_replies(void **state)
     ASSERT_EQ(res.receipt.duplicate, true);
     ASSERT_STREQ(res.receipt.stream, "EXPECTED");
 
+    ASSERT_OUTCOME(one(e, subject, "spaced", &res, 3000), JSD_OUTCOME_ACCEPTED, res);
+    ASSERT_EQ(res.receipt.seq, 8);
+    ASSERT_EQ(res.receipt.duplicate, false);
+    ASSERT_OUTCOME(one(e, subject, "domain", &res, 3000), JSD_OUTCOME_ACCEPTED, res);
+    ASSERT_EQ(res.receipt.seq, 9);
+    ASSERT_OUTCOME(one(e, subject, "trailing", &res, 3000), JSD_OUTCOME_UNKNOWN, res);
     ASSERT_OUTCOME(one(e, subject, "foreign", &res, 3000), JSD_OUTCOME_UNKNOWN, res);
     ASSERT_CONTAINS(res.reason, "foreign acknowledgement naming stream \"OTHER\"");
     ASSERT_OUTCOME(one(e, subject, "malformed", &res, 3000), JSD_OUTCOME_UNKNOWN, res);
