@@ -462,6 +462,45 @@ static void hung_server_is_noticed_and_recovered(void **state)
     jsd_conn_close(c);
 }
 
+/* Several URLs: connected to a 3-node cluster, the loss of the node in use
+ * moves the connection to another node, and JetStream keeps answering. */
+static void cluster_failover_to_another_url(void **state)
+{
+    (void)state;
+    jsd_fx_cluster cl;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    char url[256], after[256];
+    int victim = -1;
+    ASSERT_EQ(jsd_fx_cluster_start(&cl), 0);
+    opts_for(&o, cl.urls);
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_STREQ(jsd_conn_servers_redacted(c), cl.urls);
+    ASSERT_EQ(natsConnection_GetConnectedUrl(jsd__conn_nats(c), url, sizeof(url)), NATS_OK);
+    for (int i = 0; i < 3; i++) {
+        char port[16];
+        snprintf(port, sizeof(port), ":%d", cl.node[i].port);
+        if (strstr(url, port))
+            victim = i;
+    }
+    ASSERT_TRUE(victim >= 0);
+    ASSERT_EQ(jsd_fx_nats_kill(&cl.node[victim]), 0);
+    ASSERT_WAIT(jsd_conn_reconnects(c) == 1 && jsd_conn_is_connected(c), 30000);
+    ASSERT_EQ(natsConnection_GetConnectedUrl(jsd__conn_nats(c), after, sizeof(after)), NATS_OK);
+    ASSERT_TRUE(strcmp(url, after) != 0);
+
+    jsAccountInfo *ai = NULL;
+    jsErrCode jerr = 0;
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = 5000;
+    ASSERT_WAIT(js_GetAccountInfo(&ai, jsd__conn_js(c), &jo, &jerr) == NATS_OK, 30000);
+    jsAccountInfo_Destroy(ai);
+    jsd_conn_close(c);
+    ASSERT_EQ(jsd_fx_cluster_stop(&cl), 0);
+}
+
 /* ---- asynchronous errors --------------------------------------------------------------- */
 
 typedef struct seen {
@@ -716,5 +755,6 @@ JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
               cmocka_unit_test(round_trip_through_the_shared_server),
               cmocka_unit_test(reconnects_after_the_server_comes_back),
               cmocka_unit_test(hung_server_is_noticed_and_recovered),
+              cmocka_unit_test(cluster_failover_to_another_url),
               cmocka_unit_test(async_errors_reach_every_listener),
               cmocka_unit_test(failures_never_reveal_secrets))
