@@ -37,6 +37,7 @@
 #define SLOT_MASK     ((1u << SLOT_BITS) - 1)
 #define CONN_CHECK_MS 50 /* how often a waiting poll looks at the connection */
 #define BATCH_WAIT_MS 2  /* longest a completion waits for its batch-mates */
+#define TRASH         32 /* messages destroyed together */
 
 enum { E_FREE = 0, E_WRITING, E_INFLIGHT, E_QUEUED, E_TAKEN };
 
@@ -100,6 +101,15 @@ struct jsd__pubengine {
     size_t wake_at;
     atomic_size_t used;
     atomic_uint_least64_t late;
+    /* Messages to destroy in batches: nats.c hands every destroyed message to
+     * its collector thread and wakes it when idle, so destroying one at a
+     * time costs a wake-up each. out_trash belongs to the owner thread,
+     * in_trash to the subscription's delivery thread (and to destroy, once
+     * the subscription is closed). */
+    natsMsg *out_trash[TRASH];
+    size_t n_out_trash;
+    natsMsg *in_trash[TRASH];
+    size_t n_in_trash;
 };
 
 /* ---- small helpers --------------------------------------------------------------- */
@@ -123,6 +133,20 @@ static void timespec_at_mono(struct timespec *ts, int64_t mono_ms)
 {
     ts->tv_sec = (time_t)(mono_ms / 1000);
     ts->tv_nsec = (long)((mono_ms % 1000) * 1000000);
+}
+
+static void empty_trash(natsMsg **trash, size_t *n)
+{
+    for (size_t i = 0; i < *n; i++)
+        natsMsg_Destroy(trash[i]);
+    *n = 0;
+}
+
+static void discard(natsMsg **trash, size_t *n, natsMsg *m)
+{
+    if (*n == TRASH)
+        empty_trash(trash, n);
+    trash[(*n)++] = m;
 }
 
 /* Must hold lk. */
@@ -309,7 +333,7 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
     parsed_reply rp;
     if (ok)
         parse_reply(msg, &rp);
-    natsMsg_Destroy(msg);
+    discard(e->in_trash, &e->n_in_trash, msg);
     bool matched = false;
     pthread_mutex_lock(&e->lk);
     uint32_t slot = (uint32_t)(id & SLOT_MASK);
@@ -494,6 +518,8 @@ void jsd__pubengine_destroy(jsd__pubengine *e)
             return;
         }
     }
+    empty_trash(e->out_trash, &e->n_out_trash);
+    empty_trash(e->in_trash, &e->n_in_trash); /* the delivery thread is done */
     jsd__free(e->entries);
     jsd__free(e->free_stack);
     jsd__free(e->ring);
@@ -669,7 +695,8 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     bool built = s == NATS_OK;
     if (built)
         s = natsConnection_PublishMsg(e->nc, m);
-    natsMsg_Destroy(m);
+    if (m)
+        discard(e->out_trash, &e->n_out_trash, m);
 
     pthread_mutex_lock(&e->lk);
     if (s == NATS_OK) {
