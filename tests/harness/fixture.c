@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <libpq-fe.h>
+#include <nats/nats.h>
 
 #include "fixture.h"
 #include "test.h"
@@ -270,6 +271,54 @@ int jsd_fx_nats_restart(jsd_fx_nats *fx)
     return 0;
 }
 
+/* The meta leader can be elected and its peers current while it still lacks
+ * the peers' server info, and then placing a replicated stream fails with "no
+ * suitable peers" (10005). Create and delete an R3 probe stream until that
+ * works, so that a started cluster is usable at once. */
+static int fx_cluster_probe(const jsd_fx_cluster *c, char *why, size_t cap)
+{
+    const char *servers[3] = {c->node[0].url, c->node[1].url, c->node[2].url};
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    natsStatus s = natsOptions_Create(&o);
+    if (s == NATS_OK)
+        s = natsOptions_SetServers(o, servers, 3);
+    if (s == NATS_OK)
+        s = natsOptions_SetTimeout(o, 2000);
+    if (s == NATS_OK)
+        s = natsConnection_Connect(&nc, o);
+    if (s == NATS_OK)
+        s = natsConnection_JetStream(&js, nc, NULL);
+    jsErrCode jerr = 0;
+    int64_t end = jsd_test_mono_ms() + 30000;
+    while (s == NATS_OK) {
+        jsStreamConfig cfg;
+        jsStreamInfo *si = NULL;
+        jsStreamConfig_Init(&cfg);
+        cfg.Name = "JSD_FX_PROBE";
+        cfg.Storage = js_MemoryStorage;
+        cfg.Replicas = 3;
+        jerr = 0;
+        s = js_AddStream(&si, js, &cfg, NULL, &jerr);
+        jsStreamInfo_Destroy(si);
+        if (s == NATS_OK) {
+            s = js_DeleteStream(js, "JSD_FX_PROBE", NULL, &jerr);
+            break;
+        }
+        if (jsd_test_mono_ms() > end)
+            break;
+        s = NATS_OK;
+        jsd_test_sleep_ms(100);
+    }
+    if (s != NATS_OK)
+        snprintf(why, cap, "%s (jsErrCode %d)", natsStatus_GetText(s), (int)jerr);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    natsOptions_Destroy(o);
+    return s == NATS_OK ? 0 : -1;
+}
+
 int jsd_fx_cluster_start(jsd_fx_cluster *out)
 {
     char dir[PATH_MAX - 16], log[8192], key[32];
@@ -290,6 +339,11 @@ int jsd_fx_cluster_start(jsd_fx_cluster *out)
         fx_load_nats(&out->node[i]);
     }
     jsd_fx_env(dir, "CLUSTER_URLS", out->urls, sizeof(out->urls));
+    char why[256];
+    if (fx_cluster_probe(out, why, sizeof(why)) != 0) {
+        fail_msg("cluster in %s cannot place an R3 stream: %s", dir, why);
+        return -1;
+    }
     return 0;
 }
 

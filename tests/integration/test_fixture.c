@@ -140,8 +140,12 @@ static uint64_t stream_msgs(natsConnection *nc, const char *name)
     jsErrCode jerr = 0;
     uint64_t n = UINT64_MAX;
     assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    if (js_GetStreamInfo(&si, js, name, NULL, &jerr) == NATS_OK)
+    natsStatus s = js_GetStreamInfo(&si, js, name, NULL, &jerr);
+    if (s == NATS_OK)
         n = si->State.Msgs;
+    else if (getenv("JSD_FX_DEBUG"))
+        fprintf(stderr, "stream info %s: %s (jsErrCode %d)\n", name, natsStatus_GetText(s),
+                (int)jerr);
     jsStreamInfo_Destroy(si);
     jsCtx_Destroy(js);
     return n;
@@ -460,7 +464,7 @@ static void cluster_r3_stream_survives_node_kill(void **state)
     ASSERT_TRUE(!jsd_fx_nats_alive(&c.node[1]));
     nc = connect_url(c.node[0].url, 2000, &s);
     ASSERT_TRUE(nc != NULL);
-    ASSERT_WAIT(stream_msgs(nc, "R3") == 1, 10000);
+    ASSERT_WAIT(stream_msgs(nc, "R3") == 1, 30000); /* raft elections take 4-9 s */
     publish(nc, "r3.b", "two");
     natsConnection_Destroy(nc);
 
@@ -468,7 +472,7 @@ static void cluster_r3_stream_survives_node_kill(void **state)
     ASSERT_EQ(c.node[1].port, port);
     nc = connect_url(c.node[1].url, 2000, &s);
     ASSERT_TRUE(nc != NULL);
-    ASSERT_WAIT(stream_msgs(nc, "R3") == 2, 10000);
+    ASSERT_WAIT(stream_msgs(nc, "R3") == 2, 30000);
     natsConnection_Destroy(nc);
     ASSERT_EQ(jsd_fx_cluster_stop(&c), 0);
     for (int i = 0; i < 3; i++)
