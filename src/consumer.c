@@ -106,6 +106,12 @@ struct jsd_consumer {
     natsSubscription *ack_sub;
     char ack_prefix[96];
     uint64_t ack_gen;
+    struct {
+        uint64_t gen;
+        bool *got;
+        size_t n, sent, confirmed;
+        int64_t deadline;
+    } ackw; /* the ACKs whose confirmations are awaited */
 
     atomic_bool draining;
     pthread_mutex_t mu;
@@ -120,6 +126,8 @@ struct jsd_consumer {
     jsd_delivery *d; /* the batch in hand */
     size_t nd, cap;
 };
+
+static void ack_collect(jsd_consumer *c, bool wait);
 
 /* ---- dispositions --------------------------------------------------------------- */
 
@@ -556,6 +564,8 @@ void jsd_consumer_destroy(jsd_consumer *c)
 {
     if (!c)
         return;
+    if (c->ack_sub)
+        ack_collect(c, true);
     batch_release(c);
     jsd__free(c->d);
     /* Destroy, never Unsubscribe/Drain: those would delete the durable. */
@@ -846,58 +856,39 @@ static void nak(jsd_consumer *c, jsd_delivery *d, int64_t delay_ms)
     STAT_ADD(c, retried, 1);
 }
 
-/* Send +ACK for every delivery in acks with a reply subject of our own, then
- * wait once for all confirmations. */
-static void ack_pipelined(jsd_consumer *c, jsd_delivery **acks, size_t n)
+/* Wait for the confirmations of the ACKs in flight: until all arrived or
+ * their deadline passed (wait), or only take what has arrived (!wait). */
+static void ack_collect(jsd_consumer *c, bool wait)
 {
-    if (n == 0)
+    if (!c->ackw.sent)
         return;
-    uint64_t gen = ++c->ack_gen;
-    char reply[160];
-    bool *got = jsd__calloc(n, sizeof(bool));
-    size_t sent = 0, confirmed = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        const char *to = natsMsg_GetReply(acks[i]->msg);
-        if (!to || !*to)
-            continue;
-        jsd__snprintf(reply, sizeof(reply), "%s.%" PRIu64 ".%zu", c->ack_prefix, gen, i);
-        natsStatus s = natsConnection_PublishRequest(c->nc, to, reply, "+ACK", 4);
-        if (s != NATS_OK) {
-            JSD_WARN("ingress",
-                     "ACK of %s:%" PRIu64 " not sent (%s); it will be redelivered "
-                     "and found in the inbox",
-                     c->stream, acks[i]->seq, natsStatus_GetText(s));
-            if (got)
-                got[i] = true; /* nothing to wait for */
-            continue;
-        }
-        sent++;
-    }
-    int64_t deadline = jsd__mono_ms() + c->ack_timeout_ms;
     size_t plen = strlen(c->ack_prefix);
-    while (confirmed < sent) {
-        int64_t left = deadline - jsd__mono_ms();
-        if (left <= 0)
+    while (c->ackw.confirmed < c->ackw.sent) {
+        int64_t left = wait ? c->ackw.deadline - jsd__mono_ms() : 0;
+        if (wait && left <= 0)
             break;
         natsMsg *m = NULL;
-        natsStatus s = natsSubscription_NextMsg(&m, c->ack_sub, left);
+        natsStatus s = wait ? natsSubscription_NextMsg(&m, c->ack_sub, left)
+                            : natsSubscription_NextMsg(&m, c->ack_sub, 0);
         if (s != NATS_OK)
             break;
         const char *subj = natsMsg_GetSubject(m);
         if (strncmp(subj, c->ack_prefix, plen) == 0 && subj[plen] == '.') {
             char *end = NULL;
             unsigned long long g = strtoull(subj + plen + 1, &end, 10);
-            if (end && *end == '.' && g == gen) {
+            if (end && *end == '.' && g == c->ackw.gen) {
                 unsigned long long k = strtoull(end + 1, NULL, 10);
-                if (k < n && got && !got[k]) {
-                    got[k] = true;
-                    confirmed++;
+                if (k < c->ackw.n && !c->ackw.got[k]) {
+                    c->ackw.got[k] = true;
+                    c->ackw.confirmed++;
                 }
             }
         }
         natsMsg_Destroy(m);
     }
+    if (c->ackw.confirmed < c->ackw.sent && (!wait || jsd__mono_ms() < c->ackw.deadline))
+        return; /* still in flight */
+    size_t sent = c->ackw.sent, confirmed = c->ackw.confirmed;
     STAT_ADD(c, acked, confirmed);
     if (confirmed < sent) {
         STAT_ADD(c, ack_unconfirmed, sent - confirmed);
@@ -906,7 +897,47 @@ static void ack_pipelined(jsd_consumer *c, jsd_delivery **acks, size_t n)
                  "redelivered and answered from the inbox",
                  sent - confirmed, sent, c->stream, c->durable, c->ack_timeout_ms);
     }
-    jsd__free(got);
+    jsd__free(c->ackw.got);
+    memset(&c->ackw, 0, sizeof(c->ackw));
+}
+
+/* Send +ACK for every delivery in acks, each a request with a reply subject of
+ * our own, all at once. Their confirmations are collected while the next
+ * batch is fetched and applied (ack_collect before the next ACKs are sent,
+ * when the consumer goes idle, drains or is destroyed), so the wait for the
+ * server overlaps useful work instead of costing one round trip per batch. */
+static void ack_send(jsd_consumer *c, jsd_delivery **acks, size_t n)
+{
+    ack_collect(c, true);
+    if (n == 0)
+        return;
+    char reply[160];
+    c->ackw.gen = ++c->ack_gen;
+    c->ackw.n = n;
+    c->ackw.got = jsd__calloc(n, sizeof(bool));
+    if (!c->ackw.got) {
+        /* Send anyway; only the confirmation count is lost. */
+        JSD_WARN("ingress", "out of memory: %zu ACK confirmations not counted", n);
+        c->ackw.n = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *to = natsMsg_GetReply(acks[i]->msg);
+        if (!to || !*to)
+            continue;
+        jsd__snprintf(reply, sizeof(reply), "%s.%" PRIu64 ".%zu", c->ack_prefix, c->ackw.gen, i);
+        natsStatus s = natsConnection_PublishRequest(c->nc, to, reply, "+ACK", 4);
+        if (s != NATS_OK) {
+            JSD_WARN("ingress",
+                     "ACK of %s:%" PRIu64 " not sent (%s); it will be redelivered "
+                     "and found in the inbox",
+                     c->stream, acks[i]->seq, natsStatus_GetText(s));
+            continue;
+        }
+        if (c->ackw.got)
+            c->ackw.sent++;
+    }
+    c->ackw.deadline = jsd__mono_ms() + c->ack_timeout_ms;
+    ack_collect(c, false);
 }
 
 static bool reserve(jsd_consumer *c, size_t n)
@@ -932,16 +963,20 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
         *n = 0;
     if (!c || !h)
         return JSD_ERR_INVALID;
-    if (atomic_load(&c->draining))
+    if (atomic_load(&c->draining)) {
+        ack_collect(c, true);
         return JSD_ERR_STOPPED;
+    }
 
     natsStatus s = natsSubscription_Fetch(&list, c->sub, c->batch, c->fetch_wait_ms, NULL);
     if (s == NATS_TIMEOUT || (s == NATS_OK && list.Count == 0)) {
         natsMsgList_Destroy(&list);
+        ack_collect(c, true);
         return JSD_OK;
     }
     if (s != NATS_OK) {
         natsMsgList_Destroy(&list);
+        ack_collect(c, true);
         return jsd__err_nats(&c->err, s, 0, "fetch");
     }
     if (!reserve(c, (size_t)list.Count)) {
@@ -1064,7 +1099,7 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
             nak(c, d, d->delay_ms);
         }
     }
-    ack_pipelined(c, acks, na);
+    ack_send(c, acks, na);
     jsd__free(acks);
     JSD_CRASH_POINT("ingress.after_ack");
     batch_release(c);
@@ -1097,5 +1132,6 @@ jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool unt
                 return JSD_OK;
         }
     }
+    ack_collect(c, true);
     return JSD_OK;
 }

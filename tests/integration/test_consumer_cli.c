@@ -111,7 +111,10 @@ static void crash_after_ack(bool pg)
     rc = consume(&e, NULL, "--batch 20");
     if (rc != 0)
         fail_msg("consume exited %d: %s", rc, out);
-    ASSERT_CONTAINS(out, "30 committed, 0 duplicates");
+    /* The ACKs were sent, not necessarily confirmed, when the process died: a
+     * few may be redelivered, and the inbox answers them. Nothing is applied
+     * twice. */
+    ASSERT_CONTAINS(out, "30 committed");
     ASSERT_EQ(rows(&e), 50);
     cenv_down(&e);
 }
