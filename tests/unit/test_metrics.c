@@ -7,6 +7,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "jsd_int.h"
@@ -338,7 +339,52 @@ static void result_names(void **state)
     ASSERT_STREQ(jsd_delivery_result_str((jsd_delivery_result)99), "?");
 }
 
+/* Run by allocation_failures_are_clean in a child with JSD_FAIL_ALLOC_AFTER. */
+static void oom_child(void **state)
+{
+    (void)state;
+    jsd_metrics *m = NULL;
+    jsd_error e;
+    jsd_error_clear(&e);
+    jsd_status s = jsd_metrics_create(&m, &e);
+    if (s == JSD_OK) {
+        size_t len = 0;
+        char buf[16];
+        s = jsd_metrics_render(m, buf, sizeof(buf), &len);
+        if (s == JSD_ERR_LIMIT)
+            s = JSD_OK; /* rendered fully, just too big for buf */
+        jsd_metrics_destroy(m);
+    } else {
+        ASSERT_TRUE(m == NULL);
+    }
+    printf("status=%s\n", jsd_status_name(s));
+    if (s != JSD_OK)
+        ASSERT_EQ(s, JSD_ERR_NOMEM);
+}
+
+static void allocation_failures_are_clean(void **state)
+{
+    (void)state;
+    char self[512], cmd[700], out[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    ASSERT_TRUE(n > 0);
+    self[n] = '\0';
+    bool reached_ok = false;
+    for (int k = 0; k < 100 && !reached_ok; k++) {
+        jsd__snprintf(cmd, sizeof(cmd), "JSD_FAIL_ALLOC_AFTER=%d %s oom_child", k, self);
+        int rc = jsd_test_run(cmd, out, sizeof(out));
+        if (rc != 0)
+            fail_msg("with JSD_FAIL_ALLOC_AFTER=%d metrics failed (exit %d):\n%s", k, rc, out);
+        if (strstr(out, "status=JSD_OK"))
+            reached_ok = true;
+        else
+            ASSERT_CONTAINS(out, "status=JSD_ERR_NOMEM");
+    }
+    ASSERT_TRUE(reached_ok);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(counters_and_gauges), cmocka_unit_test(histogram_math),
               cmocka_unit_test(exposition_format), cmocka_unit_test(snapshot_lists_every_series),
               cmocka_unit_test(registration_rules_and_limits),
-              cmocka_unit_test(concurrent_updates_are_not_lost), cmocka_unit_test(result_names))
+              cmocka_unit_test(concurrent_updates_are_not_lost), cmocka_unit_test(result_names),
+              cmocka_unit_test(oom_child), cmocka_unit_test(allocation_failures_are_clean))

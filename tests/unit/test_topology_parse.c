@@ -5,6 +5,7 @@
  * between and within streams, the dead-letter stream's own root).
  */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "jsd_int.h"
@@ -447,6 +448,47 @@ static void example_file_is_valid(void **state)
     jsd_topology_free(t);
 }
 
+/* Run by allocation_failures_are_clean in a child process with
+ * JSD_FAIL_ALLOC_AFTER set; alone it simply parses. */
+static void oom_child(void **state)
+{
+    (void)state;
+    jsd_topology *t = NULL;
+    jsd_error e;
+    jsd_error_clear(&e);
+    jsd_status s = jsd_topology_parse(&t, valid_file, strlen(valid_file), &e);
+    printf("status=%s\n", jsd_status_name(s));
+    if (s == JSD_OK) {
+        ASSERT_EQ(jsd_topology_stream_count(t), 3);
+        jsd_topology_free(t);
+    } else {
+        ASSERT_EQ(s, JSD_ERR_NOMEM);
+        ASSERT_TRUE(t == NULL);
+        ASSERT_CONTAINS(e.msg, "out of memory");
+    }
+}
+
+static void allocation_failures_are_clean(void **state)
+{
+    (void)state;
+    char self[512], cmd[700], out[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    ASSERT_TRUE(n > 0);
+    self[n] = '\0';
+    bool reached_ok = false;
+    for (int k = 0; k < 64 && !reached_ok; k++) {
+        jsd__snprintf(cmd, sizeof(cmd), "JSD_FAIL_ALLOC_AFTER=%d %s oom_child", k, self);
+        int rc = jsd_test_run(cmd, out, sizeof(out));
+        if (rc != 0)
+            fail_msg("with JSD_FAIL_ALLOC_AFTER=%d the parser failed (exit %d):\n%s", k, rc, out);
+        if (strstr(out, "status=JSD_OK"))
+            reached_ok = true;
+        else
+            ASSERT_CONTAINS(out, "status=JSD_ERR_NOMEM");
+    }
+    ASSERT_TRUE(reached_ok);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(parses_valid_file_with_defaults),
               cmocka_unit_test(wildcard_rules_name_key_path),
               cmocka_unit_test(subject_length_limit), cmocka_unit_test(unknown_keys_are_errors),
@@ -455,4 +497,5 @@ JSD_TEST_MAIN(cmocka_unit_test(parses_valid_file_with_defaults),
               cmocka_unit_test(file_size_limit), cmocka_unit_test(names_and_structure),
               cmocka_unit_test(overlapping_subjects_are_refused),
               cmocka_unit_test(overlap_function), cmocka_unit_test(dead_letter_needs_its_own_root),
-              cmocka_unit_test(load_names_the_file), cmocka_unit_test(example_file_is_valid))
+              cmocka_unit_test(load_names_the_file), cmocka_unit_test(example_file_is_valid),
+              cmocka_unit_test(oom_child), cmocka_unit_test(allocation_failures_are_clean))
