@@ -344,6 +344,31 @@ void jsd_metrics_destroy(jsd_metrics *m)
     jsd__free(m);
 }
 
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static jsd_metrics *default_reg;
+static const jsd_metrics_std no_std; /* all NULL: updates are no-ops */
+
+static void default_init(void)
+{
+    jsd_error e;
+    if (jsd_metrics_create(&default_reg, &e) != JSD_OK) {
+        default_reg = NULL;
+        JSD_ERROR("metrics", "cannot create the process-wide metrics registry: %s", e.msg);
+    }
+}
+
+jsd_metrics *jsd_metrics_default(void)
+{
+    pthread_once(&default_once, default_init);
+    return default_reg;
+}
+
+const jsd_metrics_std *jsd_metrics_default_std(void)
+{
+    jsd_metrics *m = jsd_metrics_default();
+    return m ? &m->std : &no_std;
+}
+
 const jsd_metrics_std *jsd_metrics_std_of(const jsd_metrics *m)
 {
     return m ? &m->std : NULL;

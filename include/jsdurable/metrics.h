@@ -77,6 +77,15 @@ void jsd_metrics_destroy(jsd_metrics *m);
 /* The standard handles (never NULL for a valid registry). */
 const jsd_metrics_std *jsd_metrics_std_of(const jsd_metrics *m);
 
+/* The process-wide registry, created on first use (thread-safe) and kept
+ * until the process exits. The relay and the consumer count into it, so a
+ * program serves it with jsd_metrics_serve(jsd_metrics_default(), ...).
+ * NULL only when it could not be allocated. */
+jsd_metrics *jsd_metrics_default(void);
+/* Its standard handles. Never NULL: when the registry could not be made the
+ * handles are NULL, and updates through them are no-ops. */
+const jsd_metrics_std *jsd_metrics_default_std(void);
+
 /* A constant label added to every series, e.g. ("consumer", "shipping").
  * Call before the first exposition; a second call replaces the first. */
 jsd_status jsd_metrics_set_const_label(jsd_metrics *m, const char *name, const char *value,

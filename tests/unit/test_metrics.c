@@ -383,8 +383,35 @@ static void allocation_failures_are_clean(void **state)
     ASSERT_TRUE(reached_ok);
 }
 
+static void *count_default(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 1000; i++)
+        jsd_counter_inc(jsd_metrics_default_std()->relay_published);
+    return NULL;
+}
+
+static void process_wide_registry(void **state)
+{
+    (void)state;
+    /* first use from several threads at once: one registry */
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, count_default, NULL), 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    jsd_metrics *m = jsd_metrics_default();
+    ASSERT_TRUE(m != NULL);
+    ASSERT_TRUE(m == jsd_metrics_default());
+    ASSERT_TRUE(jsd_metrics_default_std() == jsd_metrics_std_of(m));
+    double v = 0;
+    ASSERT_OK(jsd_metrics_get(m, "jsd_relay_published_total", NULL, &v));
+    ASSERT_EQ((long long)v, THREADS * 1000);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(counters_and_gauges), cmocka_unit_test(histogram_math),
               cmocka_unit_test(exposition_format), cmocka_unit_test(snapshot_lists_every_series),
               cmocka_unit_test(registration_rules_and_limits),
               cmocka_unit_test(concurrent_updates_are_not_lost), cmocka_unit_test(result_names),
-              cmocka_unit_test(oom_child), cmocka_unit_test(allocation_failures_are_clean))
+              cmocka_unit_test(process_wide_registry), cmocka_unit_test(oom_child),
+              cmocka_unit_test(allocation_failures_are_clean))
