@@ -35,9 +35,9 @@
 
 #define SLOT_BITS     11
 #define SLOT_MASK     ((1u << SLOT_BITS) - 1)
-#define CONN_CHECK_MS 50 /* how often a waiting poll looks at the connection */
-#define BATCH_WAIT_MS 2  /* longest a completion waits for its batch-mates */
-#define TRASH         32 /* messages destroyed together */
+#define CONN_CHECK_MS 50   /* how often a waiting poll looks at the connection */
+#define BATCH_WAIT_MS 2    /* longest a completion waits for its batch-mates */
+#define KEEP_OUT_MAX  4096 /* payloads up to this size are freed by the reply thread */
 
 enum { E_FREE = 0, E_WRITING, E_INFLIGHT, E_QUEUED, E_TAKEN };
 
@@ -67,6 +67,11 @@ typedef struct entry {
     int64_t seen_ms;
     bool has_reply;
     parsed_reply rp;
+    /* The published message, kept (small ones only) so that the thread that
+     * destroys the reply destroys it too: nats.c hands each destroyed message
+     * to its collector thread under one lock, and two threads doing so
+     * contend for it. */
+    natsMsg *out;
     void *user;
     char stream[JSD_STREAM_NAME_MAX + 1];
     char subject[JSD_SUBJECT_MAX + 1];
@@ -101,15 +106,6 @@ struct jsd__pubengine {
     size_t wake_at;
     atomic_size_t used;
     atomic_uint_least64_t late;
-    /* Messages to destroy in batches: nats.c hands every destroyed message to
-     * its collector thread and wakes it when idle, so destroying one at a
-     * time costs a wake-up each. out_trash belongs to the owner thread,
-     * in_trash to the subscription's delivery thread (and to destroy, once
-     * the subscription is closed). */
-    natsMsg *out_trash[TRASH];
-    size_t n_out_trash;
-    natsMsg *in_trash[TRASH];
-    size_t n_in_trash;
 };
 
 /* ---- small helpers --------------------------------------------------------------- */
@@ -135,20 +131,6 @@ static void timespec_at_mono(struct timespec *ts, int64_t mono_ms)
     ts->tv_nsec = (long)((mono_ms % 1000) * 1000000);
 }
 
-static void empty_trash(natsMsg **trash, size_t *n)
-{
-    for (size_t i = 0; i < *n; i++)
-        natsMsg_Destroy(trash[i]);
-    *n = 0;
-}
-
-static void discard(natsMsg **trash, size_t *n, natsMsg *m)
-{
-    if (*n == TRASH)
-        empty_trash(trash, n);
-    trash[(*n)++] = m;
-}
-
 /* Must hold lk. */
 static void queue_slot(jsd__pubengine *e, uint32_t slot)
 {
@@ -164,6 +146,10 @@ static void release_slot(jsd__pubengine *e, uint32_t slot)
 {
     entry *en = &e->entries[slot];
     en->has_reply = false;
+    if (en->out) {
+        natsMsg_Destroy(en->out);
+        en->out = NULL;
+    }
     en->state = E_FREE;
     en->user = NULL;
     e->free_stack[e->n_free++] = slot;
@@ -333,7 +319,7 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
     parsed_reply rp;
     if (ok)
         parse_reply(msg, &rp);
-    discard(e->in_trash, &e->n_in_trash, msg);
+    natsMsg *out = NULL;
     bool matched = false;
     pthread_mutex_lock(&e->lk);
     uint32_t slot = (uint32_t)(id & SLOT_MASK);
@@ -343,10 +329,14 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
         en->rp = rp;
         en->has_reply = true;
         en->seen_ms = seen;
+        out = en->out;
+        en->out = NULL;
         matched = true;
         queue_slot(e, slot);
     }
     pthread_mutex_unlock(&e->lk);
+    natsMsg_Destroy(msg);
+    natsMsg_Destroy(out);
     if (!matched)
         atomic_fetch_add(&e->late, 1);
 }
@@ -518,8 +508,8 @@ void jsd__pubengine_destroy(jsd__pubengine *e)
             return;
         }
     }
-    empty_trash(e->out_trash, &e->n_out_trash);
-    empty_trash(e->in_trash, &e->n_in_trash); /* the delivery thread is done */
+    for (size_t i = 0; e->entries && i < e->cap; i++)
+        natsMsg_Destroy(e->entries[i].out);
     jsd__free(e->entries);
     jsd__free(e->free_stack);
     jsd__free(e->ring);
@@ -672,6 +662,7 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     en->state = E_WRITING;
     en->denied = en->lost = en->expired = false;
     en->has_reply = false;
+    en->out = NULL;
     en->user = r->user;
     en->epoch = epoch;
     en->deadline_ms = r->deadline_ms ? r->deadline_ms : e->deadline_ms;
@@ -695,10 +686,13 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     bool built = s == NATS_OK;
     if (built)
         s = natsConnection_PublishMsg(e->nc, m);
-    if (m)
-        discard(e->out_trash, &e->n_out_trash, m);
 
     pthread_mutex_lock(&e->lk);
+    if (s == NATS_OK && (en->state == E_WRITING || en->state == E_INFLIGHT) &&
+        r->len <= KEEP_OUT_MAX) {
+        en->out = m; /* destroyed with its reply, or when the slot is released */
+        m = NULL;
+    }
     if (s == NATS_OK) {
         if (en->state == E_WRITING) {
             if (en->denied) {
@@ -710,15 +704,18 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
             }
         }
         pthread_mutex_unlock(&e->lk);
+        natsMsg_Destroy(m);
         return true;
     }
     if (en->state != E_WRITING) {
         /* A reply arrived, so it was written after all: poll reports it. */
         pthread_mutex_unlock(&e->lk);
+        natsMsg_Destroy(m);
         return true;
     }
     release_slot(e, slot);
     pthread_mutex_unlock(&e->lk);
+    natsMsg_Destroy(m);
 
     res->nats_status = (int)s;
     if (!built) {
