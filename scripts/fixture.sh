@@ -209,6 +209,7 @@ write_nats_conf() {
     esac
     [ -n "$cluster" ] && printf '%s\n' "$cluster"
   } > "$dir/nats.conf.tmp"
+  printf '%s\n' "$bin" > "$dir/nats.bin"
   chmod 600 "$dir/nats.conf.tmp"
   mv -f "$dir/nats.conf.tmp" "$dir/nats.conf"
   [ -n "$sync" ] && echo true > "$dir/fsync" || echo false > "$dir/fsync"
@@ -216,9 +217,13 @@ write_nats_conf() {
 
 # launch_nats DIR [wait_meta]: start the server on DIR/nats.conf, wait until
 # ready (log line + /healthz), record pid and actual ports.
+fixture_bin() { # the server binary this folder was made with
+  if [ -s "$1/nats.bin" ]; then cat "$1/nats.bin"; else find_nats; fi
+}
+
 launch_nats() {
   local dir=$1 bin pid off end line port hport body
-  bin=$(find_nats)
+  bin=$(fixture_bin "$dir")
   touch "$dir/nats.log"
   off=$(wc -l < "$dir/nats.log")
   rm -f "$dir/paused"
@@ -259,7 +264,7 @@ launch_nats() {
 
 write_nats_env() { # DIR VARIANT
   local dir=$1 variant=$2 scheme=nats bin
-  bin=$(find_nats)
+  bin=$(fixture_bin "$dir")
   [ "$variant" = tls ] && scheme=tls
   env_set "$dir" VARIANT "$variant"
   env_set "$dir" NATS_DIR "$dir"
@@ -380,7 +385,7 @@ cmd_cluster_start() {
 
 launch_cluster_node() { # like launch_nats but waits only for the listeners
   local dir=$1 bin pid off end line
-  bin=$(find_nats)
+  bin=$(fixture_bin "$dir")
   touch "$dir/nats.log"; off=$(wc -l < "$dir/nats.log")
   (cd "$dir" && exec setsid "$bin" -c "$dir/nats.conf" >> "$dir/nats.log" 2>&1 < /dev/null) &
   pid=$!
