@@ -34,6 +34,7 @@ static void usage(FILE *f)
             "                         acknowledgement, 1..300000 (default 5000)\n"
             "  --max-payload N        payload cap in bytes (default 256 KiB, at most the\n"
             "                         server's max_payload)\n"
+            "  --json                 the payload must be one JSON value nested at most 8 deep\n"
             "%s\n"
             "Exit codes (one per outcome):\n"
             "  0  accepted: stored, or a duplicate of a stored message (\"duplicate\":true)\n"
@@ -130,13 +131,14 @@ static int print_error(const char *what, const jsd_error *err, jsd_status s)
 
 int cmd_publish(int argc, char **argv)
 {
-    enum { OPT_STREAM = 1, OPT_SUBJECT, OPT_ID, OPT_HEADER, OPT_DEADLINE, OPT_MAXPAY };
+    enum { OPT_STREAM = 1, OPT_SUBJECT, OPT_ID, OPT_HEADER, OPT_DEADLINE, OPT_MAXPAY, OPT_JSON };
     static const struct option longopts[] = {{"stream", required_argument, NULL, OPT_STREAM},
                                              {"subject", required_argument, NULL, OPT_SUBJECT},
                                              {"id", required_argument, NULL, OPT_ID},
                                              {"header", required_argument, NULL, OPT_HEADER},
                                              {"deadline-ms", required_argument, NULL, OPT_DEADLINE},
                                              {"max-payload", required_argument, NULL, OPT_MAXPAY},
+                                             {"json", no_argument, NULL, OPT_JSON},
                                              {"help", no_argument, NULL, 'h'},
                                              CLI_CONN_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
@@ -196,6 +198,9 @@ int cmd_publish(int argc, char **argv)
                 goto done;
             }
             po.max_payload = (size_t)v;
+            break;
+        case OPT_JSON:
+            po.json_payloads = true;
             break;
         case 'h':
             usage(stdout);

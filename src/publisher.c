@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "conn_int.h"
+#include "ingress_int.h" /* jsd__json_valid */
 #include "pubengine.h"
 #include "subject.h"
 
@@ -24,6 +25,7 @@ struct jsd_publisher {
     char subject[JSD_SUBJECT_MAX + 1];
     int deadline_ms;
     int64_t dup_window_ms;
+    bool json_payloads;
     jsd_error last;
     /* completions of asynchronous publications collected while jsd_publish
      * waited for its own; handed out first by jsd_publisher_poll */
@@ -175,6 +177,7 @@ jsd_status jsd_publisher_bind(jsd_publisher **out, jsd_conn *conn, const jsd_pub
     p->conn = conn;
     p->deadline_ms = o->deadline_ms;
     p->dup_window_ms = window_ms;
+    p->json_payloads = o->json_payloads;
     p->cap = (size_t)o->admission;
     jsd__strlcpy(p->stream, o->stream, sizeof(p->stream));
     jsd__strlcpy(p->subject, o->subject, sizeof(p->subject));
@@ -314,6 +317,16 @@ bool jsd_publish_submit(jsd_publisher *p, const char *msg_id, const void *payloa
         res->outcome = JSD_OUTCOME_REJECTED;
         remember(p, res);
         return false;
+    }
+    if (p->json_payloads && len <= jsd__pubengine_max_payload(p->eng)) {
+        char why[160];
+        if (!payload || !jsd__json_valid(payload, len, JSD_JSON_DEPTH_MAX, why, sizeof(why))) {
+            res->outcome = JSD_OUTCOME_REJECTED;
+            snprintf(res->reason, sizeof(res->reason), "payload is not acceptable JSON: %s",
+                     payload ? why : "no payload");
+            remember(p, res);
+            return false;
+        }
     }
     jsd__pub_req req = {.subject = p->subject,
                         .expected_stream = p->stream,

@@ -84,6 +84,9 @@ typedef struct jsd_publisher_opts {
     /* Payload cap in bytes; 0 = min(256 KiB, the server's max_payload). At
      * most the server's max_payload. */
     size_t max_payload;
+    /* When set, every payload must be one JSON value nested at most
+     * JSD_JSON_DEPTH_MAX (8) deep; anything else is REJECTED before I/O. */
+    bool json_payloads;
 } jsd_publisher_opts;
 
 void jsd_publisher_opts_init(jsd_publisher_opts *o);

@@ -439,6 +439,36 @@ static void sync_publish_keeps_async_results(void **state)
     env_close(&e);
 }
 
+static void json_payloads_nested_at_most_8(void **state)
+{
+    (void)state;
+    env e;
+    jsd_publish_result r;
+    jsd_publisher_opts o;
+    jsd_publisher *p = NULL;
+    jsd_error err;
+    env_open(&e, true);
+    jsd_publisher_opts_init(&o);
+    o.stream = e.stream;
+    o.subject = e.subject;
+    o.json_payloads = true;
+    ASSERT_OK_E(jsd_publisher_bind(&p, e.conn, &o, &err), err.msg);
+    uint64_t out0 = ph_out_msgs(jsd__conn_nats(e.conn));
+    const char *deep8 = "[[[[[[[[1]]]]]]]]", *deep9 = "[[[[[[[[[1]]]]]]]]]";
+    ASSERT_OUTCOME(jsd_publish(p, "j-9", deep9, strlen(deep9), NULL, 0, &r), JSD_OUTCOME_REJECTED,
+                   r);
+    ASSERT_CONTAINS(r.reason, "not acceptable JSON");
+    ASSERT_OUTCOME(jsd_publish(p, "j-bad", "{\"a\":", 5, NULL, 0, &r), JSD_OUTCOME_REJECTED, r);
+    ASSERT_OUTCOME(jsd_publish(p, "j-none", NULL, 0, NULL, 0, &r), JSD_OUTCOME_REJECTED, r);
+    ASSERT_EQ(ph_out_msgs(jsd__conn_nats(e.conn)), out0);
+    ASSERT_OUTCOME(jsd_publish(p, "j-8", deep8, strlen(deep8), NULL, 0, &r), JSD_OUTCOME_ACCEPTED,
+                   r);
+    ASSERT_OUTCOME(jsd_publish(p, "j-obj", "{\"id\":42}", 9, NULL, 0, &r), JSD_OUTCOME_ACCEPTED, r);
+    ASSERT_EQ(ph_stream_msgs(e.js, e.stream), 2);
+    jsd_publisher_destroy(p);
+    env_close(&e);
+}
+
 static void outcome_names(void **state)
 {
     (void)state;
@@ -454,4 +484,4 @@ JSD_TEST_MAIN(cmocka_unit_test(accepted_then_duplicate),
               cmocka_unit_test(no_stream_is_failed_not_unknown),
               cmocka_unit_test(wrong_expected_stream_is_failed_10060),
               cmocka_unit_test(many_in_flight), cmocka_unit_test(sync_publish_keeps_async_results),
-              cmocka_unit_test(outcome_names))
+              cmocka_unit_test(json_payloads_nested_at_most_8), cmocka_unit_test(outcome_names))
