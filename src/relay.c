@@ -47,11 +47,13 @@
  *    claims at least every poll interval and when the store's next due time
  *    (durable timers, backoff) arrives.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conn_int.h"
@@ -73,6 +75,8 @@
 #define IDLE_FLOOR_MS        100 /* shortest idle wait when something due was not claimable */
 #define PROGRESS_EVERY_MS    10000
 #define GAUGES_EVERY_MS      5000
+#define ACK_GATHER_MIN       32 /* acks per wake-up worth waiting for under load */
+#define ACK_GATHER_US        200
 
 /* ---- stream lookup cache ------------------------------------------------------ */
 
@@ -134,6 +138,22 @@ struct jsd_relay {
     rbatch *head, *tail; /* batches in flight, oldest first */
     rbatch *spare;       /* one recycled batch */
     size_t in_flight;    /* slots PENDING */
+
+    /* The receipt writer: settled batches are handed to a second thread that
+     * writes their receipts and failures while this one keeps publishing.
+     * store_mu makes the two threads take turns on the store. */
+    pthread_mutex_t store_mu;
+    pthread_mutex_t wq_mu;
+    pthread_cond_t wq_cv;      /* to the writer: work, or quit */
+    pthread_cond_t wq_idle_cv; /* from the writer: a batch was written */
+    rbatch *wq_head, *wq_tail;
+    atomic_size_t wq_effects; /* effects handed over and not yet written */
+    bool wq_busy;             /* the writer holds a batch */
+    bool wq_quit;
+    bool writer_running;
+    pthread_t writer;
+    atomic_uint_fast64_t written; /* batches written */
+    bool sync_init;
 
     atomic_int stop;
     atomic_int running;
@@ -384,6 +404,12 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     r->store = store;
     r->conn = conn;
     r->o = *opts;
+    if (pthread_mutex_init(&r->store_mu, NULL) != 0 || pthread_mutex_init(&r->wq_mu, NULL) != 0 ||
+        pthread_cond_init(&r->wq_cv, NULL) != 0 || pthread_cond_init(&r->wq_idle_cv, NULL) != 0) {
+        jsd__free(r);
+        return jsd__err(err, JSD_ERR_INTERNAL, "cannot initialise the relay's locks");
+    }
+    r->sync_init = true;
     jsd__backoff_init(&r->backoff);
     r->backoff.base_ms = opts->backoff_base_ms;
     r->backoff.cap_ms = opts->backoff_cap_ms;
@@ -432,8 +458,19 @@ void jsd_relay_destroy(jsd_relay *r)
         batch_free(b);
         b = n;
     }
+    for (rbatch *b = r->wq_head; b;) {
+        rbatch *n = b->next;
+        batch_free(b);
+        b = n;
+    }
     batch_free(r->spare);
     scache_clear(&r->cache);
+    if (r->sync_init) {
+        pthread_mutex_destroy(&r->store_mu);
+        pthread_mutex_destroy(&r->wq_mu);
+        pthread_cond_destroy(&r->wq_cv);
+        pthread_cond_destroy(&r->wq_idle_cv);
+    }
     jsd__free(r);
 }
 
@@ -569,9 +606,12 @@ static int claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
         jsd__err(&r->err, JSD_ERR_INTERNAL, "cannot draw a lease token");
         return -1;
     }
+    pthread_mutex_lock(&r->store_mu);
     jsd_status s = jsd__store_claim(r->store, want, r->o.lease_ms, b->token, jsd__now_ms(), &b->eb);
-    if (s != JSD_OK) {
+    if (s != JSD_OK)
         store_trouble(r, "claim");
+    pthread_mutex_unlock(&r->store_mu);
+    if (s != JSD_OK) {
         batch_recycle(r, b);
         return -1;
     }
@@ -750,9 +790,105 @@ out:
     jsd__free(rel);
 }
 
+static void sleep_us(long us)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- the receipt writer thread ------------------------------------------------------ */
+
+static void *writer_main(void *arg)
+{
+    jsd_relay *r = arg;
+    pthread_mutex_lock(&r->wq_mu);
+    for (;;) {
+        while (!r->wq_head && !r->wq_quit)
+            pthread_cond_wait(&r->wq_cv, &r->wq_mu);
+        rbatch *b = r->wq_head;
+        if (!b)
+            break; /* quit, and nothing left */
+        r->wq_head = b->next;
+        if (!r->wq_head)
+            r->wq_tail = NULL;
+        r->wq_busy = true;
+        pthread_mutex_unlock(&r->wq_mu);
+
+        pthread_mutex_lock(&r->store_mu);
+        finish_batch(r, b);
+        pthread_mutex_unlock(&r->store_mu);
+        size_t n = b->eb.n;
+        batch_free(b);
+
+        pthread_mutex_lock(&r->wq_mu);
+        atomic_fetch_sub(&r->wq_effects, n);
+        atomic_fetch_add(&r->written, 1);
+        r->wq_busy = false;
+        pthread_cond_broadcast(&r->wq_idle_cv);
+    }
+    pthread_mutex_unlock(&r->wq_mu);
+    return NULL;
+}
+
+/* Hand a settled batch to the writer (or write it here when there is no
+ * writer thread). */
+static void hand_over(jsd_relay *r, rbatch *b)
+{
+    b->next = NULL;
+    if (!r->writer_running) {
+        pthread_mutex_lock(&r->store_mu);
+        finish_batch(r, b);
+        pthread_mutex_unlock(&r->store_mu);
+        batch_recycle(r, b);
+        atomic_fetch_add(&r->written, 1);
+        return;
+    }
+    pthread_mutex_lock(&r->wq_mu);
+    atomic_fetch_add(&r->wq_effects, b->eb.n);
+    if (r->wq_tail)
+        r->wq_tail->next = b;
+    else
+        r->wq_head = b;
+    r->wq_tail = b;
+    pthread_cond_signal(&r->wq_cv);
+    pthread_mutex_unlock(&r->wq_mu);
+}
+
+/* Wait until the writer has written everything handed to it. */
+static void writer_flush(jsd_relay *r)
+{
+    if (!r->writer_running)
+        return;
+    pthread_mutex_lock(&r->wq_mu);
+    while (r->wq_head || r->wq_busy)
+        pthread_cond_wait(&r->wq_idle_cv, &r->wq_mu);
+    pthread_mutex_unlock(&r->wq_mu);
+}
+
+static void writer_start(jsd_relay *r)
+{
+    r->wq_quit = false;
+    r->writer_running = pthread_create(&r->writer, NULL, writer_main, r) == 0;
+    if (!r->writer_running)
+        JSD_WARN(COMP, "cannot start the receipt writer thread; writing receipts inline");
+}
+
+static void writer_stop(jsd_relay *r)
+{
+    if (!r->writer_running)
+        return;
+    pthread_mutex_lock(&r->wq_mu);
+    r->wq_quit = true;
+    pthread_cond_signal(&r->wq_cv);
+    pthread_mutex_unlock(&r->wq_mu);
+    pthread_join(r->writer, NULL);
+    r->writer_running = false;
+}
+
 /* Collect finished publications (waiting up to timeout_ms for the first) and
- * write every batch that is complete. Returns the number of batches written. */
-static int drain(jsd_relay *r, int timeout_ms)
+ * hand every batch that is complete to the writer. Returns the number of
+ * batches handed over. */
+static int drain(jsd_relay *r, int timeout_ms, size_t *collected)
 {
     jsd_publish_done done[64];
     size_t got, total = 0;
@@ -770,6 +906,8 @@ static int drain(jsd_relay *r, int timeout_ms)
         if (got < JSD_ARRAY_LEN(done) || total >= DRAIN_MAX)
             break;
     }
+    if (collected)
+        *collected = total;
     atomic_store(&r->n_inflight, r->in_flight);
 
     /* Batches finish in any order (acks arrive out of order); write each one
@@ -782,8 +920,7 @@ static int drain(jsd_relay *r, int timeout_ms)
             *pp = b->next;
             if (r->tail == b)
                 r->tail = prev;
-            finish_batch(r, b);
-            batch_recycle(r, b);
+            hand_over(r, b);
             finished++;
             continue;
         }
@@ -801,8 +938,12 @@ static void next_due_in(jsd_relay *r, bool *found, int64_t *in_ms)
     int64_t next_due = 0;
     *found = false;
     *in_ms = 0;
-    if (jsd__store_next_due(r->store, found, &next_due) != JSD_OK) {
+    pthread_mutex_lock(&r->store_mu);
+    jsd_status s = jsd__store_next_due(r->store, found, &next_due);
+    if (s != JSD_OK)
         store_trouble(r, "next due time");
+    pthread_mutex_unlock(&r->store_mu);
+    if (s != JSD_OK) {
         *found = true; /* unknown: behave as if something were pending */
         *in_ms = r->o.poll_interval_ms;
         return;
@@ -828,10 +969,13 @@ static void idle_wait(jsd_relay *r, bool found, int64_t due_in_ms)
         if (left <= 0)
             return;
         bool woken = false;
-        if (jsd__store_wait_wakeup(r->store, (int)JSD_MIN(left, STOP_SLICE_MS), &woken) != JSD_OK) {
+        pthread_mutex_lock(&r->store_mu);
+        jsd_status s = jsd__store_wait_wakeup(r->store, (int)JSD_MIN(left, STOP_SLICE_MS), &woken);
+        if (s != JSD_OK)
             store_trouble(r, "wait for wake-up");
+        pthread_mutex_unlock(&r->store_mu);
+        if (s != JSD_OK)
             jsd__sleep_ms(JSD_MIN(left, STOP_SLICE_MS));
-        }
         if (woken)
             return;
     }
@@ -848,10 +992,13 @@ static void gauges(jsd_relay *r, bool force)
         return;
     r->last_gauges_ms = now;
     jsd_store_stats st;
-    if (jsd_store_stats_get(r->store, &st) != JSD_OK) {
+    pthread_mutex_lock(&r->store_mu);
+    jsd_status s = jsd_store_stats_get(r->store, &st);
+    if (s != JSD_OK)
         store_trouble(r, "backlog for metrics");
+    pthread_mutex_unlock(&r->store_mu);
+    if (s != JSD_OK)
         return;
-    }
     jsd_gauge_set(r->mstd->outbox_backlog, (double)st.backlog);
     jsd_gauge_set(r->mstd->outbox_oldest_age, (double)st.oldest_due_age_ms / 1000.0);
 }
@@ -890,6 +1037,8 @@ static jsd_status run(jsd_relay *r, bool until_idle)
     bool warned_down = false;
     int64_t idle_since = 0; /* monotonic: since when claims find nothing */
     int64_t last_progress = jsd__mono_ms();
+    uint_fast64_t seen_written = atomic_load(&r->written);
+    writer_start(r);
     JSD_INFO(COMP, "relay started: batch %d, in flight %d, lease %d ms, poll %d ms",
              r->o.batch_size, r->o.max_in_flight, r->o.lease_ms, r->o.poll_interval_ms);
 
@@ -905,9 +1054,21 @@ static jsd_status run(jsd_relay *r, bool until_idle)
             want_claim = true;
         }
 
-        size_t room = (size_t)r->o.max_in_flight - r->in_flight;
+        /* Written receipts may unblock the next effect of an ordering key. */
+        uint_fast64_t w = atomic_load(&r->written);
+        if (w != seen_written) {
+            seen_written = w;
+            want_claim = true;
+        }
+        /* Effects waiting for their receipt count against the bound too, so a
+         * slow store holds claims back (their leases keep running). */
+        size_t held = r->in_flight + atomic_load(&r->wq_effects);
+        size_t room = held < (size_t)r->o.max_in_flight ? (size_t)r->o.max_in_flight - held : 0;
+        /* Claim full batches only: with room for less, let acks free more
+         * first (fewer, larger transactions). */
+        size_t full = JSD_MIN((size_t)r->o.batch_size, (size_t)r->o.max_in_flight);
         bool claimed_full = false;
-        if (want_claim && connected && now >= pause_until && room > 0) {
+        if (want_claim && connected && now >= pause_until && room >= full) {
             int ask = (int)JSD_MIN(room, (size_t)r->o.batch_size);
             bool unavailable = false;
             int got = claim_and_submit(r, ask, &unavailable);
@@ -927,15 +1088,27 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         if (busy) {
             /* Keep the pipeline full: do not wait for acks while there is room
              * and a claim may find more work. */
-            int t = (claimed_full && r->in_flight < (size_t)r->o.max_in_flight) ? 0 : 2;
+            int t = (claimed_full && room - JSD_MIN(room, full) >= full) ? 0 : 2;
             progress(r, &last_progress);
-            if (drain(r, t) > 0)
+            size_t collected = 0;
+            if (drain(r, t, &collected) > 0)
                 want_claim = true; /* room again; and ordered keys may be unblocked */
-            if (!want_claim && r->in_flight > 0) {
+            /* Many acks outstanding and only a few arrived: let them gather
+             * for a moment rather than waking up once per ack. */
+            if (collected > 0 && collected < ACK_GATHER_MIN && r->in_flight >= ACK_GATHER_MIN * 2)
+                sleep_us(ACK_GATHER_US);
+            if (!want_claim && r->in_flight > 0 && pthread_mutex_trylock(&r->store_mu) == 0) {
                 bool woken = false;
                 if (jsd__store_wait_wakeup(r->store, 0, &woken) == JSD_OK && woken)
                     want_claim = true;
+                pthread_mutex_unlock(&r->store_mu);
             }
+            continue;
+        }
+        if (atomic_load(&r->wq_effects) > 0 && !want_claim) {
+            /* Nothing in flight; receipts still being written: once they are,
+             * a claim may find the next effects of their keys. */
+            writer_flush(r);
             continue;
         }
         if (want_claim && connected && jsd__mono_ms() >= pause_until)
@@ -966,11 +1139,13 @@ static jsd_status run(jsd_relay *r, bool until_idle)
     /* Stopping (or idle): settle what is in flight and write its receipts. */
     while (r->head) {
         if (r->in_flight == 0) {
-            drain(r, 0);
+            drain(r, 0, NULL);
             continue;
         }
-        drain(r, STOP_SLICE_MS);
+        drain(r, STOP_SLICE_MS, NULL);
     }
+    writer_flush(r);
+    writer_stop(r);
     gauges(r, true);
     jsd_relay_stats st;
     jsd_relay_stats_get(r, &st);

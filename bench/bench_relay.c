@@ -1,0 +1,498 @@
+/*
+ * bench_relay — outbox relay throughput and latency (issue 5's figures).
+ *
+ *   bench_relay [NATS_URL]        (default $JSD_BENCH_NATS_URL; PostgreSQL
+ *                                  figures when $JSD_BENCH_PG_URL is set)
+ *
+ * Prints one `NAME VALUE UNIT` line per figure on stdout:
+ *   relay.sqlite V msg/s       100k effects of 256 bytes pre-enqueued in a
+ *                              fresh SQLite store; time from the relay's start
+ *                              until every one is published AND retired
+ *                              (receipt committed); median of 3 runs
+ *   relay.postgres V msg/s     the same on a fresh PostgreSQL database
+ *   relay.latency.p50_ms V ms  commit -> PubAck for effects committed one per
+ *   relay.latency.p99_ms V ms  transaction at a steady 1k/s (SQLite, 10 s)
+ *   relay.naive V msg/s        the same relay with batch 1 and 1 in flight:
+ *                              claim, one publish waited for, one receipt
+ *                              commit per effect (SQLite, 5k effects)
+ * Each run checks that the stream holds exactly one message per effect and
+ * the store a receipt for each, so a fast but lossy run cannot report a
+ * figure. BENCH_RELAY_MESSAGES overrides 100000. Notes go to stderr.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+#include <nats/nats.h>
+
+#include "jsdurable.h"
+
+#define PAYLOAD 256
+#define RUNS    3
+
+static const char *nats_url;
+static char tmpdir[512];
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* CPU time (user + system) of this process, µs: a steadier measure than
+ * wall time on a shared machine. */
+static int64_t cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
+           ru.ru_stime.tv_usec;
+}
+
+static void die(const char *fmt, const char *detail)
+{
+    fprintf(stderr, "bench_relay: ");
+    fprintf(stderr, fmt, detail);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+/* ---- the stream, through a separate nats.c connection ----------------------------- */
+
+static natsConnection *nc;
+static jsCtx *js;
+
+static void nats_up(void)
+{
+    natsOptions *o = NULL;
+    if (natsOptions_Create(&o) != NATS_OK || natsOptions_SetURL(o, nats_url) != NATS_OK)
+        die("bad NATS URL %s", nats_url);
+    natsStatus s = natsConnection_Connect(&nc, o);
+    natsOptions_Destroy(o);
+    if (s != NATS_OK)
+        die("cannot connect: %s", natsStatus_GetText(s));
+    if (natsConnection_JetStream(&js, nc, NULL) != NATS_OK)
+        die("%s", "no JetStream context");
+}
+
+static void stream_make(const char *name, const char *subject)
+{
+    jsStreamConfig c;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    const char *subjects[1] = {subject};
+    jsStreamConfig_Init(&c);
+    c.Name = name;
+    c.Subjects = subjects;
+    c.SubjectsLen = 1;
+    c.Storage = js_FileStorage;
+    c.Duplicates = (int64_t)120 * 1000 * 1000 * 1000;
+    js_DeleteStream(js, name, NULL, &jerr);
+    natsStatus s = js_AddStream(&si, js, &c, NULL, &jerr);
+    if (s != NATS_OK)
+        die("create stream: %s", natsStatus_GetText(s));
+    jsStreamInfo_Destroy(si);
+}
+
+static uint64_t stream_msgs(const char *name)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    if (js_GetStreamInfo(&si, js, name, NULL, &jerr) != NATS_OK)
+        die("stream info %s", name);
+    uint64_t n = si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    return n;
+}
+
+static void stream_drop(const char *name)
+{
+    jsErrCode jerr = 0;
+    js_DeleteStream(js, name, NULL, &jerr);
+}
+
+/* ---- stores ------------------------------------------------------------------------ */
+
+static jsd_store *store_open(const char *url)
+{
+    jsd_store *s = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_store_open(&s, url, &err) != JSD_OK)
+        die("cannot open the store: %s", err.msg);
+    return s;
+}
+
+static void enqueue(jsd_store *s, const char *prefix, const char *subject, int n, int per_tx)
+{
+    char payload[PAYLOAD];
+    memset(payload, 'p', sizeof(payload));
+    for (int i = 0; i < n;) {
+        jsd_tx *tx = NULL;
+        if (jsd_tx_begin(s, &tx) != JSD_OK)
+            die("begin: %s", jsd_store_errmsg(s));
+        for (int k = 0; k < per_tx && i < n; k++, i++) {
+            char id[32];
+            snprintf(id, sizeof(id), "%s%d", prefix, i);
+            jsd_effect e = {.owner = "bench",
+                            .id = id,
+                            .subject = subject,
+                            .payload = payload,
+                            .len = sizeof(payload)};
+            if (jsd_tx_emit(tx, &e) != JSD_OK)
+                die("emit: %s", jsd_store_errmsg(s));
+        }
+        if (jsd_tx_commit(tx) != JSD_OK)
+            die("commit: %s", jsd_store_errmsg(s));
+    }
+}
+
+static jsd_conn *conn_open(void)
+{
+    jsd_conn_opts o;
+    jsd_conn_opts_init(&o);
+    o.servers = nats_url;
+    jsd_conn *c = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_conn_open(&c, &o, &err) != JSD_OK)
+        die("cannot connect: %s", err.msg);
+    return c;
+}
+
+/* A fresh PostgreSQL database next to the one in base_url; url receives its
+ * URL, name its name. */
+static void pg_fresh(const char *base_url, char *url, size_t cap, char *name, size_t ncap)
+{
+    static int seq;
+    snprintf(name, ncap, "jsd_bench_relay_%ld_%d", (long)getpid(), seq++);
+    PGconn *pg = PQconnectdb(base_url);
+    if (PQstatus(pg) != CONNECTION_OK)
+        die("PostgreSQL: %s", PQerrorMessage(pg));
+    char sql[200];
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", name);
+    PGresult *r = PQexec(pg, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        die("create database: %s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    /* postgresql://user@host:port/db?params -> .../name?params */
+    const char *scheme = strstr(base_url, "://");
+    const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
+    const char *q = strchr(base_url, '?');
+    if (!slash)
+        die("cannot place a database name in %s", "the PostgreSQL URL");
+    snprintf(url, cap, "%.*s/%s%s", (int)(slash - base_url), base_url, name, q ? q : "");
+}
+
+static void pg_drop(const char *base_url, const char *name)
+{
+    PGconn *pg = PQconnectdb(base_url);
+    char sql[200];
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s", name);
+    PQclear(PQexec(pg, sql));
+    PQfinish(pg);
+}
+
+/* ---- throughput ---------------------------------------------------------------------- */
+
+/* One run: n effects pre-enqueued, then the relay until idle. Returns msg/s. */
+static double throughput_run(const char *store_url, int n, int batch, int in_flight,
+                             const char *label)
+{
+    static int run_no;
+    char stream[64], subject[64];
+    snprintf(stream, sizeof(stream), "BENCH_RELAY_%ld_%d", (long)getpid(), run_no);
+    snprintf(subject, sizeof(subject), "bench.relay.%ld.%d", (long)getpid(), run_no++);
+    stream_make(stream, subject);
+
+    jsd_store *app = store_open(store_url);
+    enqueue(app, "e", subject, n, 1000);
+
+    jsd_store *rs = store_open(store_url);
+    jsd_conn *c = conn_open();
+    jsd_relay_opts o;
+    jsd_relay_opts_init(&o);
+    o.batch_size = batch;
+    o.max_in_flight = in_flight;
+    o.publish_deadline_ms = 30000;
+    o.lease_ms = 60000;
+    jsd_relay *r = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
+        die("relay: %s", err.msg);
+
+    int64_t t0 = mono_us(), c0 = cpu_us();
+    if (jsd_relay_run_until_idle(r) != JSD_OK)
+        die("relay run: %s", jsd_relay_errmsg(r));
+    int64_t t1 = mono_us(), c1 = cpu_us();
+
+    jsd_relay_stats st;
+    jsd_relay_stats_get(r, &st);
+    jsd_store_stats ss;
+    if (jsd_store_stats_get(app, &ss) != JSD_OK)
+        die("store stats: %s", jsd_store_errmsg(app));
+    uint64_t stored = stream_msgs(stream);
+    if (st.published != (uint64_t)n || ss.published != n || stored != (uint64_t)n ||
+        st.duplicates != 0) {
+        fprintf(stderr,
+                "bench_relay: %s run is wrong: relay published %llu (dups %llu), store %lld, "
+                "stream %llu, want %d\n",
+                label, (unsigned long long)st.published, (unsigned long long)st.duplicates,
+                (long long)ss.published, (unsigned long long)stored, n);
+        exit(1);
+    }
+    jsd_relay_destroy(r);
+    jsd_conn_close(c);
+    jsd_store_close(rs);
+    jsd_store_close(app);
+    stream_drop(stream);
+    double rate = (double)n / ((double)(t1 - t0) / 1e6);
+    fprintf(stderr,
+            "bench_relay: %s run: %d effects in %.3f s = %.0f msg/s (%llu batches, %.1f us CPU "
+            "per effect in this process)\n",
+            label, n, (double)(t1 - t0) / 1e6, rate, (unsigned long long)st.batches,
+            (double)(c1 - c0) / n);
+    return rate;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void sqlite_url(char *url, size_t cap)
+{
+    static int seq;
+    snprintf(url, cap, "sqlite:%s/relay-%d.db", tmpdir, seq++);
+}
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    return *end || x < 1 || x > 4096 ? dflt : (int)x;
+}
+
+static void bench_throughput_sqlite(int n)
+{
+    double v[RUNS];
+    for (int i = 0; i < RUNS; i++) {
+        char url[700];
+        sqlite_url(url, sizeof(url));
+        v[i] = throughput_run(url, n, env_int("BENCH_RELAY_BATCH", 256), 1024, "relay.sqlite");
+    }
+    qsort(v, RUNS, sizeof(double), cmp_double);
+    printf("relay.sqlite %.0f msg/s\n", v[RUNS / 2]);
+    fflush(stdout);
+}
+
+static void bench_throughput_pg(const char *base, int n)
+{
+    double v[RUNS];
+    for (int i = 0; i < RUNS; i++) {
+        char url[700], name[80];
+        pg_fresh(base, url, sizeof(url), name, sizeof(name));
+        v[i] = throughput_run(url, n, 256, 1024, "relay.postgres");
+        pg_drop(base, name);
+    }
+    qsort(v, RUNS, sizeof(double), cmp_double);
+    printf("relay.postgres %.0f msg/s\n", v[RUNS / 2]);
+    fflush(stdout);
+}
+
+static void bench_naive(int n)
+{
+    char url[700];
+    sqlite_url(url, sizeof(url));
+    double v = throughput_run(url, n, 1, 1, "relay.naive");
+    printf("relay.naive %.0f msg/s\n", v);
+    fflush(stdout);
+}
+
+/* ---- latency --------------------------------------------------------------------------- */
+
+#define LAT_RATE    1000 /* effects per second */
+#define LAT_SECONDS 10
+
+typedef struct lat {
+    int64_t *committed_us; /* by effect number */
+    int64_t *acked_us;
+    int n;
+} lat;
+
+static void on_published(const jsd_relay_published *p, void *user)
+{
+    lat *l = user;
+    int i = (int)strtol(p->id + 1, NULL, 10); /* "l<i>" */
+    if (i >= 0 && i < l->n)
+        l->acked_us[i] = p->acked_mono_us;
+}
+
+typedef struct relay_thread {
+    jsd_relay *r;
+    jsd_status rc;
+} relay_thread;
+
+static void *relay_main(void *arg)
+{
+    relay_thread *t = arg;
+    t->rc = jsd_relay_run(t->r);
+    return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void bench_latency(void)
+{
+    int n = LAT_RATE * LAT_SECONDS;
+    lat l = {.committed_us = calloc((size_t)n, sizeof(int64_t)),
+             .acked_us = calloc((size_t)n, sizeof(int64_t)),
+             .n = n};
+    if (!l.committed_us || !l.acked_us)
+        die("%s", "out of memory");
+    char url[700], stream[64], subject[64];
+    sqlite_url(url, sizeof(url));
+    snprintf(stream, sizeof(stream), "BENCH_RELAY_LAT_%ld", (long)getpid());
+    snprintf(subject, sizeof(subject), "bench.relay.lat.%ld", (long)getpid());
+    stream_make(stream, subject);
+
+    jsd_store *app = store_open(url);
+    jsd_store *rs = store_open(url);
+    jsd_conn *c = conn_open();
+    jsd_relay_opts o;
+    jsd_relay_opts_init(&o);
+    o.on_published = on_published;
+    o.on_published_user = &l;
+    jsd_relay *r = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
+        die("relay: %s", err.msg);
+    relay_thread t = {.r = r};
+    pthread_t th;
+    pthread_create(&th, NULL, relay_main, &t);
+    usleep(200000);
+
+    char payload[PAYLOAD];
+    memset(payload, 'p', sizeof(payload));
+    int64_t start = mono_us(), period = 1000000 / LAT_RATE;
+    for (int i = 0; i < n; i++) {
+        int64_t due = start + (int64_t)i * period, now = mono_us();
+        if (due > now)
+            usleep((useconds_t)(due - now));
+        char id[32];
+        snprintf(id, sizeof(id), "l%d", i);
+        jsd_tx *tx = NULL;
+        jsd_effect e = {.owner = "lat",
+                        .id = id,
+                        .subject = subject,
+                        .payload = payload,
+                        .len = sizeof(payload)};
+        if (jsd_tx_begin(app, &tx) != JSD_OK || jsd_tx_emit(tx, &e) != JSD_OK ||
+            jsd_tx_commit(tx) != JSD_OK)
+            die("enqueue: %s", jsd_store_errmsg(app));
+        l.committed_us[i] = mono_us();
+    }
+    int64_t achieved = mono_us() - start;
+    /* wait for the last receipts */
+    for (int w = 0; w < 300; w++) {
+        jsd_relay_stats st;
+        jsd_relay_stats_get(r, &st);
+        if (st.published >= (uint64_t)n)
+            break;
+        usleep(100000);
+    }
+    jsd_relay_stop(r);
+    pthread_join(th, NULL);
+
+    int64_t *d = calloc((size_t)n, sizeof(int64_t));
+    int got = 0;
+    for (int i = 0; i < n; i++)
+        if (l.acked_us[i])
+            d[got++] = l.acked_us[i] - l.committed_us[i];
+    if (got != n || stream_msgs(stream) != (uint64_t)n) {
+        fprintf(stderr, "bench_relay: latency run is wrong: %d of %d acked, stream %llu\n", got, n,
+                (unsigned long long)stream_msgs(stream));
+        exit(1);
+    }
+    qsort(d, (size_t)n, sizeof(int64_t), cmp_i64);
+    fprintf(stderr,
+            "bench_relay: latency run: %d effects at %.0f/s, commit->PubAck min %.3f max %.3f ms\n",
+            n, (double)n / ((double)achieved / 1e6), (double)d[0] / 1000.0,
+            (double)d[n - 1] / 1000.0);
+    printf("relay.latency.p50_ms %.3f ms\n", (double)d[n / 2] / 1000.0);
+    printf("relay.latency.p99_ms %.3f ms\n", (double)d[(size_t)n * 99 / 100] / 1000.0);
+    fflush(stdout);
+    free(d);
+    jsd_relay_destroy(r);
+    jsd_conn_close(c);
+    jsd_store_close(rs);
+    jsd_store_close(app);
+    stream_drop(stream);
+    free(l.committed_us);
+    free(l.acked_us);
+}
+
+int main(int argc, char **argv)
+{
+    nats_url = argc > 1 ? argv[1] : getenv("JSD_BENCH_NATS_URL");
+    if (!nats_url || !*nats_url)
+        die("%s", "usage: bench_relay NATS_URL (or set JSD_BENCH_NATS_URL)");
+    const char *pg = getenv("JSD_BENCH_PG_URL");
+    const char *only = getenv("BENCH_RELAY_ONLY"); /* sqlite|postgres|latency|naive */
+    int n = 100000;
+    const char *ns = getenv("BENCH_RELAY_MESSAGES");
+    if (ns && *ns) {
+        char *end = NULL;
+        long v = strtol(ns, &end, 10);
+        if (*end || v < 1 || v > 10000000)
+            die("BENCH_RELAY_MESSAGES=%s is not a count", ns);
+        n = (int)v;
+    }
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/jsd-bench-relay.XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpdir))
+        die("cannot make a temporary folder: %s", strerror(errno));
+    jsd_log_configure(JSD_LOG_ERROR, JSD_LOG_TEXT, NULL, NULL);
+    nats_up();
+
+    if (!only || !strcmp(only, "sqlite"))
+        bench_throughput_sqlite(n);
+    if (!only || !strcmp(only, "postgres")) {
+        if (pg && *pg)
+            bench_throughput_pg(pg, n);
+        else
+            fprintf(stderr, "bench_relay: relay.postgres skipped: JSD_BENCH_PG_URL is not set "
+                            "(bench/run.sh sets it with JSD_BENCH_PG=1)\n");
+    }
+    if (!only || !strcmp(only, "latency"))
+        bench_latency();
+    if (!only || !strcmp(only, "naive"))
+        bench_naive(n < 5000 ? n : 5000);
+
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_relay: could not remove %s\n", tmpdir);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    return 0;
+}
