@@ -264,9 +264,8 @@ jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const cha
         break;
     case NATS_CONNECTION_AUTH_FAILED:
     case NATS_NOT_PERMITTED:
-        st = text_has(text, "Permissions Violation") ? JSD_ERR_NATS : JSD_ERR_AUTH;
-        if (s == NATS_CONNECTION_AUTH_FAILED)
-            st = JSD_ERR_AUTH;
+        /* a refused login, or a subject the account may not use */
+        st = JSD_ERR_AUTH;
         break;
     case NATS_SSL_ERROR:
     case NATS_SECURE_CONNECTION_WANTED:
@@ -305,12 +304,23 @@ jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const cha
         st = JSD_ERR_NATS;
         break;
     }
-    if (text_has(text, "Authorization Violation") || text_has(text, "Authentication"))
+    if (text_has(text, "Authorization Violation") || text_has(text, "Authentication Violation") ||
+        text_has(text, "Permissions Violation"))
         st = JSD_ERR_AUTH;
     if (jerr == JSNotEnabledErr || jerr == JSNotEnabledForAccountErr)
         st = JSD_ERR_NO_JETSTREAM;
     else if (jerr == JSStreamNotFoundErr || jerr == JSConsumerNotFoundErr)
         st = JSD_ERR_NOT_FOUND;
+    else if (jerr == JSStreamNameExistErr || jerr == JSConsumerNameExistErr)
+        st = JSD_ERR_EXISTS;
+    else if (jerr == JSInsufficientResourcesErr || jerr == JSStorageResourcesExceededErr ||
+             jerr == JSMemoryResourcesExceededErr || jerr == JSAccountResourcesExceededErr)
+        st = JSD_ERR_FULL;
+    else if (jerr == JSMaximumStreamsLimitErr || jerr == JSMaximumConsumersLimitErr ||
+             jerr == JSStreamMessageExceedsMaximumErr)
+        st = JSD_ERR_LIMIT;
+    else if (jerr == JSClusterNotAvailErr)
+        st = JSD_ERR_BUSY;
     if (!err)
         return st;
     if (text[0] && jerr)

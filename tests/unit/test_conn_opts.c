@@ -273,6 +273,7 @@ static void nats_errors_map_to_statuses(void **state)
     ASSERT_EQ(jsd__err_nats(&e, NATS_CONNECTION_AUTH_FAILED, 0, "connect"), JSD_ERR_AUTH);
     ASSERT_EQ(e.nats_status, NATS_CONNECTION_AUTH_FAILED);
     ASSERT_CONTAINS(e.msg, "connect");
+    ASSERT_EQ(jsd__err_nats(&e, NATS_NOT_PERMITTED, 0, "x"), JSD_ERR_AUTH);
     ASSERT_EQ(jsd__err_nats(&e, NATS_SSL_ERROR, 0, "x"), JSD_ERR_TLS);
     ASSERT_EQ(jsd__err_nats(&e, NATS_SECURE_CONNECTION_WANTED, 0, "x"), JSD_ERR_TLS);
     ASSERT_EQ(jsd__err_nats(&e, NATS_TIMEOUT, 0, "x"), JSD_ERR_TIMEOUT);
@@ -284,6 +285,10 @@ static void nats_errors_map_to_statuses(void **state)
     ASSERT_EQ(jsd__err_nats(&e, NATS_NOT_FOUND, JSStreamNotFoundErr, "stream info"),
               JSD_ERR_NOT_FOUND);
     ASSERT_EQ(jsd__err_nats(&e, NATS_MAX_PAYLOAD, 0, "x"), JSD_ERR_LIMIT);
+    ASSERT_EQ(jsd__err_nats(&e, NATS_ERR, JSStreamNameExistErr, "x"), JSD_ERR_EXISTS);
+    ASSERT_EQ(jsd__err_nats(&e, NATS_ERR, JSStorageResourcesExceededErr, "x"), JSD_ERR_FULL);
+    ASSERT_EQ(jsd__err_nats(&e, NATS_ERR, JSMaximumStreamsLimitErr, "x"), JSD_ERR_LIMIT);
+    ASSERT_EQ(jsd__err_nats(&e, NATS_ERR, JSClusterNotAvailErr, "x"), JSD_ERR_BUSY);
     ASSERT_EQ(jsd__err_nats(&e, NATS_SLOW_CONSUMER, 0, "x"), JSD_ERR_NATS);
 }
 
