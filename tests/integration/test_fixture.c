@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -98,6 +99,30 @@ static bool port_open(int port)
     int rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
     close(fd);
     return rc == 0;
+}
+
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 if fd has bytes to read within ms, 0 if not */
+static int wait_readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int rc;
+    while ((rc = poll(&p, 1, ms)) < 0 && errno == EINTR)
+        ;
+    return rc > 0 ? 1 : 0;
 }
 
 static bool pid_gone(pid_t pid)
@@ -220,18 +245,27 @@ static void plain_pause_stalls_resume_frees(void **state)
 
     ASSERT_EQ(jsd_fx_nats_pause(&fx), 0);
     ASSERT_TRUE(jsd_fx_nats_alive(&fx)); /* stopped, not dead */
-    int64_t t0 = jsd_test_mono_ms();
-    natsConnection *nc = connect_url(fx.url, 300, &s);
-    ASSERT_TRUE(nc == NULL);
-    ASSERT_TRUE(jsd_test_mono_ms() - t0 >= 250); /* it waited: the server did not answer */
+    /* The kernel still completes the TCP handshake, but the server never
+     * sends its INFO: a client's connect times out. (A raw socket here: with
+     * a short timeout under load, nats.c 3.4.1's connect can block for ever
+     * on a server that accepted and stays silent.) */
+    int fd = raw_connect(fx.port);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(wait_readable(fd, 500), 0);
     ASSERT_NE(natsConnection_FlushTimeout(live, 300), NATS_OK);
 
     ASSERT_EQ(jsd_fx_nats_resume(&fx), 0);
-    nc = connect_url(fx.url, 2000, &s);
+    /* the waiting client now gets its INFO */
+    ASSERT_EQ(wait_readable(fd, 5000), 1);
+    char info[8];
+    ASSERT_EQ(read(fd, info, 5), 5);
+    ASSERT_TRUE(!memcmp(info, "INFO ", 5));
+    close(fd);
+    natsConnection *nc = connect_url(fx.url, 5000, &s);
     if (!nc)
         fail_msg("connect after resume: %s", natsStatus_GetText(s));
-    ASSERT_EQ(natsConnection_FlushTimeout(nc, 2000), NATS_OK);
-    ASSERT_EQ(natsConnection_FlushTimeout(live, 2000), NATS_OK);
+    ASSERT_EQ(natsConnection_FlushTimeout(nc, 5000), NATS_OK);
+    ASSERT_EQ(natsConnection_FlushTimeout(live, 5000), NATS_OK);
     natsConnection_Destroy(nc);
     natsConnection_Destroy(live);
 }
