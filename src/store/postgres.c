@@ -72,20 +72,32 @@ static const char *const sql_text[P__COUNT] = {
                       "ON CONFLICT (owner, effect_id) DO NOTHING RETURNING id",
     [P_DELETE_IDS] =
         "DELETE FROM @jsd_outbox WHERE id = ANY($1::int8[]) RETURNING owner, effect_id",
-    [P_CLAIM] = "UPDATE @jsd_outbox SET lease_token = $1, lease_expires = $2 WHERE id IN ("
-                "SELECT c.id FROM @jsd_outbox c WHERE c.published_at IS NULL "
-                "AND c.dead_lettered_at IS NULL AND c.next_attempt_at <= $3 "
-                "AND (c.lease_expires IS NULL OR c.lease_expires <= $3) "
-                "AND (c.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM @jsd_outbox p "
-                "WHERE p.order_key = c.order_key AND p.id < c.id AND p.published_at IS NULL "
-                "AND p.dead_lettered_at IS NULL)) "
-                "ORDER BY c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED) RETURNING " OUTBOX_COLS,
+    /* Candidates: unordered due effects in id order, and the head (smallest
+     * pending id) of each order key when it is due. The outer SELECT locks them
+     * (FOR UPDATE needs a plain query) and re-checks the row conditions on the
+     * newest row version. */
+    [P_CLAIM] =
+        "UPDATE @jsd_outbox SET lease_token = $1, lease_expires = $2 WHERE id = ANY(ARRAY("
+        "SELECT c.id FROM @jsd_outbox c WHERE c.id = ANY(ARRAY("
+        "(SELECT u.id FROM @jsd_outbox u WHERE u.order_key IS NULL "
+        "AND u.published_at IS NULL AND u.dead_lettered_at IS NULL "
+        "AND u.next_attempt_at <= $3 AND (u.lease_expires IS NULL OR u.lease_expires <= $3) "
+        "ORDER BY u.id LIMIT $4) "
+        "UNION ALL "
+        "(SELECT k.id FROM (SELECT min(id) AS hid FROM @jsd_outbox "
+        "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key) h "
+        "JOIN @jsd_outbox k ON k.id = h.hid WHERE k.next_attempt_at <= $3 "
+        "AND (k.lease_expires IS NULL OR k.lease_expires <= $3) ORDER BY k.id LIMIT $4))) "
+        "AND c.published_at IS NULL AND c.dead_lettered_at IS NULL "
+        "AND c.next_attempt_at <= $3 AND (c.lease_expires IS NULL OR c.lease_expires <= $3) "
+        "ORDER BY c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)) RETURNING " OUTBOX_COLS,
     [P_RECEIPTS] = "UPDATE @jsd_outbox o SET stream = r.stream, stream_seq = r.seq, "
                    "duplicate = r.dup, published_at = r.at, lease_token = NULL, "
                    "lease_expires = NULL "
                    "FROM unnest($2::int8[], $3::text[], $4::int8[], $5::bool[], $6::int8[]) "
                    "AS r(id, stream, seq, dup, at) "
-                   "WHERE o.id = r.id AND o.lease_token = $1 AND o.published_at IS NULL",
+                   "WHERE o.id = r.id AND o.id = ANY($2::int8[]) AND o.lease_token = $1 "
+                   "AND o.published_at IS NULL",
     [P_FAIL_SEL] = "SELECT id, attempts FROM @jsd_outbox WHERE id = ANY($2::int8[]) "
                    "AND lease_token = $1 AND " PENDING " FOR UPDATE",
     [P_FAIL_UPD] = "UPDATE @jsd_outbox o SET attempts = u.attempts, last_error = u.err, "
@@ -93,7 +105,7 @@ static const char *const sql_text[P__COUNT] = {
                    "dead_reason = u.reason, lease_token = NULL, lease_expires = NULL "
                    "FROM unnest($2::int8[], $3::int4[], $4::text[], $5::int8[], $6::int8[], "
                    "$7::text[]) AS u(id, attempts, err, next, dead_at, reason) "
-                   "WHERE o.id = u.id AND o.lease_token = $1",
+                   "WHERE o.id = u.id AND o.id = ANY($2::int8[]) AND o.lease_token = $1",
     [P_RELEASE] = "UPDATE @jsd_outbox SET lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ANY($2::int8[]) AND lease_token = $1 AND published_at IS NULL",
     [P_REQUEUE] = "UPDATE @jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
@@ -161,8 +173,8 @@ static const char *const migration_1[] = {
     " duplicate BOOLEAN,"
     " published_at BIGINT,"
     " CONSTRAINT jsd_outbox_identity UNIQUE (owner, effect_id))",
-    "CREATE INDEX jsd_outbox_pending ON @jsd_outbox (id, next_attempt_at) WHERE " PENDING,
-    "CREATE INDEX jsd_outbox_key ON @jsd_outbox (order_key, id) "
+    "CREATE INDEX jsd_outbox_ready ON @jsd_outbox (id) WHERE order_key IS NULL AND " PENDING,
+    "CREATE INDEX jsd_outbox_keyed ON @jsd_outbox (order_key, id) "
     "WHERE order_key IS NOT NULL AND " PENDING,
     "CREATE INDEX jsd_outbox_published ON @jsd_outbox (published_at) "
     "WHERE published_at IS NOT NULL",

@@ -83,14 +83,20 @@ static const char *const sql_text[S__COUNT] = {
                  "order_key, created_at, not_before, next_attempt_at) "
                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) "
                  "ON CONFLICT (owner, effect_id) DO NOTHING",
-    [S_CLAIM] = "UPDATE jsd_outbox SET lease_token = ?1, lease_expires = ?2 WHERE id IN ("
-                "SELECT c.id FROM jsd_outbox c WHERE c.published_at IS NULL "
-                "AND c.dead_lettered_at IS NULL AND c.next_attempt_at <= ?3 "
-                "AND (c.lease_expires IS NULL OR c.lease_expires <= ?3) "
-                "AND (c.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM jsd_outbox p "
-                "WHERE p.order_key = c.order_key AND p.id < c.id AND p.published_at IS NULL "
-                "AND p.dead_lettered_at IS NULL)) "
-                "ORDER BY c.id LIMIT ?4) RETURNING " OUTBOX_COLS,
+    /* Candidates: unordered due effects in id order, and the head (smallest
+     * pending id) of each order key when it is due; see jsd__store_claim. */
+    [S_CLAIM] =
+        "UPDATE jsd_outbox SET lease_token = ?1, lease_expires = ?2 WHERE id IN ("
+        "SELECT id FROM (SELECT c.id AS id FROM jsd_outbox c WHERE c.order_key IS NULL "
+        "AND c.published_at IS NULL AND c.dead_lettered_at IS NULL "
+        "AND c.next_attempt_at <= ?3 AND (c.lease_expires IS NULL OR c.lease_expires <= ?3) "
+        "ORDER BY c.id LIMIT ?4) "
+        "UNION ALL "
+        "SELECT id FROM (SELECT c.id AS id FROM (SELECT min(id) AS hid FROM jsd_outbox "
+        "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key) h "
+        "JOIN jsd_outbox c ON c.id = h.hid WHERE c.next_attempt_at <= ?3 "
+        "AND (c.lease_expires IS NULL OR c.lease_expires <= ?3) ORDER BY c.id LIMIT ?4) "
+        "ORDER BY id LIMIT ?4) RETURNING " OUTBOX_COLS,
     [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
                   "published_at = ?6, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
@@ -163,8 +169,8 @@ static const char *const migration_1[] = {
     " duplicate INTEGER,"
     " published_at INTEGER,"
     " UNIQUE (owner, effect_id))",
-    "CREATE INDEX jsd_outbox_pending ON jsd_outbox (id, next_attempt_at) WHERE " PENDING,
-    "CREATE INDEX jsd_outbox_key ON jsd_outbox (order_key, id) "
+    "CREATE INDEX jsd_outbox_ready ON jsd_outbox (id) WHERE order_key IS NULL AND " PENDING,
+    "CREATE INDEX jsd_outbox_keyed ON jsd_outbox (order_key, id) "
     "WHERE order_key IS NOT NULL AND " PENDING,
     "CREATE INDEX jsd_outbox_published ON jsd_outbox (published_at) "
     "WHERE published_at IS NOT NULL",
