@@ -325,7 +325,7 @@ cmd_nats_start() {
 }
 
 cmd_cluster_start() {
-  local dir i cport n1route="" routes body leader="" end node
+  local dir i routes body leader="" end node
   [ -n "${1:-}" ] || die "usage: fixture.sh cluster-start DIR"
   dir=$(absdir "$1")
   mkdir -p "$dir" || die "cannot create $dir"
@@ -405,6 +405,10 @@ launch_cluster_node() { # like launch_nats but waits only for the listeners
 }
 
 # ---- PostgreSQL --------------------------------------------------------------
+as_pg() { # PostgreSQL refuses to run as root: use the OS user postgres
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
 free_port() { # a port nobody listens on (PostgreSQL cannot take port 0)
   local p i
   for i in $(seq 1 50); do
@@ -417,7 +421,7 @@ free_port() { # a port nobody listens on (PostgreSQL cannot take port 0)
 pg_launch() { # DIR: pg_ctl start -w, record the postmaster pid
   local dir=$1 pid
   rm -f "$dir/paused"
-  if ! runuser -u postgres -- "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/pg.log" -w -t "$PG_DEADLINE" -s start > "$dir/pg_ctl.out" 2>&1; then
+  if ! as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/pg.log" -w -t "$PG_DEADLINE" -s start > "$dir/pg_ctl.out" 2>&1; then
     return 1
   fi
   pid=$(head -1 "$dir/data/postmaster.pid")
@@ -431,12 +435,14 @@ cmd_pg_start() {
   [ -n "${1:-}" ] || die "usage: fixture.sh pg-start DIR [PORT]"
   dir=$(absdir "$1")
   [ -x "$PGBIN/initdb" ] || die "PostgreSQL 15 not found in $PGBIN (run scripts/deps.sh)"
-  id postgres > /dev/null 2>&1 || die "OS user postgres missing (install the postgresql package)"
+  if [ "$(id -u)" = 0 ]; then
+    id postgres > /dev/null 2>&1 || die "OS user postgres missing (install the postgresql package)"
+  fi
   mkdir -p "$dir" || die "cannot create $dir"
   echo pg > "$dir/fixture.kind"
-  chown postgres: "$dir"
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir"
   : > "$dir/fixture.env"; chmod 600 "$dir/fixture.env"
-  if ! runuser -u postgres -- "$PGBIN/initdb" -D "$dir/data" -U jsd --auth=trust -N -E UTF8 --locale=C > "$dir/initdb.log" 2>&1; then
+  if ! as_pg "$PGBIN/initdb" -D "$dir/data" -U jsd --auth=trust -N -E UTF8 --locale=C > "$dir/initdb.log" 2>&1; then
     tail -n 20 "$dir/initdb.log" >&2; die "initdb failed in $dir/data"
   fi
   for try in 1 2 3 4 5; do
@@ -491,7 +497,7 @@ cmd_stop() {
   kill -CONT "$pid" 2>/dev/null; rm -f "$dir/paused"
   case $kind in
     nats) kill -TERM "$pid" ;;
-    pg) runuser -u postgres -- "$PGBIN/pg_ctl" -D "$dir/data" -m fast -w -t 20 -s stop > /dev/null 2>&1 || kill -QUIT "$pid" ;;
+    pg) as_pg "$PGBIN/pg_ctl" -D "$dir/data" -m fast -w -t 20 -s stop > /dev/null 2>&1 || kill -QUIT "$pid" ;;
   esac
   if ! wait_gone "$pid" 15; then
     note "pid $pid did not stop in 15s; killing it"; kill -KILL "$pid" 2>/dev/null; wait_gone "$pid" 5

@@ -7,6 +7,11 @@
  *
  * Modes: "pass", "drop-first-puback", "withhold-acks", "cut-after N",
  * "pause", "cut" (see faultproxy.c for what each does).
+ *
+ * Caution with "pause" and nats.c 3.4.1: a client whose connect is between
+ * the server's INFO and its PONG when the pause starts spins in
+ * natsConnection_Connect for ever (its PONG read ignores the connect timeout).
+ * Pause connections that are established, not ones being made.
  */
 #ifndef JSD_PROXY_H
 #define JSD_PROXY_H
