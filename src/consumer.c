@@ -81,6 +81,7 @@ struct jsd_delivery {
     uint64_t deliveries;
     dstate state;
     bool fresh; /* its outcome was decided in this batch (not an inbox hit) */
+    bool dup;   /* answered from the inbox */
     int64_t delay_ms;
     char reason[JSD__ERROR_TEXT_MAX + 1];
 };
@@ -744,7 +745,8 @@ static bool parse_meta(jsd_delivery *d)
 
 /* Decide one delivery inside the open transaction. A non-OK return means the
  * transaction can no longer be trusted (the batch is abandoned). */
-static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h, void *user)
+static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h, void *user,
+                            const jsd_disposition *given)
 {
     jsd__inbox_outcome prev;
     bool found = false;
@@ -766,12 +768,12 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
             if (st != JSD_OK && st != JSD_ERR_EXISTS)
                 return st;
             d->state = D_ACK;
-            STAT_ADD(c, duplicates, 1);
+            d->dup = true;
             return JSD_OK;
         }
     }
     if (found) {
-        STAT_ADD(c, duplicates, 1);
+        d->dup = true;
         jsd__strlcpy(d->reason, prev.detail, sizeof(d->reason));
         d->state = prev.code == OUT_POISON ? D_POISON : prev.code == OUT_PARK ? D_PARK : D_ACK;
         return JSD_OK;
@@ -790,11 +792,23 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
                              c->n_types, c->fmt, d->reason, sizeof(d->reason)))
         return record_dead(c, tx, d, OUT_POISON);
 
-    if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
-        return st;
-    int64_t t0 = jsd__mono_us();
-    jsd_disposition disp = h(tx, d, user);
-    STAT_ADD(c, handler_us, (uint64_t)(jsd__mono_us() - t0));
+    jsd_disposition disp;
+    char given_reason[sizeof(d->reason)];
+    given_reason[0] = '\0';
+    if (given) {
+        jsd__strlcpy(given_reason, d->reason, sizeof(given_reason));
+        /* The fast pass already ran this handler, and it did not commit:
+         * reuse its answer rather than call it twice. */
+        disp = *given;
+        if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
+            return st;
+    } else {
+        if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
+            return st;
+        int64_t t0 = jsd__mono_us();
+        disp = h(tx, d, user);
+        STAT_ADD(c, handler_us, (uint64_t)(jsd__mono_us() - t0));
+    }
 
     if (disp.kind == JSD_DISPOSITION_COMMIT) {
         st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL);
@@ -809,7 +823,7 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
             /* Another process committed it meanwhile: its effects stand. */
             if ((st = jsd__tx_rollback_to(tx)) != JSD_OK)
                 return st;
-            STAT_ADD(c, duplicates, 1);
+            d->dup = true;
             d->state = D_ACK;
             return JSD_OK;
         }
@@ -823,9 +837,12 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
         return st;
     }
 
+    if (given)
+        disp.reason = given_reason;
     if (disp.kind == JSD_DISPOSITION_POISON) {
-        jsd__snprintf(d->reason, sizeof(d->reason), "handler: %s",
-                      disp.reason && *disp.reason ? disp.reason : "poison");
+        char why[sizeof(d->reason)];
+        jsd__strlcpy(why, disp.reason && *disp.reason ? disp.reason : "poison", sizeof(why));
+        jsd__snprintf(d->reason, sizeof(d->reason), "handler: %s", why);
         return record_dead(c, tx, d, OUT_POISON);
     }
     /* RETRY */
@@ -843,6 +860,67 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
     }
     d->state = D_NAK;
     d->delay_ms = disp.delay_ms > 0 ? disp.delay_ms : c->retry_delay_ms;
+    return JSD_OK;
+}
+
+/* Copy a handler's reason at once: it must outlive the call (a literal or
+ * the handler's own storage), never the handler's stack. */
+static void keep_reason(jsd_delivery *d, const jsd_disposition *disp, const char *fallback)
+{
+    jsd__strlcpy(d->reason, disp->reason && *disp->reason ? disp->reason : fallback,
+                 sizeof(d->reason));
+}
+
+/* The fast pass: the same decisions as apply_one for the common case, without
+ * a savepoint per delivery and with one inbox statement per delivery (the
+ * INSERT comes first and answers "seen before?" by conflicting). Anything
+ * unusual — a handler that does not commit, poison, a park — sets *abort: the
+ * caller rolls the whole batch back and redoes it with apply_one, passing on
+ * the disposition of the handler that failed (in *failed) so it is not called
+ * twice. */
+static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h,
+                             void *user, bool *abort, jsd_disposition *failed)
+{
+    jsd__inbox_outcome prev;
+    bool found = false;
+    jsd_status st;
+
+    if (d->msg_id && *d->msg_id && strlen(d->msg_id) <= 256) {
+        st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, d->msg_id, &found, &prev);
+        if (st != JSD_OK)
+            return st;
+        if (found) {
+            *abort = true; /* a duplicate: the careful pass records and answers it */
+            return JSD_OK;
+        }
+    }
+    if ((c->park_at > 0 && d->deliveries > (uint64_t)c->park_at) ||
+        !jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
+                             (size_t)natsMsg_GetDataLength(d->msg), (const char *const *)c->types,
+                             c->n_types, c->fmt, d->reason, sizeof(d->reason))) {
+        *abort = true;
+        return JSD_OK;
+    }
+    st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL);
+    if (st == JSD_ERR_EXISTS) {
+        *abort = true;
+        return JSD_OK;
+    }
+    if (st != JSD_OK)
+        return st;
+    int64_t t0 = jsd__mono_us();
+    jsd_disposition disp = h(tx, d, user);
+    STAT_ADD(c, handler_us, (uint64_t)(jsd__mono_us() - t0));
+    if (disp.kind == JSD_DISPOSITION_COMMIT) {
+        d->state = D_ACK;
+        d->fresh = true;
+        return JSD_OK;
+    }
+    keep_reason(d, &disp,
+                disp.kind == JSD_DISPOSITION_POISON ? "poison" : "handler asked to retry");
+    *failed = disp;
+    failed->reason = NULL; /* the copy in d->reason is used */
+    *abort = true;
     return JSD_OK;
 }
 
@@ -1011,10 +1089,34 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
     if (c->nd == 0)
         return JSD_OK;
 
-    /* ---- apply: one transaction, a savepoint per handler ---- */
+    /* ---- apply: one transaction; first the fast pass, and when anything in
+     * it is unusual, the careful pass with a savepoint per handler ---- */
+    bool abort = false;
+    size_t fail_at = SIZE_MAX;
+    jsd_disposition failed = jsd_disposition_commit();
     st = jsd_tx_begin(c->store, &tx);
-    for (size_t i = 0; st == JSD_OK && i < c->nd; i++)
-        st = apply_one(c, tx, &c->d[i], h, user);
+    for (size_t i = 0; st == JSD_OK && !abort && i < c->nd; i++) {
+        st = apply_fast(c, tx, &c->d[i], h, user, &abort, &failed);
+        if (abort && failed.kind != JSD_DISPOSITION_COMMIT)
+            fail_at = i;
+    }
+    if (st == JSD_OK && abort) {
+        char keep[JSD__ERROR_TEXT_MAX + 1] = "";
+        if (fail_at != SIZE_MAX)
+            jsd__strlcpy(keep, c->d[fail_at].reason, sizeof(keep));
+        jsd_tx_rollback(tx);
+        tx = NULL;
+        for (size_t i = 0; i < c->nd; i++) {
+            c->d[i].state = D_NONE;
+            c->d[i].fresh = c->d[i].dup = false;
+            c->d[i].reason[0] = '\0';
+        }
+        if (fail_at != SIZE_MAX)
+            jsd__strlcpy(c->d[fail_at].reason, keep, sizeof(c->d[fail_at].reason));
+        st = jsd_tx_begin(c->store, &tx);
+        for (size_t i = 0; st == JSD_OK && i < c->nd; i++)
+            st = apply_one(c, tx, &c->d[i], h, user, i == fail_at ? &failed : NULL);
+    }
     if (st == JSD_OK) {
         st = jsd_tx_commit(tx);
         tx = NULL;
@@ -1042,7 +1144,11 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
         if (c->d[i].state == D_POISON || c->d[i].state == D_PARK)
             any_dead = true;
     }
+    size_t n_dup = 0;
+    for (size_t i = 0; i < c->nd; i++)
+        n_dup += c->d[i].dup;
     STAT_ADD(c, committed, n_commit);
+    STAT_ADD(c, duplicates, n_dup);
     if (any_dead)
         JSD_CRASH_POINT("poison.after_store_commit");
 

@@ -50,17 +50,24 @@ typedef enum jsd_disposition_kind {
 
 typedef struct jsd_disposition {
     jsd_disposition_kind kind;
-    int64_t delay_ms;   /* RETRY: redelivery delay (0: the consumer's retry_delay_ms) */
-    const char *reason; /* RETRY/POISON: why; copied before the handler's frame is gone */
+    int64_t delay_ms; /* RETRY: redelivery delay (0: the consumer's retry_delay_ms) */
+    /* RETRY/POISON: why. Must outlive the handler call (a literal, or storage
+     * reached through `user`), never the handler's own stack; copied at once. */
+    const char *reason;
 } jsd_disposition;
 
 jsd_disposition jsd_disposition_commit(void);
 jsd_disposition jsd_disposition_retry(int64_t delay_ms, const char *reason);
 jsd_disposition jsd_disposition_poison(const char *reason);
 
-/* The handler. Runs inside tx (a savepoint of the batch transaction): any SQL
- * it runs on the native handle and any jsd_tx_emit are kept only when it
- * returns COMMIT. It must not commit or roll back tx itself. */
+/* The handler. Runs inside tx, the batch transaction: any SQL it runs on the
+ * native handle and any jsd_tx_emit are kept only when it returns COMMIT. It
+ * must not commit or roll back tx itself. A batch is first applied without
+ * savepoints; when a handler does not commit, the batch is rolled back and
+ * applied again with a savepoint per delivery, so the handlers before it run
+ * a second time (their first work was undone) while the failing one is not
+ * called again. Like any JetStream consumer, a handler must tolerate being
+ * called again for a delivery whose transaction did not commit. */
 typedef jsd_disposition (*jsd_handler)(jsd_tx *tx, const jsd_delivery *d, void *user);
 
 /* ---- the delivery object ----------------------------------------------------
