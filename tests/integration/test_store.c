@@ -1575,6 +1575,50 @@ static void pg_concurrent_open(void **state)
     jsd_store_close(s);
 }
 
+/* A PostgreSQL connection lost between operations is re-established by the
+ * next operation; the one that met the loss reports JSD_ERR_CONNECT. Nothing
+ * committed is lost. */
+static void pg_reconnects_after_connection_loss(void **state)
+{
+    (void)state;
+    char url[512];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    jsd_store *s = open_url(url);
+    emit1(s, "o", "before", "orders.x");
+    bool woken = false;
+    ASSERT_OK(jsd__store_wait_wakeup(s, 0, &woken)); /* LISTEN on this connection */
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    int pid = PQbackendPID(jsd_tx_pg(tx));
+    jsd_tx_rollback(tx);
+    PGconn *admin = PQconnectdb(url);
+    char sql[96];
+    snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d)", pid);
+    PGresult *r = PQexec(admin, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    PQclear(r);
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    /* The first operation may meet the dead connection: a clear error, never a crash. */
+    jsd_status rc = jsd__store_claim(s, 10, 1000, "t", jsd__now_ms(), &b);
+    if (rc != JSD_OK) {
+        ASSERT_STATUS(rc, JSD_ERR_CONNECT);
+        ASSERT_CONTAINS(jsd_store_errmsg(s), "SQLSTATE");
+        ASSERT_OK_E(jsd__store_claim(s, 10, 1000, "t", jsd__now_ms(), &b), jsd_store_errmsg(s));
+    }
+    ASSERT_EQ(b.n, 1);
+    /* Wake-ups work again: LISTEN is renewed on the new connection. */
+    jsd_store *app = open_url(url);
+    ASSERT_OK(jsd__store_wait_wakeup(s, 0, &woken));
+    emit1(app, "o", "after", "orders.x");
+    ASSERT_OK(jsd__store_wait_wakeup(s, 30000, &woken));
+    assert_true(woken);
+    jsd__effect_batch_free(&b);
+    PQfinish(admin);
+    jsd_store_close(app);
+    jsd_store_close(s);
+}
+
 /* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys. */
 static void sqlite_settings(void **state)
 {
@@ -1617,4 +1661,5 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(url_errors_are_clear_and_secret_free),
               cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
               cmocka_unit_test(sqlite_settings), cmocka_unit_test(pg_disk_full),
-              cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open))
+              cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
+              cmocka_unit_test(pg_reconnects_after_connection_loss))
