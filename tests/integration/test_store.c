@@ -1619,6 +1619,46 @@ static void pg_reconnects_after_connection_loss(void **state)
     jsd_store_close(s);
 }
 
+/* Options: a smaller payload cap, and the SQLite busy timeout: a writer that
+ * waits past it gets JSD_ERR_BUSY, and loses nothing. */
+static void sqlite_options_payload_cap_and_busy(void **state)
+{
+    (void)state;
+    char url[512];
+    jsd_fx_sqlite_url(url, sizeof(url));
+    jsd_store_opts o;
+    jsd_store_opts_init(&o);
+    o.url = url;
+    o.payload_max = 10;
+    o.busy_timeout_ms = 100;
+    jsd_store *a = NULL, *b = NULL;
+    jsd_error e;
+    ASSERT_OK_E(jsd_store_open_opts(&a, &o, &e), e.msg);
+    ASSERT_OK_E(jsd_store_open_opts(&b, &o, &e), e.msg);
+    jsd_tx *ta, *tb;
+    ASSERT_OK(jsd_tx_begin(a, &ta));
+    jsd_effect big = {.id = "big", .subject = "a.b", .payload = "01234567890", .len = 11};
+    ASSERT_STATUS(jsd_tx_emit(ta, &big), JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(jsd_store_errmsg(a), "limit is 10");
+    big.len = 10;
+    ASSERT_OK(jsd_tx_emit(ta, &big));
+    /* a holds the write lock: b waits 100 ms, then is told so. */
+    ASSERT_STATUS(jsd_tx_begin(b, &tb), JSD_ERR_BUSY);
+    ASSERT_CONTAINS(jsd_store_errmsg(b), "busy timeout");
+    ASSERT_EQ(jsd_store_error(b)->sqlite_code, SQLITE_BUSY);
+    ASSERT_OK(jsd_tx_commit(ta));
+    ASSERT_OK(jsd_tx_begin(b, &tb));
+    jsd_effect small = {.id = "small", .subject = "a.b"};
+    ASSERT_OK(jsd_tx_emit(tb, &small));
+    ASSERT_OK(jsd_tx_commit(tb));
+    ASSERT_EQ(stats(a).backlog, 2);
+    o.busy_timeout_ms = -1;
+    jsd_store *c = NULL;
+    ASSERT_STATUS(jsd_store_open_opts(&c, &o, &e), JSD_ERR_CONFIG);
+    jsd_store_close(a);
+    jsd_store_close(b);
+}
+
 /* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys. */
 static void sqlite_settings(void **state)
 {
@@ -1660,6 +1700,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               BOTH(wakeups_follow_commits), BOTH(stats_count_what_they_name),
               cmocka_unit_test(url_errors_are_clear_and_secret_free),
               cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
-              cmocka_unit_test(sqlite_settings), cmocka_unit_test(pg_disk_full),
+              cmocka_unit_test(sqlite_settings),
+              cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
               cmocka_unit_test(pg_reconnects_after_connection_loss))
