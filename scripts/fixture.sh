@@ -325,10 +325,22 @@ cmd_nats_start() {
 }
 
 cmd_cluster_start() {
-  local dir i routes body leader="" end node
+  local dir try
   [ -n "${1:-}" ] || die "usage: fixture.sh cluster-start DIR"
   dir=$(absdir "$1")
-  mkdir -p "$dir" || die "cannot create $dir"
+  # a picked cluster port may be taken before a node binds it: try again
+  for try in 1 2 3; do
+    mkdir -p "$dir" || die "cannot create $dir"
+    cluster_try "$dir" && return 0
+    cmd_sweep_dir "$dir" > /dev/null
+    [ $try = 3 ] && exit 1
+    note "cluster start failed; retrying"
+    rm -rf "$dir"/n1 "$dir"/n2 "$dir"/n3
+  done
+}
+
+cluster_try() {
+  local dir=$1 i routes body leader="" end node
   : > "$dir/fixture.env"
   local cports=() ports=() pids=()
   # JetStream clustering needs the routes up front: pick three free cluster
@@ -345,7 +357,7 @@ cmd_cluster_start() {
     JSD_FX_SERVER_NAME=n$i write_nats_conf "$node" plain -1 \
       "$(printf 'cluster {\n  name: jsdfx\n  listen: 127.0.0.1:%s\n  routes: [ %s ]\n}' "${cports[$((i-1))]}" "${routes%, }")"
     # a lone node is not healthy until it has peers: do not wait for /healthz
-    launch_cluster_node "$node" || { cmd_sweep_dir "$dir" >/dev/null; exit 1; }
+    launch_cluster_node "$node" || return 1
     ports+=("$LAUNCH_PORT"); pids+=("$LAUNCH_PID")
     echo "$LAUNCH_HPORT" > "$node/hport"
   done
@@ -360,7 +372,7 @@ cmd_cluster_start() {
     fi
     if [ "$(now_ms)" -ge $end ]; then
       note "no JetStream meta leader after ${NATS_DEADLINE}s; n1 log tail:"; tail -n 25 "$dir/n1/nats.log" >&2
-      cmd_sweep_dir "$dir" >/dev/null; exit 1
+      return 1
     fi
     sleep 0.1
   done
@@ -410,9 +422,12 @@ as_pg() { # PostgreSQL refuses to run as root: use the OS user postgres
 }
 
 free_port() { # a port nobody listens on (PostgreSQL cannot take port 0)
-  local p i
+  # below the ephemeral range, so no outgoing connection holds it
+  local p i low span
+  low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+  span=$(( ${low:-32768} - 20000 )); [ "$span" -ge 1000 ] || span=10000
   for i in $(seq 1 50); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((20000 + RANDOM % span))
     port_listening "$p" || { echo "$p"; return; }
   done
   die "no free port found"
