@@ -3,9 +3,10 @@
  * backlog (and how much of it is due, and how long the oldest due effect has
  * waited), published and dead-lettered effects, inbox rows, poison records.
  *
- * Text by default, one JSON object with --json. The NATS side (stream and
- * consumer lag, ack pending, dead-letter depth) joins here when --nats is
- * given; see the marked hook below.
+ * Text by default, one JSON object with --json. With a NATS server (--nats or
+ * $JSD_NATS_URL) it adds the NATS side: each stream's depth, its durable
+ * consumers' lag and ack pending, and the dead-letter depth. Either side may
+ * be shown alone.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -15,17 +16,26 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: jsdurable status --store URL [--json]\n\n"
-               "Show the store's counts.\n\n"
-               "  --store URL   sqlite:PATH, a file path, or postgres://... (or $JSD_STORE)\n"
-               "  --json        one JSON object instead of text\n\n"
-               "Counts: backlog (unpublished, not dead-lettered effects), due (of those, due\n"
-               "now), oldest_due_age_ms (how long the oldest due effect has waited), published\n"
-               "(effects with a receipt, until gc removes them), dead_lettered (attempt budget\n"
-               "spent or permanent failure), inbox_rows, poison_records.\n\n"
-               "Exit codes: 0 shown; 73 store cannot be opened; 78 store schema too new.\n\n"
-               "Example:\n"
-               "  jsdurable status --store sqlite:app.db --json\n");
+    fprintf(f,
+            "usage: jsdurable status [--store URL] [--nats URL] [--stream NAME]... [--json]\n\n"
+            "Show the store's counts and, with a NATS server, the streams and consumers.\n\n"
+            "  --store URL     sqlite:PATH, a file path, or postgres://... (or $JSD_STORE)\n"
+            "  --nats URL      also show the NATS side (or $JSD_NATS_URL)\n"
+            "  --stream NAME   only this stream (repeatable; default: every stream)\n"
+            "  --json          one JSON object instead of text\n\n"
+            "Counts: backlog (unpublished, not dead-lettered effects), due (of those, due\n"
+            "now), oldest_due_age_ms (how long the oldest due effect has waited), published\n"
+            "(effects with a receipt, until gc removes them), dead_lettered (attempt budget\n"
+            "spent or permanent failure), inbox_rows, poison_records.\n\n"
+            "NATS side: per stream its messages, bytes and sequences (a stream under\n"
+            "jsd.dlq. is marked dead-letter: its messages are the dead-letter depth), per\n"
+            "durable its pending (lag), ack_pending and redelivered counts.\n\n"
+            "Exit codes: 0 shown; 64 usage; 69 NATS unreachable; 73 store cannot be opened;\n"
+            "78 store schema too new; 1 a named stream does not exist.\n\n"
+            "%s\n"
+            "Example:\n"
+            "  jsdurable status --store sqlite:app.db --nats nats://127.0.0.1:4222 --json\n",
+            CLI_CONN_HELP);
 }
 
 static const char *backend_name(jsd_store *s)
@@ -33,15 +43,108 @@ static const char *backend_name(jsd_store *s)
     return jsd_store_backend_of(s) == JSD_STORE_POSTGRES ? "postgres" : "sqlite";
 }
 
+/* The NATS side as JSON: {"streams":[{...,"durables":[...]}], "dead_letters": N}. */
+static json_t *nats_json(const jsd_stream_state *st, size_t n)
+{
+    json_t *streams = json_array();
+    json_int_t dead = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *durables = json_array();
+        for (size_t k = 0; k < st[i].n_durables; k++) {
+            const jsd_durable_state *d = &st[i].durables[k];
+            json_array_append_new(durables,
+                                  json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "name", d->name,
+                                            "pending", (json_int_t)d->pending, "ack_pending",
+                                            (json_int_t)d->ack_pending, "redelivered",
+                                            (json_int_t)d->redelivered, "delivered_seq",
+                                            (json_int_t)d->delivered_seq, "ack_floor_seq",
+                                            (json_int_t)d->ack_floor_seq));
+        }
+        if (st[i].dead_letter)
+            dead += (json_int_t)st[i].messages;
+        json_array_append_new(
+            streams,
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:I, s:i, s:s, s:o}", "name", st[i].name,
+                      "subjects", st[i].subjects, "messages", (json_int_t)st[i].messages, "bytes",
+                      (json_int_t)st[i].bytes, "first_seq", (json_int_t)st[i].first_seq, "last_seq",
+                      (json_int_t)st[i].last_seq, "dead_letter", st[i].dead_letter,
+                      "duplicate_window_ms", (json_int_t)st[i].duplicate_window_ms, "replicas",
+                      st[i].replicas, "leader", st[i].leader, "durables", durables));
+    }
+    return json_pack("{s:o, s:I}", "streams", streams, "dead_letters", dead);
+}
+
+static void nats_text(const jsd_stream_state *st, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        printf("stream %-10s %llu messages, %llu bytes, seq %llu..%llu%s%s%s\n", st[i].name,
+               (unsigned long long)st[i].messages, (unsigned long long)st[i].bytes,
+               (unsigned long long)st[i].first_seq, (unsigned long long)st[i].last_seq,
+               st[i].dead_letter ? " (dead letters)" : "", st[i].leader[0] ? ", leader " : "",
+               st[i].leader);
+        for (size_t k = 0; k < st[i].n_durables; k++) {
+            const jsd_durable_state *d = &st[i].durables[k];
+            printf("  durable %-10s lag %llu, ack pending %lld, redelivered %lld\n", d->name,
+                   (unsigned long long)d->pending, (long long)d->ack_pending,
+                   (long long)d->redelivered);
+        }
+    }
+}
+
+/* Collect the states of the named streams, or of all. */
+static int nats_states(cli_conn *cc, const char **names, size_t n_names, jsd_stream_state **out,
+                       size_t *n)
+{
+    jsd_conn *conn = NULL;
+    int rc = cli_conn_open(cc, &conn);
+    if (rc != 0)
+        return rc;
+    jsd_error err;
+    jsd_status st = JSD_OK;
+    if (n_names == 0) {
+        st = jsd_stream_states_list(conn, out, n, &err);
+    } else {
+        *out = calloc(n_names, sizeof(**out));
+        *n = 0;
+        if (!*out)
+            st = JSD_ERR_NOMEM;
+        for (size_t i = 0; st == JSD_OK && i < n_names; i++) {
+            st = jsd_stream_state_get(conn, names[i], &(*out)[i], &err);
+            if (st == JSD_OK)
+                (*n)++;
+        }
+        if (st != JSD_OK) {
+            for (size_t i = 0; i < *n; i++)
+                jsd_stream_state_release(&(*out)[i]);
+            free(*out);
+            *out = NULL;
+            *n = 0;
+        }
+    }
+    jsd_conn_close(conn);
+    if (st != JSD_OK) {
+        cli_err("status", "%s", st == JSD_ERR_NOMEM ? "out of memory" : err.msg);
+        return st == JSD_ERR_NOT_FOUND ? CLI_FAILED : cli_exit_for(st);
+    }
+    return 0;
+}
+
 int cmd_status(int argc, char **argv)
 {
     static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
                                              {"json", no_argument, NULL, 'j'},
+                                             {"stream", required_argument, NULL, 'S'},
                                              {"help", no_argument, NULL, 'h'},
+                                             CLI_CONN_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *store_flag = NULL;
+    const char *streams[64];
+    size_t n_streams = 0;
     bool json = false;
     int opt, rc = CLI_OK;
+    cli_conn cc;
+    cli_conn_init(&cc);
+    cc.opts.startup_budget_ms = 2000;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
@@ -51,47 +154,87 @@ int cmd_status(int argc, char **argv)
         case 'j':
             json = true;
             break;
+        case 'S':
+            if (n_streams == sizeof(streams) / sizeof(streams[0])) {
+                cli_err("status", "at most 64 --stream flags");
+                return CLI_USAGE;
+            }
+            streams[n_streams++] = optarg;
+            break;
         case 'h':
             usage(stdout);
+            cli_conn_free(&cc);
             return CLI_OK;
         default:
+            if (opt >= CLI_CONN_OPT_BASE) {
+                if ((rc = cli_conn_flag(&cc, opt, optarg)) != 0) {
+                    cli_conn_free(&cc);
+                    return rc;
+                }
+                break;
+            }
             usage(stderr);
+            cli_conn_free(&cc);
             return CLI_USAGE;
         }
     }
     if (optind < argc) {
         cli_err("status", "unexpected argument \"%s\"", argv[optind]);
+        cli_conn_free(&cc);
         return CLI_USAGE;
     }
     const char *url = cli_store_url(store_flag);
-    if (!url) {
-        cli_err("status", "--store URL (or $JSD_STORE) is required");
+    const char *env_nats = getenv("JSD_NATS_URL");
+    bool want_nats = cc.have_url || n_streams > 0 || (env_nats && *env_nats);
+    if (!url && !want_nats) {
+        cli_err("status", "give --store URL (or $JSD_STORE), --nats URL (or $JSD_NATS_URL), or "
+                          "both");
+        cli_conn_free(&cc);
         return CLI_USAGE;
     }
-    jsd_store *s = NULL;
-    jsd_error err;
-    jsd_status st = jsd_store_open(&s, url, &err);
-    if (st != JSD_OK) {
-        cli_err("status", "%s", err.msg[0] ? err.msg : jsd_status_str(st));
-        return cli_exit_for(st);
+
+    jsd_stream_state *states = NULL;
+    size_t n_states = 0;
+    if (want_nats) {
+        if ((rc = cli_conn_finish(&cc, "status")) != 0 ||
+            (rc = nats_states(&cc, streams, n_streams, &states, &n_states)) != 0) {
+            cli_conn_free(&cc);
+            return rc;
+        }
     }
+    cli_conn_free(&cc);
+
+    jsd_store *s = NULL;
     jsd_store_stats x;
-    if ((st = jsd_store_stats_get(s, &x)) != JSD_OK) {
-        cli_err("status", "%s", jsd_store_errmsg(s));
-        jsd_store_close(s);
-        return cli_exit_for(st);
+    if (url) {
+        jsd_error err;
+        jsd_status st = jsd_store_open(&s, url, &err);
+        if (st != JSD_OK) {
+            cli_err("status", "%s", err.msg[0] ? err.msg : jsd_status_str(st));
+            jsd_stream_states_free(states, n_states);
+            return cli_exit_for(st);
+        }
+        if ((st = jsd_store_stats_get(s, &x)) != JSD_OK) {
+            cli_err("status", "%s", jsd_store_errmsg(s));
+            jsd_store_close(s);
+            jsd_stream_states_free(states, n_states);
+            return cli_exit_for(st);
+        }
     }
     if (json) {
-        json_t *store = json_pack(
-            "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "url", jsd_store_url(s), "backend",
-            backend_name(s), "backlog", (json_int_t)x.backlog, "due", (json_int_t)x.due,
-            "oldest_due_age_ms", (json_int_t)x.oldest_due_age_ms, "published",
-            (json_int_t)x.published, "dead_lettered", (json_int_t)x.dead_lettered, "inbox_rows",
-            (json_int_t)x.inbox_rows, "poison_records", (json_int_t)x.poison_records);
-        json_t *root = store ? json_pack("{s:o}", "store", store) : NULL;
-        /* HOOK (issue 7): with --nats, add "nats": {streams, consumers, lag,
-         * ack_pending, dlq_depth} to root here. */
-        char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
+        json_t *root = json_object();
+        if (s)
+            json_object_set_new(
+                root, "store",
+                json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "url", jsd_store_url(s),
+                          "backend", backend_name(s), "backlog", (json_int_t)x.backlog, "due",
+                          (json_int_t)x.due, "oldest_due_age_ms", (json_int_t)x.oldest_due_age_ms,
+                          "published", (json_int_t)x.published, "dead_lettered",
+                          (json_int_t)x.dead_lettered, "inbox_rows", (json_int_t)x.inbox_rows,
+                          "poison_records", (json_int_t)x.poison_records));
+        if (want_nats)
+            json_object_set_new(root, "nats", nats_json(states, n_states));
+        char *text = json_dumps(root, JSON_COMPACT);
         if (text)
             printf("%s\n", text);
         else
@@ -99,15 +242,19 @@ int cmd_status(int argc, char **argv)
         free(text);
         json_decref(root);
     } else {
-        printf("store            %s (%s)\n", jsd_store_url(s), backend_name(s));
-        printf("outbox backlog   %lld (due %lld, oldest due waited %lld ms)\n",
-               (long long)x.backlog, (long long)x.due, (long long)x.oldest_due_age_ms);
-        printf("published        %lld\n", (long long)x.published);
-        printf("dead-lettered    %lld\n", (long long)x.dead_lettered);
-        printf("inbox rows       %lld\n", (long long)x.inbox_rows);
-        printf("poison records   %lld\n", (long long)x.poison_records);
-        /* HOOK (issue 7): with --nats, print the NATS side here. */
+        if (s) {
+            printf("store            %s (%s)\n", jsd_store_url(s), backend_name(s));
+            printf("outbox backlog   %lld (due %lld, oldest due waited %lld ms)\n",
+                   (long long)x.backlog, (long long)x.due, (long long)x.oldest_due_age_ms);
+            printf("published        %lld\n", (long long)x.published);
+            printf("dead-lettered    %lld\n", (long long)x.dead_lettered);
+            printf("inbox rows       %lld\n", (long long)x.inbox_rows);
+            printf("poison records   %lld\n", (long long)x.poison_records);
+        }
+        if (want_nats)
+            nats_text(states, n_states);
     }
     jsd_store_close(s);
+    jsd_stream_states_free(states, n_states);
     return rc;
 }

@@ -13,6 +13,7 @@
  *   consumer.h   durable ingress: handler in a transaction, then ACK
  *   topology.h   declarative streams and consumers
  *   metrics.h    counters, snapshot, Prometheus exposition
+ *   inspect.h    read-only views of streams and durables for operators
  *
  * Handles are opaque. Every call returns jsd_status (JSD_OK is 0) unless its
  * comment says otherwise; each handle keeps its last error, readable with
@@ -30,5 +31,6 @@
 #include "jsdurable/consumer.h"
 #include "jsdurable/topology.h"
 #include "jsdurable/metrics.h"
+#include "jsdurable/inspect.h"
 
 #endif
