@@ -82,13 +82,12 @@ shipped() { [ "$(count_sql "$run/shipping.db" 'SELECT count(*) FROM shipments' 2
 wait_for "the first shipments" 60 shipped $((N / 3))
 
 say "SIGKILL the orders relay and the shipping service mid-run"
-kill -KILL "$RELAY_A" "$SHIPPING"
-wait "$RELAY_A" 2>/dev/null || true; wait "$SHIPPING" 2>/dev/null || true
+{ kill -KILL "$RELAY_A" "$SHIPPING"; wait "$RELAY_A"; wait "$SHIPPING"; } 2>/dev/null || true
 echo "    killed at $(count_sql "$run/shipping.db" 'SELECT count(*) FROM shipments') shipments"
 
-say "publishing one poison message (not JSON) to orders.created"
-printf 'this is not an order' | "$J" publish --stream ORDERS --subject orders.created \
-  --id poison-1 --header Jsd-Type:order.created | sed 's/^/    /'
+say "a buggy producer commits one poison order event (its payload is not JSON)"
+printf 'this is not an order' | "$J" enqueue --store "$ORDERS_DB" --subject orders.created \
+  --owner order-bad --id created --header Jsd-Type:order.created | sed 's/^/    /'
 
 say "restarting the relay and the shipping service"
 start_relay_a
@@ -101,7 +100,8 @@ backlog_zero() {
 }
 wait_for "the orders outbox to drain" 60 backlog_zero "$ORDERS_DB"
 wait_for "the shipping outbox to drain" 60 backlog_zero "$SHIP_DB"
-dlq_has_one() { [ "$("$J" dlq list --stream JSD_DLQ 2>/dev/null | grep -c poison)" -ge 1 ]; }
+dlq_list() { "$J" dlq list --stream JSD_DLQ 2>/dev/null; }
+dlq_has_one() { [ "$(dlq_list | grep -c poison)" -ge 1 ]; }
 wait_for "the poison message in the dead-letter stream" 30 dlq_has_one
 
 say "verifying from the databases and the streams"
@@ -111,8 +111,8 @@ distinct=$(count_sql "$run/shipping.db" 'SELECT count(DISTINCT order_id) FROM sh
 orders_msgs=$("$J" status --stream ORDERS --json | json_num messages)
 ship_msgs=$("$J" status --stream SHIPPING --json | json_num messages)
 orders_dup=$(count_sql "$run/orders.db" 'SELECT count(*) FROM jsd_outbox WHERE duplicate = 1')
-dead=$("$J" dlq list --stream JSD_DLQ | grep -c poison || true)
-reason=$("$J" dlq list --stream JSD_DLQ | grep poison | head -1)
+dead=$(dlq_list | grep -c poison || true)
+reason=$(dlq_list | grep poison | head -1)
 
 ok=1
 check() { if eval "$2"; then printf '    %-58s ok\n' "$1"; else printf '    %-58s MISMATCH\n' "$1"; ok=0; fi; }
@@ -121,7 +121,7 @@ check "order events in ORDERS: $orders_msgs (orders + 1 poison = $((N + 1)))" "[
 check "shipments: $ships, distinct orders shipped: $distinct" "[ $ships = $N ] && [ $distinct = $N ]"
 check "duplicate shipments: $((ships - distinct))" "[ $((ships - distinct)) = 0 ]"
 check "shipment events in SHIPPING: $ship_msgs (expected $N)" "[ ${ship_msgs:-0} = $N ]"
-check "relay re-publications absorbed by JetStream dedup: $orders_dup" "true"
+check "re-publications after the SIGKILL, absorbed by JetStream dedup: $orders_dup" "true"
 check "dead letters: $dead" "[ $dead = 1 ]"
 echo "    dead letter: $reason"
 
