@@ -136,7 +136,7 @@ check-valgrind: deps
 
 # ---- demo, bench -------------------------------------------------------------
 demo: deps
-	@$(MAKE) --no-print-directory all tests
+	@$(MAKE) --no-print-directory all $(EX_BIN)
 	@BUILD=$(BUILD) bash examples/demo.sh
 
 bench: deps
