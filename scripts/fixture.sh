@@ -78,15 +78,22 @@ env_set() { # env_set DIR KEY VALUE (replace or append)
 }
 
 # ---- process identity --------------------------------------------------------
+# proc_stat PID: STAT_COMM, STAT_STATE, STAT_PPID from /proc/PID/stat (no fork)
+proc_stat() {
+  local line rest
+  { read -r line < "/proc/$1/stat"; } 2>/dev/null || return 1
+  STAT_COMM=${line#*\(}; STAT_COMM=${STAT_COMM%\)*}
+  rest=${line##*\) }
+  # shellcheck disable=SC2086
+  set -- $rest
+  STAT_STATE=$1 STAT_PPID=$2
+}
 proc_alive() { # alive and not a zombie
-  local st
-  [ -n "${1:-}" ] && [ -d "/proc/$1" ] || return 1
-  st=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null)
-  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+  [ -n "${1:-}" ] && proc_stat "$1" || return 1
+  [ "$STAT_STATE" != Z ] && [ "$STAT_STATE" != X ]
 }
 proc_exe_name() { local e; e=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1; e=${e% (deleted)}; basename "$e"; }
 proc_cmdline() { tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null; }
-proc_ppid() { awk '{print $4}' "/proc/$1/stat" 2>/dev/null | head -1; }
 
 # is_ours PID DIR KIND: PID is the program of this fixture folder
 is_ours() {
@@ -500,7 +507,14 @@ checked_pid() {
   echo "$pid"
 }
 
-pg_children() { local p; for p in /proc/[0-9]*; do [ "$(proc_ppid "${p#/proc/}")" = "$1" ] && echo "${p#/proc/}"; done; }
+pg_children() {
+  local p
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    proc_stat "$p" && [ "$STAT_PPID" = "$1" ] && echo "$p"
+  done
+  return 0
+}
 
 cmd_stop() {
   local dir kind pid rc
@@ -601,8 +615,8 @@ cmd_sweep_dir() {
   done < <(find "$root" \( -name nats.pid -o -name pg.pid -o -name postmaster.pid -o -name faultproxy.pid \) -type f 2>/dev/null)
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
-    exe=$(proc_exe_name "$p" 2>/dev/null) || continue
-    case $exe in nats-server|postgres|faultproxy) cands+=("$p") ;; esac
+    proc_stat "$p" || continue
+    case $STAT_COMM in nats-server|postgres|faultproxy) cands+=("$p") ;; esac
   done
   for pid in $(printf '%s\n' "${cands[@]}" | sort -un); do
     proc_alive "$pid" || continue
@@ -615,6 +629,7 @@ cmd_sweep_dir() {
     fi
   done
   [ ${#victims[@]} -eq 0 ] && { echo "sweep: nothing running under $root"; return 0; }
+  mapfile -t victims < <(printf '%s\n' "${victims[@]}" | sort -un)
   kill -CONT "${victims[@]}" 2>/dev/null
   kill -KILL "${victims[@]}" 2>/dev/null
   for pid in "${victims[@]}"; do wait_gone "$pid" 10 || note "pid $pid still alive after SIGKILL"; done
