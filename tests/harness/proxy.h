@@ -2,7 +2,8 @@
  * Test-side control of the fault proxy (tests/tools/faultproxy.c): start it
  * between a test's clients and a nats-server the test started, switch its
  * fault mode while traffic flows, read its counters, stop it. A started proxy
- * dies with the test process (parent-death signal) and is stopped at exit;
+ * dies with the thread that started it (parent-death signal: start proxies
+ * from the test's main thread) and is stopped at exit;
  * its folder under jsd_test_dir() lets the runner's sweep find it too.
  *
  * Modes: "pass", "drop-first-puback", "withhold-acks", "cut-after N",
