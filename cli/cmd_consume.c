@@ -429,6 +429,7 @@ int cmd_consume(int argc, char **argv)
     jsd_store *store = NULL;
     jsd_conn *conn = NULL;
     jsd_consumer *cons = NULL;
+    jsd_metrics_server *msrv = NULL;
     sink k;
     memset(&k, 0, sizeof(k));
 
@@ -556,8 +557,6 @@ int cmd_consume(int argc, char **argv)
     }
     if ((rc = cli_conn_finish(&cc, "consume")) != 0)
         goto out;
-    if (metrics)
-        cli_err("consume", "--metrics %s: metrics are not served by this build; ignored", metrics);
     k.sql = sql;
     k.json = json;
 
@@ -588,6 +587,17 @@ int cmd_consume(int argc, char **argv)
     }
     if (created)
         fprintf(stderr, "jsdurable consume: created durable %s on stream %s\n", durable, stream);
+
+    if (metrics) {
+        st = jsd_metrics_serve(jsd_metrics_default(), conn, metrics, &msrv, &err);
+        if (st != JSD_OK) {
+            cli_err("consume", "--metrics %s: %s", metrics, err.msg);
+            rc = cli_exit_for(st);
+            goto out;
+        }
+        fprintf(stderr, "jsdurable consume: metrics on http://%s/metrics (port %d)\n", metrics,
+                jsd_metrics_server_port(msrv));
+    }
 
     jsd_consumer_opts co;
     jsd_consumer_opts_init(&co);
@@ -629,6 +639,7 @@ int cmd_consume(int argc, char **argv)
         rc = cli_exit_for(st);
     }
 out:
+    jsd_metrics_server_stop(msrv);
     jsd_consumer_destroy(cons);
     sqlite3_finalize(k.stmt);
     free(k.pg_sql);

@@ -114,6 +114,7 @@ struct jsd_consumer {
         int64_t deadline;
     } ackw; /* the ACKs whose confirmations are awaited */
 
+    const jsd_metrics_std *m; /* counters: never NULL, its handles may be */
     atomic_bool draining;
     pthread_mutex_t mu;
     jsd_consumer_stats stats;
@@ -499,6 +500,7 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
     c->nc = jsd__conn_nats(conn);
     c->js = jsd__conn_js(conn);
     c->fmt = o->payload_format;
+    c->m = o->metrics ? jsd_metrics_std_of(o->metrics) : jsd_metrics_default_std();
     c->batch = o->batch > 0 ? o->batch : 256;
     c->fetch_wait_ms = o->fetch_wait_ms > 0 ? o->fetch_wait_ms : 500;
     c->ack_timeout_ms = o->ack_timeout_ms > 0 ? o->ack_timeout_ms : 5000;
@@ -807,7 +809,9 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
             return st;
         int64_t t0 = jsd__mono_us();
         disp = h(tx, d, user);
-        STAT_ADD(c, handler_us, (uint64_t)(jsd__mono_us() - t0));
+        int64_t took = jsd__mono_us() - t0;
+        STAT_ADD(c, handler_us, (uint64_t)took);
+        jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
     }
 
     if (disp.kind == JSD_DISPOSITION_COMMIT) {
@@ -910,7 +914,9 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_h
         return st;
     int64_t t0 = jsd__mono_us();
     jsd_disposition disp = h(tx, d, user);
-    STAT_ADD(c, handler_us, (uint64_t)(jsd__mono_us() - t0));
+    int64_t took = jsd__mono_us() - t0;
+    STAT_ADD(c, handler_us, (uint64_t)took);
+    jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
     if (disp.kind == JSD_DISPOSITION_COMMIT) {
         d->state = D_ACK;
         d->fresh = true;
@@ -932,6 +938,7 @@ static void nak(jsd_consumer *c, jsd_delivery *d, int64_t delay_ms)
         JSD_WARN("ingress", "NAK of %s:%" PRIu64 " failed (%s); it comes back after ack_wait",
                  c->stream, d->seq, natsStatus_GetText(s));
     STAT_ADD(c, retried, 1);
+    jsd_counter_inc(c->m->deliveries[JSD_RESULT_RETRY]);
 }
 
 /* Wait for the confirmations of the ACKs in flight: until all arrived or
@@ -1149,6 +1156,8 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
         n_dup += c->d[i].dup;
     STAT_ADD(c, committed, n_commit);
     STAT_ADD(c, duplicates, n_dup);
+    jsd_counter_add(c->m->deliveries[JSD_RESULT_COMMIT], n_commit);
+    jsd_counter_add(c->m->deliveries[JSD_RESULT_DUPLICATE], n_dup);
     if (any_dead)
         JSD_CRASH_POINT("poison.after_store_commit");
 
@@ -1186,6 +1195,7 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
                                                  c->dlq_stream, dseq) != JSD_OK)
                 JSD_WARN("ingress", "poison record %s:%" PRIu64 " not marked published: %s",
                          c->stream, d->seq, jsd_store_errmsg(c->store));
+            jsd_counter_inc(c->m->dead_letters);
             JSD_CRASH_POINT("poison.after_dlq_publish");
             if (d->state == D_POISON) {
                 natsStatus ts = natsMsg_Term(d->msg, NULL);
@@ -1193,8 +1203,10 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
                     JSD_WARN("ingress", "TERM of %s:%" PRIu64 " failed (%s); it will come again",
                              c->stream, d->seq, natsStatus_GetText(ts));
                 STAT_ADD(c, poisoned, 1);
+                jsd_counter_inc(c->m->deliveries[JSD_RESULT_POISON]);
             } else {
                 STAT_ADD(c, parked, 1);
+                jsd_counter_inc(c->m->deliveries[JSD_RESULT_DEADLETTER]);
                 if (acks)
                     acks[na++] = d;
             }

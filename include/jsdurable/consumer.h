@@ -32,6 +32,7 @@
 #include <stdbool.h>
 
 #include "conn.h"
+#include "metrics.h"
 #include "store.h"
 
 #ifdef __cplusplus
@@ -154,6 +155,10 @@ typedef struct jsd_consumer_opts {
      * ack_wait x max_deliver + the backoff schedule, or than the stream's
      * duplicate window. Default 7 days. */
     int64_t inbox_retention_ms;
+
+    /* Where deliveries by result, handler durations and dead letters are
+     * counted (borrowed; NULL: jsd_metrics_default()). */
+    jsd_metrics *metrics;
 } jsd_consumer_opts;
 
 void jsd_consumer_opts_init(jsd_consumer_opts *o);

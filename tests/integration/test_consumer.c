@@ -139,6 +139,10 @@ static void commit_then_confirmed_ack(bool pg)
     jsConsumerInfo_Destroy(ci);
     /* The inbox holds every delivery identity. */
     ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox"), 300);
+    /* Counted in the process-wide metrics registry. */
+    double v = 0;
+    ASSERT_OK(jsd_metrics_get(jsd_metrics_default(), "jsd_deliveries_total", "commit", &v));
+    ASSERT_EQ((long long)v, 300);
     jsd_consumer_destroy(c);
     cenv_down(&e);
 }
@@ -455,6 +459,13 @@ static void max_deliver_parks(bool pg)
     ASSERT_EQ(h.calls, 2);
     ASSERT_EQ(effects(&e), 0);
     check_one_death(&e, "max_deliver", 1);
+    double v = 0;
+    ASSERT_OK(jsd_metrics_get(jsd_metrics_default(), "jsd_deliveries_total", "deadletter", &v));
+    ASSERT_EQ((long long)v, 1);
+    ASSERT_OK(jsd_metrics_get(jsd_metrics_default(), "jsd_deliveries_total", "retry", &v));
+    ASSERT_EQ((long long)v, 1);
+    ASSERT_OK(jsd_metrics_get(jsd_metrics_default(), "jsd_dead_letters_total", NULL, &v));
+    ASSERT_EQ((long long)v, 1);
     jsd_dead_letter d;
     jsd_error err;
     ASSERT_OK_E(jsd_dlq_get(e.conn, e.dlq_stream, 1, &d, &err), err.msg);
