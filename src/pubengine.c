@@ -672,7 +672,15 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     uint64_t id = en->id;
     pthread_mutex_unlock(&e->lk);
 
-    jsd__snprintf(reply, sizeof(reply), "%s%llu", e->prefix, (unsigned long long)id);
+    /* prefix + decimal id, without printf on the hot path */
+    char digits[24];
+    size_t nd = 0;
+    for (uint64_t v = id; nd == 0 || v; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    memcpy(reply, e->prefix, e->prefix_len);
+    for (size_t i = 0; i < nd; i++)
+        reply[e->prefix_len + i] = digits[nd - 1 - i];
+    reply[e->prefix_len + nd] = '\0';
     s = natsMsg_Create(&m, r->subject, reply, (const char *)r->payload, (int)r->len);
     if (s == NATS_OK)
         s = natsMsgHeader_Set(m, "Nats-Msg-Id", r->msg_id);
