@@ -158,7 +158,11 @@ typedef struct jsd_publish_done {
 } jsd_publish_done;
 
 /* Collect up to max finished publications, waiting up to timeout_ms for the
- * first (0: do not wait). Expires deadlines (-> UNKNOWN). Returns the count. */
+ * first (0: do not wait; < 0: until one finishes, which every publication
+ * does by its deadline). Returns 0 at once when nothing is in flight. Settles
+ * expired publications and those whose connection was lost as UNKNOWN. With
+ * many in flight it may wait up to 2 ms more to return a batch. Returns the
+ * count. */
 size_t jsd_publisher_poll(jsd_publisher *p, jsd_publish_done *done, size_t max, int timeout_ms);
 /* Publications submitted and not yet collected. */
 size_t jsd_publisher_inflight(const jsd_publisher *p);
