@@ -191,6 +191,55 @@ static void crafted_replies(void **state)
     pthread_mutex_destroy(&r.lk);
 }
 
+/* The ordering header against a real stream: the broker refuses a wrong
+ * expected last sequence with 10071, and that is a known failure. */
+static void expected_last_subject_sequence(void **state)
+{
+    (void)state;
+    const char *url = jsd_fx_shared_nats_url();
+    jsd_conn *c = ph_open(url);
+    natsConnection *direct = ph_direct(url, NULL, NULL);
+    jsCtx *js = ph_js(direct);
+    char stream[96], filter[128], subject[128];
+    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("ORD"));
+    snprintf(filter, sizeof(filter), "%s.>", stream);
+    snprintf(subject, sizeof(subject), "%s.k1", stream);
+    ph_add_stream(js, &(ph_stream){.name = stream, .subject = filter});
+    jsd__pubengine *e = NULL;
+    jsd_error err;
+    jsd__pubengine_opts eo = {.admission = 4, .deadline_ms = 3000};
+    ASSERT_OK_E(jsd__pubengine_create(&e, c, &eo, &err), err.msg);
+    jsd_publish_result res;
+    jsd_publish_done d;
+    jsd__pub_req req = {.subject = subject,
+                        .expected_stream = stream,
+                        .msg_id = "o-1",
+                        .payload = "x",
+                        .len = 1,
+                        .has_expected_last_subject_seq = true,
+                        .expected_last_subject_seq = 5};
+    ASSERT_TRUE(jsd__pubengine_submit(e, &req, &res));
+    ASSERT_EQ(jsd__pubengine_poll(e, &d, 1, 5000), 1);
+    ASSERT_OUTCOME(d.result.outcome, JSD_OUTCOME_FAILED, d.result);
+    ASSERT_EQ(d.result.js_err_code, 10071);
+    req.expected_last_subject_seq = 0; /* "nothing on this subject yet" */
+    ASSERT_TRUE(jsd__pubengine_submit(e, &req, &res));
+    ASSERT_EQ(jsd__pubengine_poll(e, &d, 1, 5000), 1);
+    ASSERT_OUTCOME(d.result.outcome, JSD_OUTCOME_ACCEPTED, d.result);
+    ASSERT_EQ(d.result.receipt.seq, 1);
+    req.msg_id = "o-2";
+    req.expected_last_subject_seq = 1;
+    ASSERT_TRUE(jsd__pubengine_submit(e, &req, &res));
+    ASSERT_EQ(jsd__pubengine_poll(e, &d, 1, 5000), 1);
+    ASSERT_OUTCOME(d.result.outcome, JSD_OUTCOME_ACCEPTED, d.result);
+    ASSERT_EQ(d.result.receipt.seq, 2);
+    ASSERT_EQ(ph_stream_msgs(js, stream), 2);
+    jsd__pubengine_destroy(e);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(direct);
+    jsd_conn_close(c);
+}
+
 static void stream_lookup(void **state)
 {
     (void)state;
@@ -229,4 +278,5 @@ static void stream_lookup(void **state)
     jsd_conn_close(c);
 }
 
-JSD_TEST_MAIN(cmocka_unit_test(crafted_replies), cmocka_unit_test(stream_lookup))
+JSD_TEST_MAIN(cmocka_unit_test(crafted_replies), cmocka_unit_test(expected_last_subject_sequence),
+              cmocka_unit_test(stream_lookup))
