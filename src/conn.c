@@ -158,16 +158,24 @@ static void redact_urls(char *dst, size_t cap, const char *src)
         if (src[i] == ':' && src[i + 1] == '/' && src[i + 2] == '/') {
             for (int k = 0; k < 3 && o + 1 < cap; k++)
                 dst[o++] = src[i++];
-            /* user-info: up to '@' before any '/', space, ',' or quote */
-            size_t j = i;
-            while (src[j] && src[j] != '@' && src[j] != '/' && src[j] != ' ' && src[j] != ',' &&
-                   src[j] != '"' && src[j] != '\'' && src[j] != '\n')
+            /* user-info: up to the last '@' before a space, ',' or quote (a
+             * password may itself hold '@' or '/'; an '@' in a path is
+             * over-redacted, which is harmless) */
+            size_t j = i, at = 0;
+            bool found = false;
+            while (src[j] && src[j] != ' ' && src[j] != ',' && src[j] != '"' && src[j] != '\'' &&
+                   src[j] != '\n' && src[j] != ')') {
+                if (src[j] == '@') {
+                    at = j;
+                    found = true;
+                }
                 j++;
-            if (src[j] == '@') {
+            }
+            if (found) {
                 const char *stars = "***@";
                 for (int k = 0; stars[k] && o + 1 < cap; k++)
                     dst[o++] = stars[k];
-                i = j + 1;
+                i = at + 1;
             }
             continue;
         }
@@ -188,6 +196,35 @@ static void scrub_secret(char *buf, const char *secret)
     while ((p = strstr(buf, secret)) != NULL) {
         memcpy(p, "***", 3);
         memmove(p + 3, p + sl, strlen(p + sl) + 1);
+    }
+}
+
+/* Scrub the secrets of a profile as given (used on every failed open, also
+ * before the profile has been copied): token, password and the user-info of
+ * every URL, whole and split at its first ':'. */
+static void scrub_profile(char *buf, const jsd_conn_opts *o)
+{
+    const char *p;
+    if (!o)
+        return;
+    scrub_secret(buf, o->token);
+    scrub_secret(buf, o->password);
+    for (p = o->servers; p && (p = strstr(p, "://")) != NULL;) {
+        const char *ui = p + 3, *end = ui + strcspn(ui, ", \t"), *at = NULL;
+        char tmp[512];
+        for (const char *q = ui; q < end; q++)
+            if (*q == '@')
+                at = q;
+        if (at && (size_t)(at - ui) < sizeof(tmp)) {
+            memcpy(tmp, ui, (size_t)(at - ui));
+            tmp[at - ui] = '\0';
+            scrub_secret(buf, tmp);
+            char *colon = strchr(tmp, ':');
+            if (colon)
+                scrub_secret(buf, colon + 1);
+            jsd__wipe(tmp, sizeof(tmp));
+        }
+        p = end;
     }
 }
 
@@ -1300,6 +1337,8 @@ jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
 fail:
     natsOptions_Destroy(no);
     jsd_conn_close(c);
+    if (err)
+        scrub_profile(err->msg, o);
     return st;
 }
 

@@ -113,6 +113,10 @@ static void bad_urls(void **state)
         {"ws://127.0.0.1:8080", JSD_ERR_NOT_SUPPORTED, "WebSocket"},
         {"nats://u:" SECRET_PASS "@127.0.0.1:x", JSD_ERR_CONFIG, "nats://***@127.0.0.1:x"},
         {"nats://" SECRET_TOKEN "@:4222", JSD_ERR_CONFIG, "nats://***@:4222"},
+        {"nats://u:" SECRET_PASS "@x@127.0.0.1:bad", JSD_ERR_CONFIG,
+         "\"nats://***@127.0.0.1:bad\""},
+        {"nats://u:" SECRET_PASS "/x@127.0.0.1:bad", JSD_ERR_CONFIG, "nats://***@127.0.0.1:bad"},
+        {"nats://u:" SECRET_PASS "/x@127.0.0.1:1/p", JSD_ERR_CONFIG, NULL},
     };
     for (size_t i = 0; i < JSD_ARRAY_LEN(cases); i++) {
         jsd_conn_opts o;
