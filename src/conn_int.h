@@ -18,8 +18,11 @@ int jsd__conn_request_timeout_ms(const jsd_conn *c);
 
 /* Asynchronous errors the server reports on the connection (for example
  * "Permissions Violation for Publish to ..."), fanned out to listeners from
- * nats.c's thread. A listener only records what it needs under its own lock.
- * Returns a handle for removal, or -1. */
+ * nats.c's thread. A listener only records what it needs under its own lock,
+ * and must not add or remove listeners itself (they run under the
+ * connection's listener lock). Up to 16 per connection. Returns a handle for
+ * removal, or -1. Once remove returns, that listener is never called again,
+ * so its user data may be freed. */
 typedef void (*jsd__conn_error_fn)(natsStatus s, const char *text, void *user);
 int jsd__conn_add_error_listener(jsd_conn *c, jsd__conn_error_fn fn, void *user);
 void jsd__conn_remove_error_listener(jsd_conn *c, int handle);
