@@ -82,7 +82,7 @@ void jsd__store_redact_url(const char *url, char *out, size_t cap)
     const char *sch = strstr(url, "://");
     if (sch) {
         const char *auth = sch + 3;
-        size_t alen = strcspn(auth, "/?#");
+        size_t alen = strlen(auth); /* the last @: passwords may hold / ? # or @ */
         const char *at = NULL;
         for (size_t i = 0; i < alen; i++)
             if (auth[i] == '@')

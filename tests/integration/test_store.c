@@ -1307,6 +1307,9 @@ static void url_errors_are_clear_and_secret_free(void **state)
     ASSERT_STATUS(jsd_store_open(&s, "postgresql://127.0.0.1:1/db?password=hunter2", &e),
                   JSD_ERR_CONNECT);
     ASSERT_NOT_CONTAINS(e.msg, "hunter2");
+    ASSERT_NE(jsd_store_open(&s, "postgresql://u:hun/ter@2@127.0.0.1:1/db", &e), JSD_OK);
+    ASSERT_NOT_CONTAINS(e.msg, "hun/ter");
+    ASSERT_NOT_CONTAINS(e.msg, "ter@2");
     /* A folder that does not exist. */
     ASSERT_NE(jsd_store_open(&s, "sqlite:/nonexistent/dir/x.db", &e), JSD_OK);
     ASSERT_CONTAINS(e.msg, "/nonexistent/dir/x.db");

@@ -125,6 +125,8 @@ static void subjects_and_redaction(void **state)
     ASSERT_STREQ(out, "postgres://app@h/db?password=***&x=1");
     jsd__store_redact_url("postgres://a:b:c@h/db", out, sizeof(out));
     ASSERT_NOT_CONTAINS(out, "b:c");
+    jsd__store_redact_url("postgres://u:pa/ss?w@rd#x@h/db", out, sizeof(out));
+    ASSERT_STREQ(out, "postgres://u:***@h/db");
     jsd__store_redact_url("sqlite:/var/lib/app.db", out, sizeof(out));
     ASSERT_STREQ(out, "sqlite:/var/lib/app.db");
     jsd__store_redact_url("postgres://u:longpassword@h/db", out, 12);
