@@ -1321,8 +1321,15 @@ static jsd_status migrate(jsd_store *s)
                             "store \"%s\" (schema \"%s\") has schema version %lld, newer than "
                             "this jsdurable knows (%d): upgrade jsdurable",
                             s->url_safe, p->schema, (long long)cur, JSD__SCHEMA_VERSION);
-    for (int64_t v = cur + 1; rc == JSD_OK && v <= JSD__SCHEMA_VERSION; v++) {
-        for (const char *const *q = MIGRATIONS[v - 1]; *q && rc == JSD_OK; q++)
+    if (rc == JSD_OK && cur < 0)
+        rc = jsd__store_err(s, JSD_ERR_SCHEMA,
+                            "store \"%s\" records schema version %lld, which no jsdurable wrote: "
+                            "the jsd_schema_version table was changed by hand",
+                            s->url_safe, (long long)cur);
+    _Static_assert(JSD_ARRAY_LEN(MIGRATIONS) == JSD__SCHEMA_VERSION, "one migration per version");
+    for (size_t m = cur > 0 ? (size_t)cur : 0; rc == JSD_OK && m < JSD_ARRAY_LEN(MIGRATIONS); m++) {
+        int64_t v = (int64_t)m + 1;
+        for (const char *const *q = MIGRATIONS[m]; *q && rc == JSD_OK; q++)
             rc = run_schema_sql(s, *q, "applying a schema migration");
         if (rc == JSD_OK) {
             char ins[160];

@@ -803,7 +803,7 @@ jsd_status jsd_tx_emit_batch(jsd_tx *tx, const jsd_effect *e, size_t n, size_t *
         return JSD_OK;
     if (!e)
         return jsd__store_err(s, JSD_ERR_INVALID, "effects array is NULL");
-    jsd__row one;
+    jsd__row one = {0};
     unsigned char *one_enc = NULL;
     jsd__row *rows = n == 1 ? &one : jsd__calloc(n, sizeof(*rows));
     unsigned char **encs = n == 1 ? &one_enc : jsd__calloc(n, sizeof(*encs));
