@@ -53,7 +53,10 @@ typedef struct jsd_conn_opts {
     int request_timeout_ms; /* JetStream API requests; default 5000 */
 
     /* Start-up: keep retrying the first connection for this long, then fail
-     * with a clear error. Default 10000; 0 means a single attempt. */
+     * with a clear error (JSD_ERR_CONNECT). Default 10000; 0 means a single
+     * attempt. An attempt under way when the budget ends is finished, so the
+     * failure can come up to one connect_timeout_ms per server URL late.
+     * Authorization and TLS refusals are definitive and end it at once. */
     int startup_budget_ms;
 
     /* Run time: reconnect attempts after a loss (-1 = for ever, the default:
