@@ -49,6 +49,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "conn_int.h"
 #include "ingress_int.h"
@@ -115,6 +116,17 @@ struct jsd_consumer {
     } ackw; /* the ACKs whose confirmations are awaited */
 
     const jsd_metrics_std *m; /* counters: never NULL, its handles may be */
+
+    /* The fetcher thread pulls the next batch while this one is applied.
+     * It only moves a natsMsgList into `slot` under fmu; deliveries are
+     * decided on the consumer's thread. */
+    pthread_t fetcher;
+    bool fetcher_started;
+    pthread_mutex_t fmu;
+    pthread_cond_t fcv;
+    bool fstop, slot_full;
+    natsMsgList slot;
+    natsStatus slot_status;
     atomic_bool draining;
     pthread_mutex_t mu;
     jsd_consumer_stats stats;
@@ -307,6 +319,94 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
     return JSD_OK;
 }
 
+/* ---- the fetcher thread ------------------------------------------------------------ */
+
+/* Give back messages that were fetched but never handed out (drain, destroy):
+ * a NAK without delay, so the durable offers them again at once. */
+static void give_back(natsMsgList *l)
+{
+    for (int i = 0; i < l->Count; i++)
+        if (l->Msgs[i])
+            natsMsg_Nak(l->Msgs[i], NULL);
+    natsMsgList_Destroy(l);
+}
+
+static void *fetcher_main(void *arg)
+{
+    jsd_consumer *c = arg;
+    pthread_mutex_lock(&c->fmu);
+    while (!c->fstop) {
+        if (c->slot_full || atomic_load(&c->draining)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&c->fcv, &c->fmu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&c->fmu);
+        natsMsgList l = {0};
+        natsStatus s = natsSubscription_Fetch(&l, c->sub, c->batch, c->fetch_wait_ms, NULL);
+        if (s != NATS_OK && s != NATS_TIMEOUT)
+            jsd__sleep_ms(50); /* a broken connection: do not spin */
+        pthread_mutex_lock(&c->fmu);
+        if (c->fstop || atomic_load(&c->draining)) {
+            give_back(&l);
+            continue;
+        }
+        c->slot = l;
+        c->slot_status = s;
+        c->slot_full = true;
+        pthread_cond_broadcast(&c->fcv);
+    }
+    pthread_mutex_unlock(&c->fmu);
+    return NULL;
+}
+
+/* Take the next fetched batch, waiting for the fetcher; false when none came
+ * in time. */
+static bool take_batch(jsd_consumer *c, natsMsgList *out, natsStatus *st)
+{
+    bool got = false;
+    int64_t deadline = jsd__mono_ms() + c->fetch_wait_ms + 5000;
+    pthread_mutex_lock(&c->fmu);
+    while (!c->slot_full && !c->fstop && jsd__mono_ms() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->fcv, &c->fmu, &ts);
+    }
+    if (c->slot_full) {
+        *out = c->slot;
+        *st = c->slot_status;
+        memset(&c->slot, 0, sizeof(c->slot));
+        c->slot_full = false;
+        got = true;
+        pthread_cond_broadcast(&c->fcv); /* the fetcher pulls the next one now */
+    }
+    pthread_mutex_unlock(&c->fmu);
+    return got;
+}
+
+/* Stop fetching and give back a batch fetched but not handed out. */
+static void fetcher_drain(jsd_consumer *c)
+{
+    pthread_mutex_lock(&c->fmu);
+    if (c->slot_full) {
+        give_back(&c->slot);
+        c->slot_full = false;
+    }
+    pthread_cond_broadcast(&c->fcv);
+    pthread_mutex_unlock(&c->fmu);
+}
+
 /* ---- create / destroy ------------------------------------------------------------- */
 
 static jsd_status cerr(jsd_consumer *c, jsd_status st, const char *fmt, ...) JSD_PRINTF(3, 4);
@@ -494,6 +594,8 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
     if (!(c = jsd__calloc(1, sizeof(*c))))
         return jsd__err(err, JSD_ERR_NOMEM, "consumer create: out of memory");
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->fmu, NULL);
+    pthread_cond_init(&c->fcv, NULL);
     atomic_init(&c->draining, false);
     c->store = store;
     c->conn = conn;
@@ -543,6 +645,11 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
         jsd__err_copy(err, &c->err);
         goto fail;
     }
+    if (pthread_create(&c->fetcher, NULL, fetcher_main, c) != 0) {
+        st = jsd__err(err, JSD_ERR_NOMEM, "consumer create: cannot start the fetcher thread");
+        goto fail;
+    }
+    c->fetcher_started = true;
     JSD_INFO("ingress",
              "bound to durable %s on stream %s (batch %d, park after %d deliveries, dead "
              "letters to %s in %s)",
@@ -567,6 +674,15 @@ void jsd_consumer_destroy(jsd_consumer *c)
 {
     if (!c)
         return;
+    if (c->fetcher_started) {
+        pthread_mutex_lock(&c->fmu);
+        c->fstop = true;
+        pthread_cond_broadcast(&c->fcv);
+        pthread_mutex_unlock(&c->fmu);
+        pthread_join(c->fetcher, NULL);
+    }
+    if (c->slot_full)
+        give_back(&c->slot);
     if (c->ack_sub)
         ack_collect(c, true);
     batch_release(c);
@@ -584,6 +700,8 @@ void jsd_consumer_destroy(jsd_consumer *c)
     jsd__free(c->durable);
     jsd__free(c->dlq_subject);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->fmu);
+    pthread_cond_destroy(&c->fcv);
     jsd__free(c);
 }
 
@@ -1049,11 +1167,14 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
     if (!c || !h)
         return JSD_ERR_INVALID;
     if (atomic_load(&c->draining)) {
+        fetcher_drain(c);
         ack_collect(c, true);
         return JSD_ERR_STOPPED;
     }
 
-    natsStatus s = natsSubscription_Fetch(&list, c->sub, c->batch, c->fetch_wait_ms, NULL);
+    natsStatus s = NATS_TIMEOUT;
+    if (!take_batch(c, &list, &s))
+        s = NATS_TIMEOUT;
     if (s == NATS_TIMEOUT || (s == NATS_OK && list.Count == 0)) {
         natsMsgList_Destroy(&list);
         ack_collect(c, true);
@@ -1250,6 +1371,7 @@ jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool unt
                 return JSD_OK;
         }
     }
+    fetcher_drain(c);
     ack_collect(c, true);
     return JSD_OK;
 }
