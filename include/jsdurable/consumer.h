@@ -21,8 +21,9 @@
  * reaches the park threshold (see max_deliver below) is parked as a death
  * envelope and ACKed once the dead-letter stream confirmed it.
  *
- * Threads: a consumer is driven by one thread (jsd_consumer_run); handlers run
- * on that thread. jsd_consumer_begin_drain and jsd_consumer_stats_get are
+ * Threads: a consumer is driven by one thread (jsd_consumer_run/poll); handlers
+ * and all store work run on that thread. An internal fetcher thread pulls the
+ * next batch meanwhile (it never touches the store). jsd_consumer_begin_drain and jsd_consumer_stats_get are
  * thread-safe. Many processes may bind the same durable: the server balances
  * deliveries between them, and the inbox keeps their effects once-only.
  */
