@@ -536,6 +536,28 @@ static void config_guard(bool pg)
     o.dlq_subject = own;
     ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_CONFIG);
     ASSERT_CONTAINS(err.msg, "captured by the consumed stream");
+    /* Limits, crossed. */
+    o.durable = e.durable;
+    o.dlq_subject = NULL;
+    o.inbox_retention_ms = 0;
+    o.batch = 4097;
+    ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "batch 4097 outside 1..4096");
+    o.batch = 4096;
+    char long_type[258];
+    memset(long_type, 't', 257);
+    long_type[257] = '\0';
+    const char *types[] = {"ok.type", long_type};
+    o.accept_types = types;
+    o.n_accept_types = 2;
+    ASSERT_STATUS(jsd_consumer_create(&c, e.store, e.conn, &o, &err), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(err.msg, "accepted type 1 is empty or over 256 bytes");
+    long_type[256] = '\0'; /* 256 bytes: accepted */
+    ASSERT_OK_E(jsd_consumer_create(&c, e.store, e.conn, &o, &err), err.msg);
+    jsd_consumer_destroy(c);
+    c = NULL;
+    o.accept_types = NULL;
+    o.n_accept_types = 0;
     /* A missing durable is named. */
     o.dlq_subject = NULL;
     o.durable = "nosuchdurable";

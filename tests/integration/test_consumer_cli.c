@@ -175,6 +175,11 @@ static void refusals(bool pg)
     rc = jsd_test_run(cmd, out, sizeof(out));
     ASSERT_EQ(rc, 64);
     ASSERT_CONTAINS(out, "missing_table");
+    /* Limits of the flags, crossed. */
+    ASSERT_EQ(consume(&e, NULL, "--batch 4097"), 64);
+    ASSERT_CONTAINS(out, "--batch takes 1..4096");
+    ASSERT_EQ(consume(&e, NULL, "--max-deliver 0"), 64);
+    ASSERT_EQ(consume(&e, NULL, "--payload xml"), 64);
     /* A too-short inbox retention. */
     rc = consume(&e, NULL, "--inbox-retention 1s");
     ASSERT_EQ(rc, 78);
