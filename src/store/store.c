@@ -791,6 +791,51 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     return JSD_OK;
 }
 
+/* The index of the first row whose identity repeats an earlier row of the
+ * batch, or n. A small open-addressing set of (owner, id) hashes. */
+static uint64_t ident_hash(const jsd__row *r)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = r->owner; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL; /* separator: ("ab","c") != ("a","bc") */
+    for (const char *p = r->effect_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    return h;
+}
+
+static size_t first_repeat(const jsd__row *rows, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    size_t *slot = jsd__calloc(cap, sizeof(size_t)); /* row index + 1; 0 = empty */
+    if (!slot) {
+        for (size_t i = 1; i < n; i++) /* no memory: the slow way */
+            for (size_t j = 0; j < i; j++)
+                if (!strcmp(rows[i].owner, rows[j].owner) &&
+                    !strcmp(rows[i].effect_id, rows[j].effect_id))
+                    return i;
+        return n;
+    }
+    size_t found = n;
+    for (size_t i = 0; i < n && found == n; i++) {
+        size_t k = (size_t)ident_hash(&rows[i]) & (cap - 1);
+        while (slot[k]) {
+            const jsd__row *o = &rows[slot[k] - 1];
+            if (!strcmp(o->owner, rows[i].owner) && !strcmp(o->effect_id, rows[i].effect_id)) {
+                found = i;
+                break;
+            }
+            k = (k + 1) & (cap - 1);
+        }
+        if (found == n)
+            slot[k] = i + 1;
+    }
+    jsd__free(slot);
+    return found;
+}
+
 jsd_status jsd_tx_emit_batch(jsd_tx *tx, const jsd_effect *e, size_t n, size_t *bad_index)
 {
     jsd_status rc = need_tx(tx, "jsd_tx_emit");
@@ -826,8 +871,28 @@ jsd_status jsd_tx_emit_batch(jsd_tx *tx, const jsd_effect *e, size_t n, size_t *
         }
     }
     size_t dup = 0;
+    if (n > 1 && (dup = first_repeat(rows, n)) < n) {
+        rc = JSD_ERR_EXISTS;
+        if (bad_index)
+            *bad_index = dup;
+        jsd__store_err(s, rc,
+                       "effect (owner \"%.128s\", id \"%.128s\") appears twice in the batch: an "
+                       "effect identity is emitted once; no effect of this batch was added",
+                       rows[dup].owner, rows[dup].effect_id);
+        goto done;
+    }
     rc = s->ops->emit(s, rows, n, &dup);
-    if (rc == JSD_ERR_EXISTS) {
+    if (rc == JSD_ERR_EXISTS && dup >= n) {
+        char cause[JSD_ERRMSG_MAX];
+        char state[sizeof(s->err.sqlstate)];
+        jsd__strlcpy(cause, s->err.msg, sizeof(cause));
+        memcpy(state, s->err.sqlstate, sizeof(state));
+        jsd__store_err(s, JSD_ERR_EXISTS,
+                       "an effect of this batch was emitted at the same time by another "
+                       "transaction; this transaction is aborted: roll it back (%.300s)",
+                       cause);
+        memcpy(s->err.sqlstate, state, sizeof(state));
+    } else if (rc == JSD_ERR_EXISTS) {
         if (bad_index)
             *bad_index = dup;
         jsd__store_err(s, JSD_ERR_EXISTS,

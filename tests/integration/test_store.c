@@ -1578,6 +1578,55 @@ static void pg_concurrent_open(void **state)
     jsd_store_close(s);
 }
 
+static bool pg_someone_waits_on_a_lock(PGconn *admin)
+{
+    PGresult *r = PQexec(admin, "SELECT count(*) FROM pg_locks WHERE NOT granted");
+    bool yes = PQresultStatus(r) == PGRES_TUPLES_OK && atoi(PQgetvalue(r, 0, 0)) > 0;
+    PQclear(r);
+    return yes;
+}
+
+/* Two transactions emitting the same identity at once: the second waits for
+ * the first and, when it commits, is refused with JSD_ERR_EXISTS; only one
+ * effect exists. */
+static void pg_concurrent_duplicate_identity(void **state)
+{
+    (void)state;
+    char url[512];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    jsd_store *a = open_url(url);
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(a, &tx));
+    jsd_effect mine[2] = {{.owner = "o", .id = "x", .subject = "a.b"},
+                          {.owner = "o", .id = "y", .subject = "a.b"}};
+    ASSERT_OK(jsd_tx_emit_batch(tx, mine, 2, NULL));
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        jsd_store *b = NULL;
+        if (jsd_store_open(&b, url, NULL) != JSD_OK)
+            _exit(3);
+        jsd_tx *tb;
+        jsd_effect theirs[2] = {{.owner = "o", .id = "z", .subject = "a.b"},
+                                {.owner = "o", .id = "x", .subject = "a.b"}};
+        if (jsd_tx_begin(b, &tb) != JSD_OK)
+            _exit(4);
+        jsd_status rc = jsd_tx_emit_batch(tb, theirs, 2, NULL);
+        fprintf(stderr, "child: %s: %s\n", jsd_status_name(rc), jsd_store_errmsg(b));
+        jsd_tx_rollback(tb);
+        _exit(rc == JSD_ERR_EXISTS && strstr(jsd_store_errmsg(b), "same time") ? 0 : 5);
+    }
+    PGconn *admin = PQconnectdb(url);
+    ASSERT_WAIT(pg_someone_waits_on_a_lock(admin), 30000);
+    ASSERT_OK(jsd_tx_commit(tx));
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    ASSERT_EQ(st, 0);
+    ASSERT_EQ(stats(a).backlog, 2);
+    PQfinish(admin);
+    jsd_store_close(a);
+}
+
 /* A PostgreSQL connection lost between operations is re-established by the
  * next operation; the one that met the loss reports JSD_ERR_CONNECT. Nothing
  * committed is lost. */
@@ -1706,4 +1755,5 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(sqlite_settings),
               cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
-              cmocka_unit_test(pg_reconnects_after_connection_loss))
+              cmocka_unit_test(pg_reconnects_after_connection_loss),
+              cmocka_unit_test(pg_concurrent_duplicate_identity))
