@@ -87,7 +87,10 @@ struct pg_conn *jsd_tx_pg(jsd_tx *tx);
 jsd_status jsd_tx_emit(jsd_tx *tx, const jsd_effect *e);
 /* Emit n effects at once (one multi-row INSERT on PostgreSQL). All or none:
  * on failure no effect of the batch remains in the transaction and *bad_index
- * (may be NULL) names the offending effect. */
+ * (may be NULL) names the offending effect; the transaction stays usable,
+ * except on PostgreSQL when another transaction commits one of the batch's
+ * identities while this one waits on it: then the transaction is aborted and
+ * must be rolled back (JSD_ERR_EXISTS, the message says so). */
 jsd_status jsd_tx_emit_batch(jsd_tx *tx, const jsd_effect *e, size_t n, size_t *bad_index);
 /* Commit and free tx. On failure nothing was committed and tx is freed. */
 jsd_status jsd_tx_commit(jsd_tx *tx);
