@@ -110,8 +110,13 @@ static const char *const sql_text[S__COUNT] = {
     [S_REQUEUE] = "UPDATE jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
                   "attempts = 0, next_attempt_at = ?2, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND dead_lettered_at IS NOT NULL AND published_at IS NULL",
-    [S_NEXT_DUE] = "SELECT min(max(next_attempt_at, coalesce(lease_expires, 0))) FROM jsd_outbox "
-                   "WHERE " PENDING,
+    /* Only effects a claim could take: unordered ones and the heads of keys. */
+    [S_NEXT_DUE] =
+        "SELECT min(t) FROM (SELECT min(max(next_attempt_at, coalesce(lease_expires, 0))) "
+        "AS t FROM jsd_outbox WHERE order_key IS NULL AND " PENDING " UNION ALL "
+        "SELECT min(max(c.next_attempt_at, coalesce(c.lease_expires, 0))) FROM "
+        "(SELECT min(id) AS hid FROM jsd_outbox WHERE order_key IS NOT NULL AND " PENDING
+        " GROUP BY order_key) h JOIN jsd_outbox c ON c.id = h.hid)",
     [S_INBOX_GET] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM jsd_inbox "
                     "WHERE stream = ?1 AND consumer = ?2 AND stream_seq = ?3",
     [S_INBOX_GET_MSG] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM jsd_inbox "

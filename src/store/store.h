@@ -175,9 +175,12 @@ jsd_status jsd__store_release(jsd_store *s, const char *lease_token, const int64
 jsd_status jsd__store_requeue_dead(jsd_store *s, const int64_t *row_ids, size_t n, int64_t now_ms,
                                    size_t *requeued);
 
-/* The earliest next_attempt_at among unpublished, not dead-lettered effects
- * (*found false when there is none): lets the relay sleep until a durable
- * timer is due instead of polling blindly. */
+/* When the next claim could find work: the earliest time at which an effect
+ * a claim could take (an unordered effect, or the head of an order key) is
+ * due and its lease free, i.e. max(next_attempt_at, lease_expires); effects
+ * waiting behind a key's head do not count. *found is false when nothing is
+ * pending. Lets the relay sleep until a durable timer or a lease ends instead
+ * of polling blindly. */
 jsd_status jsd__store_next_due(jsd_store *s, bool *found, int64_t *next_due_ms);
 
 /* ---- wake-ups (RELAY-3) ----------------------------------------------------------- */

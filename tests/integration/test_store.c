@@ -628,6 +628,13 @@ static void order_key_holds_back_later_effects(void **state)
     ASSERT_EQ(b.n, 3);
     ASSERT_TRUE(has_id(&b, "k1") && has_id(&b, "j1") && has_id(&b, "u1"));
     int64_t k1 = b.items[0].row_id;
+    /* Nothing is claimable until the leases end: k2 waits behind k1, so its own
+     * due time does not count. */
+    bool found = false;
+    int64_t next = 0;
+    ASSERT_OK(jsd__store_next_due(s, &found, &next));
+    ASSERT_TRUE(found);
+    ASSERT_EQ(next, now + 60000);
     /* Even with the lease expired, k2 waits for k1's receipt. */
     jsd__effect_batch b2;
     jsd__effect_batch_init(&b2);
