@@ -835,6 +835,13 @@ static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions
         goto fail;
     if ((s = natsOptions_SetSendAsap(no, true)) != NATS_OK)
         goto fail;
+    /* With SendAsap every publish writes to the socket under the connection's
+     * lock. Without a write deadline a server that stops reading (paused,
+     * hung) blocks that write for ever, and the pinger, which needs the same
+     * lock, can never notice. With it the write fails after this long and the
+     * connection is dropped and re-established (publishers report UNKNOWN). */
+    if ((s = natsOptions_SetWriteDeadline(no, o->request_timeout_ms)) != NATS_OK)
+        goto fail;
     if ((s = natsOptions_SetAllowReconnect(no, true)) != NATS_OK)
         goto fail;
     if ((s = natsOptions_SetMaxReconnect(

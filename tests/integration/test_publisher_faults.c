@@ -261,6 +261,74 @@ static void in_flight_at_connection_loss_is_unknown(void **state)
     jsd_conn_close(c);
 }
 
+/* A paused broker stops reading: once the socket buffers are full a write
+ * blocks. The connection's write deadline (its request timeout, 3 s here)
+ * bounds it; nothing stalls for ever, every publication ends UNKNOWN or
+ * ACCEPTED, and after the resume the same ids store each message once. */
+static void flooded_paused_broker_never_stalls(void **state)
+{
+    (void)state;
+    enum { SIZE = 256 * 1024, MAX = 400 };
+    jsd_fx_nats fx;
+    jsd_publish_result r;
+    jsd_publish_done d[64];
+    char id[32];
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    jsd_conn *c = ph_open(fx.url); /* request timeout 3000 ms */
+    natsConnection *direct = ph_direct(fx.url, NULL, NULL);
+    jsCtx *js = ph_js(direct);
+    stream_on(js, "FLOOD", "flood.>", 0);
+    jsd_publisher *p = ph_bind(c, "FLOOD", "flood.x", 1024, 2000);
+    char *big = calloc(1, SIZE);
+    ASSERT_EQ(jsd_fx_nats_pause(&fx), 0);
+
+    int n = 0, unknown = 0;
+    int64_t worst = 0;
+    for (; n < MAX; n++) {
+        snprintf(id, sizeof(id), "f-%d", n);
+        int64_t t0 = jsd_test_mono_ms();
+        bool in_flight = jsd_publish_submit(p, id, big, SIZE, NULL, 0, NULL, &r);
+        int64_t took = jsd_test_mono_ms() - t0;
+        worst = took > worst ? took : worst;
+        if (!in_flight) {
+            ASSERT_OUTCOME(r.outcome, JSD_OUTCOME_UNKNOWN, r);
+            unknown++;
+            n++;
+            break;
+        }
+    }
+    ASSERT_TRUE(unknown == 1); /* the buffers filled and a write gave up */
+    ASSERT_LE(worst, 3000 + 3000);
+    /* everything still in flight settles promptly: the connection was dropped */
+    int64_t t0 = jsd_test_mono_ms();
+    while (jsd_publisher_inflight(p) > 0 && jsd_test_mono_ms() - t0 < 10000) {
+        size_t got = jsd_publisher_poll(p, d, 64, 500);
+        for (size_t i = 0; i < got; i++)
+            ASSERT_EQ(d[i].result.outcome, JSD_OUTCOME_UNKNOWN);
+    }
+    ASSERT_EQ(jsd_publisher_inflight(p), 0);
+
+    ASSERT_EQ(jsd_fx_nats_resume(&fx), 0);
+    ASSERT_WAIT(jsd_conn_is_connected(c), 15000);
+    /* the caller retries every id: each is stored exactly once */
+    for (int i = 0; i < n; i++) {
+        snprintf(id, sizeof(id), "f-%d", i);
+        jsd_outcome o = JSD_OUTCOME_UNKNOWN;
+        for (int k = 0;
+             k < 20 && (o = jsd_publish(p, id, big, SIZE, NULL, 0, &r)) != JSD_OUTCOME_ACCEPTED;
+             k++)
+            jsd_test_sleep_ms(100);
+        ASSERT_OUTCOME(o, JSD_OUTCOME_ACCEPTED, r);
+    }
+    ASSERT_EQ(ph_stream_msgs(js, "FLOOD"), n);
+    free(big);
+    jsd_publisher_destroy(p);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(direct);
+    jsd_conn_close(c);
+    jsd_fx_nats_stop(&fx);
+}
+
 static void no_publish_permission_is_denied(void **state)
 {
     (void)state;
@@ -296,4 +364,5 @@ JSD_TEST_MAIN(cmocka_unit_test(paused_broker_is_unknown_then_duplicate),
               cmocka_unit_test(duplicate_window_is_finite),
               cmocka_unit_test(lost_connection_before_write_is_unavailable),
               cmocka_unit_test(in_flight_at_connection_loss_is_unknown),
+              cmocka_unit_test(flooded_paused_broker_never_stalls),
               cmocka_unit_test(no_publish_permission_is_denied))
