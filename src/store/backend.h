@@ -70,7 +70,8 @@ typedef struct jsd__store_ops {
     jsd_status (*poison_read)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                               int64_t after_id, size_t max, jsd__poison_record **out, size_t *n);
     jsd_status (*gc_step)(jsd_store *s, int64_t cutoff, int batch, int64_t *removed);
-    jsd_status (*stats)(jsd_store *s, int64_t now, jsd_store_stats *out);
+    /* backlog_only: backlog, due and oldest_due_age_ms only (cheap). */
+    jsd_status (*stats)(jsd_store *s, int64_t now, bool backlog_only, jsd_store_stats *out);
 } jsd__store_ops;
 
 struct jsd_tx {

@@ -49,6 +49,7 @@ enum {
     P_POISON_LIST,
     P_GC,
     P_STATS,
+    P_BACKLOG,
     P__COUNT
 };
 
@@ -155,6 +156,9 @@ static const char *const sql_text[P__COUNT] = {
         "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
         "(SELECT count(*) FROM @jsd_inbox), "
         "(SELECT count(*) FROM @jsd_poison)",
+    [P_BACKLOG] =
+        "SELECT count(*), count(*) FILTER (WHERE next_attempt_at <= $1), "
+        "min(not_before) FILTER (WHERE next_attempt_at <= $1) FROM @jsd_outbox WHERE " PENDING,
 };
 
 static const char *const migration_1[] = {
@@ -1229,25 +1233,27 @@ static jsd_status pg_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *r
     return JSD_OK;
 }
 
-static jsd_status pg_stats(jsd_store *s, int64_t now, jsd_store_stats *o)
+static jsd_status pg_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_store_stats *o)
 {
     jsd_status rc = ready(s);
     if (rc != JSD_OK)
         return rc;
     params p = {.n = 0};
     p_i64(&p, now);
-    PGresult *r =
-        pexec(s, P_STATS, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "reading store counts");
+    PGresult *r = pexec(s, backlog_only ? P_BACKLOG : P_STATS, p.n, p.v, p.len, p.fmt,
+                        PGRES_TUPLES_OK, "reading store counts");
     if (!r)
         return s->err.status;
     o->backlog = get_i64(r, 0, 0);
     o->due = get_i64(r, 0, 1);
     if (!PQgetisnull(r, 0, 2))
         o->oldest_due_age_ms = JSD_MAX(0, now - get_i64(r, 0, 2));
-    o->published = get_i64(r, 0, 3);
-    o->dead_lettered = get_i64(r, 0, 4);
-    o->inbox_rows = get_i64(r, 0, 5);
-    o->poison_records = get_i64(r, 0, 6);
+    if (!backlog_only) {
+        o->published = get_i64(r, 0, 3);
+        o->dead_lettered = get_i64(r, 0, 4);
+        o->inbox_rows = get_i64(r, 0, 5);
+        o->poison_records = get_i64(r, 0, 6);
+    }
     PQclear(r);
     return JSD_OK;
 }

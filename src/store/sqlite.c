@@ -944,7 +944,7 @@ static jsd_status count1(jsd_store *s, int id, int64_t *out)
     return x == SQLITE_ROW ? JSD_OK : sq_fail(s, x, "reading store counts");
 }
 
-static jsd_status sq_stats(jsd_store *s, int64_t now, jsd_store_stats *o)
+static jsd_status sq_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_store_stats *o)
 {
     /* One read transaction, so the counts agree with each other. */
     jsd_status rc = exec_sql(s, "BEGIN", "reading store counts");
@@ -968,6 +968,8 @@ static jsd_status sq_stats(jsd_store *s, int64_t now, jsd_store_stats *o)
         rc = sq_fail(s, x, "reading store counts");
         goto out;
     }
+    if (backlog_only)
+        goto out;
     if ((rc = count1(s, S_STATS_DEAD, &o->dead_lettered)) != JSD_OK ||
         (rc = count1(s, S_STATS_PUBLISHED, &o->published)) != JSD_OK ||
         (rc = count1(s, S_STATS_INBOX, &o->inbox_rows)) != JSD_OK ||

@@ -1367,7 +1367,18 @@ jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out)
     jsd_status rc = need_idle(s, "stats");
     if (rc != JSD_OK)
         return rc;
-    return s->ops->stats(s, jsd__now_ms(), out);
+    return s->ops->stats(s, jsd__now_ms(), false, out);
+}
+
+jsd_status jsd__store_backlog(jsd_store *s, int64_t now_ms, jsd_store_stats *out)
+{
+    if (!s || !out)
+        return JSD_ERR_INVALID;
+    memset(out, 0, sizeof(*out));
+    jsd_status rc = need_idle(s, "backlog");
+    if (rc != JSD_OK)
+        return rc;
+    return s->ops->stats(s, now_ms, true, out);
 }
 
 jsd_status jsd__store_gc_step(jsd_store *s, int64_t cutoff_ms, int batch, int64_t *removed)

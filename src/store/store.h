@@ -183,6 +183,11 @@ jsd_status jsd__store_requeue_dead(jsd_store *s, const int64_t *row_ids, size_t 
  * of polling blindly. */
 jsd_status jsd__store_next_due(jsd_store *s, bool *found, int64_t *next_due_ms);
 
+/* The cheap part of jsd_store_stats_get for gauges polled often: fills
+ * backlog, due and oldest_due_age_ms from the pending-effects indexes only
+ * (the other counts scan published effects and the inbox); the rest is 0. */
+jsd_status jsd__store_backlog(jsd_store *s, int64_t now_ms, jsd_store_stats *out);
+
 /* ---- wake-ups (RELAY-3) ----------------------------------------------------------- */
 
 /*

@@ -1280,6 +1280,12 @@ static void stats_count_what_they_name(void **state)
     ASSERT_EQ(st.backlog, 2);
     ASSERT_EQ(st.due, 1);
     ASSERT_TRUE(st.oldest_due_age_ms >= 5000 && st.oldest_due_age_ms < 3600000);
+    jsd_store_stats cheap;
+    ASSERT_OK(jsd__store_backlog(s, now, &cheap));
+    ASSERT_EQ(cheap.backlog, 2);
+    ASSERT_EQ(cheap.due, 1);
+    ASSERT_EQ(cheap.oldest_due_age_ms, 5000);
+    ASSERT_EQ(cheap.published + cheap.inbox_rows, 0);
     jsd_store_close(s);
 }
 
