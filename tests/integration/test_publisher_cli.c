@@ -1,7 +1,8 @@
 /*
  * `jsdurable publish` end to end: one JSON line per outcome and the exit code
  * documented for it (0 accepted, including a duplicate; 65 rejected; 69
- * unavailable; 75 unknown; 78 binding refused), with the payload from stdin.
+ * unavailable; 75 unknown; 77 denied; 78 binding refused), with the payload
+ * from stdin.
  */
 #include <stdlib.h>
 
@@ -115,5 +116,32 @@ static void dropped_ack_exits_75_then_duplicate(void **state)
     natsConnection_Destroy(direct);
 }
 
+static void denied_exits_77(void **state)
+{
+    (void)state;
+    char out[4096], args[1024], pwfile[600];
+    jsd_fx_nats fx;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_USERPASS, &fx), 0);
+    natsConnection *direct = ph_direct(fx.url, fx.user, fx.password);
+    jsCtx *js = ph_js(direct);
+    ph_add_stream(js, &(ph_stream){.name = "DENY", .subject = "denied.>"});
+    snprintf(pwfile, sizeof(pwfile), "%s/limited.pw", jsd_test_dir());
+    FILE *f = fopen(pwfile, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs(fx.limited_password, f);
+    fclose(f);
+    snprintf(args, sizeof(args),
+             "--nats %s --user %s --password-file %s --stream DENY --subject denied.x --id d-1",
+             fx.url, fx.limited_user, pwfile);
+    ASSERT_EQ(run(NULL, args, "x", out, sizeof(out)), 77);
+    ASSERT_CONTAINS(out, "\"outcome\":\"denied\"");
+    ASSERT_NOT_CONTAINS(out, fx.limited_password);
+    ASSERT_EQ(ph_stream_msgs(js, "DENY"), 0);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(direct);
+    jsd_fx_nats_stop(&fx);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(outcomes_and_exit_codes),
-              cmocka_unit_test(dropped_ack_exits_75_then_duplicate))
+              cmocka_unit_test(dropped_ack_exits_75_then_duplicate),
+              cmocka_unit_test(denied_exits_77))
