@@ -60,6 +60,10 @@ SHARED := $(BUILD)/libjsdurable.so
 CLI    := $(BUILD)/jsdurable
 PCFILE := $(BUILD)/jsdurable.pc
 
+# Keep the object files of test, bench and example programs (pattern-rule
+# intermediates) so a second build does not recompile them.
+.SECONDARY:
+
 .PHONY: all deps lib cli tests check check-unit check-asan check-valgrind check-tsan \
         demo bench install uninstall clean format lint fuzz
 

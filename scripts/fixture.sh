@@ -579,6 +579,19 @@ cmd_pause() {
   dir=$(absdir "${1:?usage: fixture.sh pause DIR}"); kind=$(kind_of "$dir")
   pid=$(checked_pid "$dir" "$kind") || die "$dir: no running fixture process to pause"
   kill -STOP "$pid" && echo "$pid" > "$dir/paused"
+  # SIGSTOP is asynchronous: a thread running on another CPU can still answer
+  # a request after kill returns. Return only once every thread is stopped.
+  local end=$(( $(now_ms) + 5000 )) t st running
+  while :; do
+    running=0
+    for t in /proc/"$pid"/task/*/stat; do
+      st=$(awk '{print $3}' "$t" 2>/dev/null) || continue
+      [ "$st" = T ] || [ "$st" = t ] || running=1
+    done
+    [ $running = 0 ] && break
+    [ "$(now_ms)" -lt $end ] || die "$dir: pid $pid did not stop within 5 s"
+    sleep 0.01
+  done
   echo "paused $pid"
 }
 
