@@ -9,8 +9,10 @@
 #   nats-server 2.10 with `sync_interval: always` (the fixtures' default):
 #     the durable configuration  -> *.fsync figures (fewer messages: fsync-bound)
 #
-# Other bench programs get the URLs in JSD_BENCH_NATS_URL and
-# JSD_BENCH_NATS_FSYNC_URL (and JSD_BENCH_PG_URL when JSD_BENCH_PG=1).
+# Every other program under $BUILD/bench/ runs once, with no arguments, and
+# finds the services in JSD_BENCH_NATS_URL (no per-message fsync),
+# JSD_BENCH_NATS_FSYNC_URL (2.10, sync_interval: always) and JSD_BENCH_PG_URL
+# (a private PostgreSQL 15; JSD_BENCH_PG=0 skips it).
 # BENCH_MESSAGES (default 100000) and BENCH_FSYNC_MESSAGES (default 5000)
 # set the sizes.
 set -uo pipefail
@@ -43,7 +45,7 @@ JSD_BENCH_NATS_FSYNC_URL=$(start_nats "$root/nats-fsync") || exit 1
 export JSD_BENCH_NATS_URL JSD_BENCH_NATS_FSYNC_URL
 echo "bench: nats-server $(sed -n 's/^NATS_VERSION=//p' "$root/nats/fixture.env") (fsync always: $(sed -n 's/^NATS_FSYNC_ALWAYS=//p' "$root/nats/fixture.env")) and $(sed -n 's/^NATS_VERSION=//p' "$root/nats-fsync/fixture.env") (fsync always: $(sed -n 's/^NATS_FSYNC_ALWAYS=//p' "$root/nats-fsync/fixture.env")); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-if [ "${JSD_BENCH_PG:-0}" = 1 ]; then
+if [ "${JSD_BENCH_PG:-1}" = 1 ]; then
   if ! bash "$top/scripts/fixture.sh" pg-start "$root/pg" > "$root/pg.log" 2>&1; then
     echo "bench: cannot start PostgreSQL:" >&2; cat "$root/pg.log" >&2; exit 1
   fi
