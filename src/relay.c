@@ -1105,9 +1105,10 @@ static jsd_status run(jsd_relay *r, bool until_idle)
             }
             continue;
         }
-        if (atomic_load(&r->wq_effects) > 0 && !want_claim) {
+        if (atomic_load(&r->wq_effects) > 0 && (!want_claim || room < full)) {
             /* Nothing in flight; receipts still being written: once they are,
-             * a claim may find the next effects of their keys. */
+             * there is room again and a claim may find the next effects of
+             * their keys. */
             writer_flush(r);
             continue;
         }
