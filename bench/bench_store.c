@@ -9,8 +9,10 @@
  *   store.sqlite.insert_256     plain INSERT, 256 rows per transaction
  *   store.sqlite.enqueue_1      jsd_tx_emit, 1 effect per transaction
  *   store.sqlite.enqueue_256    jsd_tx_emit_batch, 256 effects per transaction
- *   store.postgres.*            the same on PostgreSQL when JSD_BENCH_PG_URL is set
- *                               (plus enqueue_256_each: 256 jsd_tx_emit calls)
+ *   store.postgres.*            the same on PostgreSQL when JSD_BENCH_PG_URL is set, plus
+ *                               insert_1_tx (BEGIN; INSERT; COMMIT: the round trips an
+ *                               application transaction has anyway) and
+ *                               enqueue_256_each (256 jsd_tx_emit calls, one round trip each)
  * Each figure runs for about BENCH_STORE_SECONDS (default 5) seconds in all,
  * in 5 slices interleaved with the other figures, with 256-byte payloads. SQLite files live in a
  * temporary folder removed at the end; PostgreSQL work happens in a schema of its own, dropped at
@@ -128,7 +130,7 @@ static int pg_exec(PGconn *c, const char *sql)
     return ok ? 0 : 1;
 }
 
-static int pg_plain(const char *url, const char *schema, int per_tx)
+static int pg_plain(const char *url, const char *schema, int per_tx, bool explicit_tx)
 {
     PGconn *c = PQconnectdb(url);
     if (PQstatus(c) != CONNECTION_OK)
@@ -165,13 +167,18 @@ static int pg_plain(const char *url, const char *schema, int per_tx)
             lens[2 * i + 1] = sizeof(payload);
             fmts[2 * i + 1] = 1;
         }
+        if (explicit_tx && pg_exec(c, "BEGIN"))
+            return 1;
         PGresult *r = PQexecPrepared(c, "plain", 2 * per_tx, vals, lens, fmts, 0);
         if (PQresultStatus(r) != PGRES_COMMAND_OK)
             return fail("postgres insert", PQerrorMessage(c));
         PQclear(r);
+        if (explicit_tx && pg_exec(c, "COMMIT"))
+            return 1;
         rows += per_tx;
     } while ((t = now_s() - t0) < seconds);
-    report("postgres", per_tx == 1 ? "insert_1" : "insert_256", (double)rows, t);
+    report("postgres", per_tx == 1 ? (explicit_tx ? "insert_1_tx" : "insert_1") : "insert_256",
+           (double)rows, t);
     PQfinish(c);
     return 0;
 }
@@ -264,9 +271,10 @@ int main(void)
         return 1;
     fprintf(stderr, "bench_store: PostgreSQL %d, schema %s\n", PQserverVersion(c), schema);
     for (int r = 0; r < ROUNDS && rc == 0; r++) {
-        rc |= pg_plain(pg, schema, 1);
+        rc |= pg_plain(pg, schema, 1, false);
+        rc |= pg_plain(pg, schema, 1, true);
         rc |= enqueue("postgres", pgurl, 1, false, "enqueue_1");
-        rc |= pg_plain(pg, schema, 256);
+        rc |= pg_plain(pg, schema, 256, false);
         rc |= enqueue("postgres", pgurl, 256, true, "enqueue_256");
         rc |= enqueue("postgres", pgurl, 256, false, "enqueue_256_each");
     }
