@@ -663,6 +663,60 @@ static void dropped_puback_pg(void **state)
     dropped_puback(RT_PG);
 }
 
+/* ---- the command line
+ * ----------------------------------------------------------------------------- */
+
+static void cli_flags_and_until_idle(void **state)
+{
+    (void)state;
+    rt_env e;
+    env_up(&e, RT_SQLITE, NULL);
+    char cmd[2048], out[8192];
+    const char *bin = jsd_fx_bin("jsdurable");
+
+    snprintf(cmd, sizeof(cmd), "%s relay --help", bin);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "Example:");
+    ASSERT_CONTAINS(out, "--until-idle");
+
+    /* every bound crossed is refused with a usage error naming the flag */
+    const char *bad[] = {"--batch 0",
+                         "--batch 4097",
+                         "--max-in-flight 1025",
+                         "--poll-ms 0",
+                         "--deadline-ms 300001",
+                         "--budget 0",
+                         "--backoff-ms 5",
+                         "--batch x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s %s", bin, e.st.url, e.nats_url,
+                 bad[i]);
+        ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 64);
+        ASSERT_CONTAINS(out, "bad value");
+    }
+    snprintf(cmd, sizeof(cmd), "JSD_STORE= %s relay --nats %s", bin, e.nats_url);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 64);
+    ASSERT_CONTAINS(out, "no store");
+    /* a lease that does not cover the deadline: configuration refused */
+    snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s --lease-ms 5000 --deadline-ms 5000",
+             bin, e.st.url, e.nats_url);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 78);
+    ASSERT_CONTAINS(out, "lease_ms 5000 must exceed publish_deadline_ms 5000");
+
+    /* --until-idle publishes everything, prints its counters, exits 0 */
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.owner = "cli", .n = 300, .subject = e.subject};
+    rt_enqueue(app, &q);
+    snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s --until-idle --batch 64 --stats",
+             bin, e.st.url, e.nats_url);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "{\"published\":300,\"duplicates\":0,\"errors\":0");
+    ASSERT_EQ(rt_published(&e.st), 300);
+    rt_assert_exactly_once(&e.nt, e.stream, "cli", "e", 0, 300);
+    jsd_store_close(app);
+    env_down(&e);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
               cmocka_unit_test(publishes_every_effect_once_pg),
               cmocka_unit_test(headers_and_expected_stream), cmocka_unit_test(not_before_sqlite),
@@ -675,4 +729,4 @@ JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
               cmocka_unit_test(wakeup_prompts_claim_pg), cmocka_unit_test(stop_settles_in_flight),
               cmocka_unit_test(options_are_validated), cmocka_unit_test(broker_down_sqlite),
               cmocka_unit_test(broker_down_pg), cmocka_unit_test(dropped_puback_sqlite),
-              cmocka_unit_test(dropped_puback_pg))
+              cmocka_unit_test(dropped_puback_pg), cmocka_unit_test(cli_flags_and_until_idle))
