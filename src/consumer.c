@@ -845,6 +845,18 @@ static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int 
     if (st == JSD_OK) {
         d->state = code == OUT_POISON ? D_POISON : D_PARK;
         d->fresh = true;
+    } else if (st == JSD_ERR_EXISTS) {
+        /* Another process recorded this delivery meanwhile: its outcome stands. */
+        jsd__inbox_outcome prev;
+        bool found = false;
+        st = jsd__tx_inbox_lookup(tx, c->stream, c->durable, d->seq, &found, &prev);
+        if (st == JSD_OK && found) {
+            d->dup = true;
+            jsd__strlcpy(d->reason, prev.detail, sizeof(d->reason));
+            d->state = prev.code == OUT_POISON ? D_POISON : prev.code == OUT_PARK ? D_PARK : D_ACK;
+        } else if (st == JSD_OK) {
+            st = JSD_ERR_INTERNAL;
+        }
     }
     return st;
 }
@@ -1284,6 +1296,11 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
 
     jsd_delivery **acks = jsd__calloc(c->nd, sizeof(*acks));
     size_t na = 0;
+    if (!acks)
+        JSD_WARN("ingress",
+                 "out of memory: the ACKs of %zu deliveries are not sent; they will be "
+                 "redelivered and answered from the inbox",
+                 c->nd);
     for (size_t i = 0; i < c->nd; i++) {
         jsd_delivery *d = &c->d[i];
         if (d->state == D_POISON || d->state == D_PARK) {
