@@ -2,11 +2,13 @@
  * relay — the outbox relay (RELAY-1..4): claims due effects from the store
  * under a lease, publishes them through the publication engine with their
  * stable Nats-Msg-Id and expected stream, and records the PubAck receipts.
- * It owns its store handle (one thread), borrows the NATS connection, and
- * keeps many publications in flight: while the acks of one batch are
- * outstanding, the next batch is already claimed and submitted, so the
- * throughput approaches raw asynchronous publishing. The receipts of a batch
- * are written in one transaction; failures in a second one.
+ * It owns its store handle, borrows the NATS connection, and keeps many
+ * publications in flight: while the acks of one batch are outstanding, the
+ * next batch is already claimed and submitted. The receipts of a batch are
+ * written in one transaction (failures in a second one) by a receipt-writer
+ * thread, so the publishing thread goes on claiming and submitting while the
+ * store commits; the two take turns on the store under one mutex, and
+ * effects waiting for their receipt count against max_in_flight.
  *
  * DESIGN (crash ordering; see also src/store/store.h and docs/RELAY.md)
  *
@@ -46,6 +48,12 @@
  * 6. Wake-ups (NOTIFY / in-process signal) only prompt a claim; the relay also
  *    claims at least every poll interval and when the store's next due time
  *    (durable timers, backoff) arrives.
+ * 7. Handing a batch to the writer thread changes nothing above: the receipt
+ *    is still written after the PubAck and under the same lease token, and
+ *    the crash points sit on the writer's path. The next effect of an
+ *    ordering key becomes claimable only once the writer has committed the
+ *    previous one's receipt (the store checks), and the publishing thread
+ *    claims again whenever the writer reports a written batch.
  */
 #include <pthread.h>
 #include <stdarg.h>

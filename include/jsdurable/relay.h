@@ -60,9 +60,10 @@ typedef struct jsd_relay_opts {
     int backoff_base_ms;     /* first retry delay after a failure; default 500 */
     int backoff_cap_ms;      /* longest retry delay; default 60000 */
     int attempt_budget;      /* failed attempts before dead-lettering, 1..100000; default 50 */
-    /* Optional observer, called on the relay's thread after a batch's receipts
-     * are committed, once per effect retired. It must not call back into the
-     * relay (except jsd_relay_stop and jsd_relay_stats). */
+    /* Optional observer, called after a batch's receipts are committed, once
+     * per effect retired, on the relay's receipt-writer thread (not the thread
+     * that called jsd_relay_run). It must be quick and must not call back into
+     * the relay (except jsd_relay_stop and jsd_relay_stats_get). */
     jsd_relay_published_fn on_published;
     void *on_published_user;
     /* Optional registry (borrowed; must outlive the relay). The relay feeds
@@ -78,9 +79,10 @@ void jsd_relay_opts_init(jsd_relay_opts *o);
 
 /*
  * Make a relay. store and conn are borrowed and must outlive the relay. The
- * relay uses store from its own thread for its whole life: pass a store
- * handle opened for the relay alone (jsd_store_open again on the same URL),
- * not one the application also uses. The options are copied and validated
+ * relay uses store from its own threads (the run loop and its receipt
+ * writer, taking turns) for its whole life: pass a store handle opened for
+ * the relay alone (jsd_store_open again on the same URL), not one the
+ * application also uses. The options are copied and validated
  * (JSD_ERR_CONFIG names the bad one). On failure *out is NULL and err says why.
  */
 jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
