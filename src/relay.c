@@ -250,8 +250,8 @@ void jsd_relay_opts_init(jsd_relay_opts *o)
     o->lease_ms = 30000;
     o->poll_interval_ms = 1000;
     o->publish_deadline_ms = 5000;
-    o->backoff_base_ms = 1000;
-    o->backoff_cap_ms = 300000;
+    o->backoff_base_ms = 500;
+    o->backoff_cap_ms = 60000;
     o->attempt_budget = JSD__DEFAULT_BUDGET;
 }
 

@@ -58,8 +58,13 @@ typedef struct jsd_relay_opts {
     int poll_interval_ms;    /* query at least this often when idle; default 1000 */
     int publish_deadline_ms; /* per publication, PubAck included; (0, 300000]; default 5000 */
     int backoff_base_ms;     /* first retry delay after a failure; default 500 */
-    int backoff_cap_ms;      /* longest retry delay; default 60000 */
-    int attempt_budget;      /* failed attempts before dead-lettering, 1..100000; default 50 */
+    /* Longest retry delay; default 60000. An UNKNOWN publication may have
+     * been stored: its retry must reach the broker inside the stream's
+     * duplicate window, so keep publish_deadline_ms + backoff_cap_ms +
+     * poll_interval_ms (and lease_ms + poll_interval_ms, for a crash) below
+     * that window (JetStream's default is 2 minutes). */
+    int backoff_cap_ms;
+    int attempt_budget; /* failed attempts before dead-lettering, 1..100000; default 50 */
     /* Optional observer, called after a batch's receipts are committed, once
      * per effect retired, on the relay's receipt-writer thread (not the thread
      * that called jsd_relay_run). It must be quick and must not call back into
