@@ -1001,7 +1001,7 @@ static void gauges(jsd_relay *r, bool force)
     r->last_gauges_ms = now;
     jsd_store_stats st;
     pthread_mutex_lock(&r->store_mu);
-    jsd_status s = jsd_store_stats_get(r->store, &st);
+    jsd_status s = jsd__store_backlog(r->store, jsd__now_ms(), &st);
     if (s != JSD_OK)
         store_trouble(r, "backlog for metrics");
     pthread_mutex_unlock(&r->store_mu);
