@@ -93,7 +93,7 @@ void jsd__effect_batch_free(jsd__effect_batch *b);
  * dead-lettered — whatever its lease or due time. So at most one effect per
  * key is in flight and effects of one key are published in row_id order. A
  * dead-lettered effect no longer holds its key back (documented in
- * docs/STORE.md).
+ * docs/ARCHITECTURE.md, "The store").
  *
  * PostgreSQL: one statement, UPDATE ... WHERE id IN (SELECT ... FOR UPDATE
  * SKIP LOCKED LIMIT max) RETURNING ..., so concurrent relays never hold the
