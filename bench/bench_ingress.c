@@ -10,7 +10,8 @@
  *                                  message on a SendAsap connection, 100k
  *                                  messages of 256 bytes, until the server
  *                                  reports none pending and none unacked
- *   ingress.sqlite V msg/s         the jsdurable consumer (batch 256): a handler
+ *   ingress.sqlite V msg/s         the jsdurable consumer (default batch: 512 for
+ *                                  max_ack_pending 1024; BENCH_INGRESS_BATCH): a handler
  *                                  INSERTs each payload into a fresh SQLite
  *                                  store, inbox row in the same transaction,
  *                                  commit, pipelined confirmed ACKs; same 100k
@@ -280,7 +281,8 @@ static double ingress(const char *store_url, int run, bool pg)
     jsd_consumer_opts_init(&o);
     o.stream = stream;
     o.durable = durable;
-    o.batch = getenv("BENCH_INGRESS_BATCH") ? (int)strtol(getenv("BENCH_INGRESS_BATCH"), NULL, 10) : 256;
+    o.batch =
+        getenv("BENCH_INGRESS_BATCH") ? (int)strtol(getenv("BENCH_INGRESS_BATCH"), NULL, 10) : 0;
     o.inbox_retention_ms = 0;
     if (jsd_consumer_create(&c, store, conn, &o, &err) != JSD_OK)
         die("consumer create", err.msg);

@@ -369,7 +369,8 @@ static void usage(FILE *f)
             "  --ack-wait DURATION      ack wait of a created durable (default 30s)\n"
             "  --inbox-retention DUR    horizon `jsdurable gc` uses for inbox rows (default 7d;\n"
             "                           0 = kept forever); checked against redelivery\n"
-            "  --batch N                messages per transaction (default 256)\n"
+            "  --batch N                messages per transaction (default: half the\n"
+            "                           durable's max_ack_pending, at most 512)\n"
             "  --until-idle             exit 0 once nothing is pending or in flight\n"
             "  --metrics ADDR           (reserved: Prometheus metrics, see `jsdurable "
             "relay`)\n\n" CLI_CONN_HELP "\nExample:\n"
@@ -423,7 +424,7 @@ int cmd_consume(int argc, char **argv)
     const char **types = NULL;
     size_t n_types = 0;
     bool json = false, until_idle = false;
-    long max_deliver = 0, batch = 256;
+    long max_deliver = 0, batch = 0;
     long long ack_wait_ms = 30000, retention_ms = 7LL * 24 * 3600 * 1000;
     int rc = CLI_OK, opt;
     jsd_store *store = NULL;

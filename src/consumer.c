@@ -240,7 +240,7 @@ void jsd_durable_config_init(jsd_durable_config *c)
 void jsd_consumer_opts_init(jsd_consumer_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->batch = 256;
+    o->batch = 0; /* auto */
     o->fetch_wait_ms = 500;
     o->ack_timeout_ms = 5000;
     o->retry_delay_ms = 1000;
@@ -483,6 +483,12 @@ static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
     } else {
         c->park_at = c->max_deliver > 0 ? c->max_deliver - 1 : 0; /* 0: never park */
     }
+    if (c->batch == 0) {
+        /* Half the durable's in-flight window (at most 512): the batch in
+         * hand and the one the fetcher pulls ahead both fit in it. */
+        int64_t half = cc->MaxAckPending > 0 ? cc->MaxAckPending / 2 : 256;
+        c->batch = (int)JSD_MAX(1, JSD_MIN(512, half));
+    }
     if (cc->MaxAckPending > 0 && c->batch > cc->MaxAckPending)
         c->batch = (int)cc->MaxAckPending;
 
@@ -603,7 +609,7 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
     c->js = jsd__conn_js(conn);
     c->fmt = o->payload_format;
     c->m = o->metrics ? jsd_metrics_std_of(o->metrics) : jsd_metrics_default_std();
-    c->batch = o->batch > 0 ? o->batch : 256;
+    c->batch = o->batch > 0 ? o->batch : 0; /* 0: decided from the durable */
     c->fetch_wait_ms = o->fetch_wait_ms > 0 ? o->fetch_wait_ms : 500;
     c->ack_timeout_ms = o->ack_timeout_ms > 0 ? o->ack_timeout_ms : 5000;
     c->retry_delay_ms = o->retry_delay_ms > 0 ? o->retry_delay_ms : 1000;

@@ -23,9 +23,9 @@
  *
  * Threads: a consumer is driven by one thread (jsd_consumer_run/poll); handlers
  * and all store work run on that thread. An internal fetcher thread pulls the
- * next batch meanwhile (it never touches the store). jsd_consumer_begin_drain and jsd_consumer_stats_get are
- * thread-safe. Many processes may bind the same durable: the server balances
- * deliveries between them, and the inbox keeps their effects once-only.
+ * next batch meanwhile (it never touches the store). jsd_consumer_begin_drain and
+ * jsd_consumer_stats_get are thread-safe. Many processes may bind the same durable: the server
+ * balances deliveries between them, and the inbox keeps their effects once-only.
  */
 #ifndef JSDURABLE_CONSUMER_H
 #define JSDURABLE_CONSUMER_H
@@ -130,8 +130,10 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
 typedef struct jsd_consumer_opts {
     const char *stream;  /* required */
     const char *durable; /* required: an existing durable pull consumer, explicit ack */
-    /* Deliveries fetched and committed per transaction; default 256, capped by
-     * the durable's max_ack_pending. */
+    /* Deliveries fetched and committed per transaction, 1..4096, capped by
+     * the durable's max_ack_pending. 0 (the default): half of max_ack_pending,
+     * at most 512, so the batch in hand and the next one pulled ahead both
+     * fit in the in-flight window. */
     int batch;
     int fetch_wait_ms;      /* how long one fetch waits for the first message; default 500 */
     int ack_timeout_ms;     /* deadline for the batch's ACK confirmations; default 5000 */
