@@ -213,7 +213,8 @@ static bool parse_ack_fast(const char *d, size_t n, parsed_reply *p)
         seq = seq * 10 + (d[s.i++] - '0');
         digits++;
     }
-    if (digits == 0 || (s.i < n && d[s.i] >= '0' && d[s.i] <= '9'))
+    if (digits == 0 || (s.i < n && d[s.i] >= '0' && d[s.i] <= '9') ||
+        (digits > 1 && d[s.i - digits] == '0')) /* JSON has no leading zeros */
         return false;
     p->dup = false;
     if (sc_lit(&s, ",")) {
@@ -235,15 +236,26 @@ static bool parse_ack_fast(const char *d, size_t n, parsed_reply *p)
 }
 
 /* Read a reply (nats.c's thread; touches nothing shared). */
+static void parse_body(const char *data, int dlen, const char *status, parsed_reply *p);
+
 static void parse_reply(natsMsg *msg, parsed_reply *p)
 {
     const char *status = NULL;
-    memset(p, 0, sizeof(*p));
     if (natsMsg_IsNoResponders(msg)) {
+        memset(p, 0, sizeof(*p));
         p->kind = R_NORESP;
         return;
     }
-    if (natsMsgHeader_Get(msg, "Status", &status) == NATS_OK && status && *status) {
+    if (natsMsgHeader_Get(msg, "Status", &status) != NATS_OK)
+        status = NULL;
+    parse_body(natsMsg_GetData(msg), natsMsg_GetDataLength(msg), status, p);
+}
+
+/* A reply's status header (NULL if none) and body -> parsed_reply. Pure. */
+static void parse_body(const char *data, int dlen, const char *status, parsed_reply *p)
+{
+    memset(p, 0, sizeof(*p));
+    if (status && *status) {
         char shown[16];
         copy_printable(shown, sizeof(shown), status);
         long code = strtol(shown, NULL, 10);
@@ -252,8 +264,6 @@ static void parse_reply(natsMsg *msg, parsed_reply *p)
         copy_printable(p->text, sizeof(p->text), shown);
         return;
     }
-    const char *data = natsMsg_GetData(msg);
-    int dlen = natsMsg_GetDataLength(msg);
     p->dlen = dlen;
     if (data && dlen > 0 && parse_ack_fast(data, (size_t)dlen, p))
         return;
@@ -837,6 +847,19 @@ static void settle(const entry *en, jsd_publish_result *res)
                    "the same id",
                    en->deadline_ms);
     }
+}
+
+jsd_outcome jsd__pubengine_judge_reply(const void *data, size_t len, const char *status,
+                                       const char *expected_stream, jsd_publish_result *res)
+{
+    entry en; /* only stream, subject and seen_ms are read */
+    parsed_reply p;
+    memset(&en, 0, sizeof(en));
+    jsd__strlcpy(en.stream, expected_stream ? expected_stream : "", sizeof(en.stream));
+    jsd__strlcpy(en.subject, "(judged)", sizeof(en.subject));
+    parse_body(data, len > INT32_MAX ? INT32_MAX : (int)len, status, &p);
+    settle_reply(&en, &p, res);
+    return res->outcome;
 }
 
 /* Must hold lk. Queue INFLIGHT entries that expired or lost their

@@ -121,6 +121,12 @@ size_t jsd__pubengine_max_payload(const jsd__pubengine *e);
  * entry (late, after their deadline, or foreign). */
 uint64_t jsd__pubengine_late_replies(const jsd__pubengine *e);
 
+/* How a reply body (and its Status header value, or NULL) would settle a
+ * publication that expects expected_stream: the same reading and rules as
+ * the engine, without a connection. For fuzzing and tests. */
+jsd_outcome jsd__pubengine_judge_reply(const void *data, size_t len, const char *status,
+                                       const char *expected_stream, jsd_publish_result *res);
+
 /* ---- stream lookup for the relay ------------------------------------------------ */
 
 /*
