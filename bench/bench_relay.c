@@ -4,7 +4,9 @@
  *   bench_relay [NATS_URL]        (default $JSD_BENCH_NATS_URL; PostgreSQL
  *                                  figures when $JSD_BENCH_PG_URL is set)
  *
- * Prints one `NAME VALUE UNIT` line per figure on stdout:
+ * Prints one `NAME VALUE UNIT` line per figure on stdout (plus
+ * relay.sqlite.cpu / relay.postgres.cpu: this process's CPU per effect, µs,
+ * a steadier figure than wall time on a shared machine):
  *   relay.sqlite V msg/s       100k effects of 256 bytes pre-enqueued in a
  *                              fresh SQLite store; time from the relay's start
  *                              until every one is published AND retired
@@ -205,6 +207,8 @@ static void pg_drop(const char *base_url, const char *name)
 /* ---- throughput ---------------------------------------------------------------------- */
 
 /* One run: n effects pre-enqueued, then the relay until idle. Returns msg/s. */
+static double last_cpu_us_per_effect;
+
 static double throughput_run(const char *store_url, int n, int batch, int in_flight,
                              const char *label)
 {
@@ -257,6 +261,7 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     jsd_store_close(app);
     stream_drop(stream);
     double rate = (double)n / ((double)(t1 - t0) / 1e6);
+    last_cpu_us_per_effect = (double)(c1 - c0) / n;
     fprintf(stderr,
             "bench_relay: %s run: %d effects in %.3f s = %.0f msg/s (%llu batches, %.1f us CPU "
             "per effect in this process)\n",
@@ -289,28 +294,34 @@ static int env_int(const char *name, int dflt)
 
 static void bench_throughput_sqlite(int n)
 {
-    double v[RUNS];
+    double v[RUNS], c[RUNS];
     for (int i = 0; i < RUNS; i++) {
         char url[700];
         sqlite_url(url, sizeof(url));
         v[i] = throughput_run(url, n, env_int("BENCH_RELAY_BATCH", 256), 1024, "relay.sqlite");
+        c[i] = last_cpu_us_per_effect;
     }
     qsort(v, RUNS, sizeof(double), cmp_double);
+    qsort(c, RUNS, sizeof(double), cmp_double);
     printf("relay.sqlite %.0f msg/s\n", v[RUNS / 2]);
+    printf("relay.sqlite.cpu %.2f us/msg\n", c[RUNS / 2]);
     fflush(stdout);
 }
 
 static void bench_throughput_pg(const char *base, int n)
 {
-    double v[RUNS];
+    double v[RUNS], c[RUNS];
     for (int i = 0; i < RUNS; i++) {
         char url[700], name[80];
         pg_fresh(base, url, sizeof(url), name, sizeof(name));
         v[i] = throughput_run(url, n, 256, 1024, "relay.postgres");
+        c[i] = last_cpu_us_per_effect;
         pg_drop(base, name);
     }
     qsort(v, RUNS, sizeof(double), cmp_double);
+    qsort(c, RUNS, sizeof(double), cmp_double);
     printf("relay.postgres %.0f msg/s\n", v[RUNS / 2]);
+    printf("relay.postgres.cpu %.2f us/msg\n", c[RUNS / 2]);
     fflush(stdout);
 }
 
