@@ -131,7 +131,7 @@ check-asan: deps
 
 check-tsan: deps
 	@$(MAKE) --no-print-directory BUILD=build-tsan CFLAGS="-O1 -g" SAN="-fsanitize=thread" tests
-	@BUILD=build-tsan bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
+	@BUILD=build-tsan TSAN_OPTIONS=suppressions=$(CURDIR)/tests/tsan.supp bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
 
 check-valgrind: deps
 	@$(MAKE) --no-print-directory tests
