@@ -133,7 +133,8 @@ check-tsan: deps
 	@$(MAKE) --no-print-directory BUILD=build-tsan CFLAGS="-O1 -g" SAN="-fsanitize=thread" tests
 	@BUILD=build-tsan TSAN_OPTIONS=suppressions=$(CURDIR)/tests/tsan.supp bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
 
-check-valgrind: deps
+check-valgrind:
+	@JSD_DEPS_VALGRIND=1 bash scripts/deps.sh
 	@$(MAKE) --no-print-directory tests
 	@BUILD=$(BUILD) JSD_TEST_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$(CURDIR)/tests/valgrind.supp" \
 	  JSD_TEST_TIMEOUT_SCALE=5 bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
