@@ -33,11 +33,12 @@
 #include "pubengine.h"
 #include "subject.h"
 
-#define SLOT_BITS     11
-#define SLOT_MASK     ((1u << SLOT_BITS) - 1)
-#define CONN_CHECK_MS 50   /* how often a waiting poll looks at the connection */
-#define BATCH_WAIT_MS 2    /* longest a completion waits for its batch-mates */
-#define KEEP_OUT_MAX  4096 /* payloads up to this size are freed by the reply thread */
+#define SLOT_BITS      11
+#define SLOT_MASK      ((1u << SLOT_BITS) - 1)
+#define CONN_CHECK_MS  50   /* how often a waiting poll looks at the connection */
+#define BATCH_WAIT_MS  2    /* a completion waits this long for its batch-mates, */
+#define BATCH_WAIT_MAX 16   /* growing to this while completions trickle in */
+#define KEEP_OUT_MAX   4096 /* payloads up to this size are freed by the reply thread */
 
 enum { E_FREE = 0, E_WRITING, E_INFLIGHT, E_QUEUED, E_TAKEN };
 
@@ -104,6 +105,8 @@ struct jsd__pubengine {
      * itself every BATCH_WAIT_MS) */
     bool waiting;
     size_t wake_at;
+    int batch_wait_ms; /* BATCH_WAIT_MS..BATCH_WAIT_MAX, doubled after a wait
+                          that ended with a small batch, reset after a full one */
     atomic_size_t used;
     atomic_uint_least64_t late;
 };
@@ -443,6 +446,7 @@ jsd_status jsd__pubengine_create(jsd__pubengine **out, jsd_conn *conn, const jsd
                                     : (size_t)JSD_MIN((int64_t)JSD_PAYLOAD_DEFAULT_CAP, server_max);
     e->next_expiry = INT64_MAX;
     e->wake_at = 1;
+    e->batch_wait_ms = BATCH_WAIT_MS;
     e->swept_epoch = jsd_conn_reconnects(conn);
     pthread_mutex_init(&e->lk, NULL);
     pthread_condattr_t ca;
@@ -929,8 +933,8 @@ size_t jsd__pubengine_poll(jsd__pubengine *e, jsd_publish_done *done, size_t max
             break;
         size_t used = atomic_load(&e->used);
         size_t want = used >= 64 ? JSD_MIN(max, used / 8) : 1;
-        int64_t wake =
-            JSD_MIN(end, JSD_MIN(e->next_expiry, now + (want > 1 ? BATCH_WAIT_MS : CONN_CHECK_MS)));
+        int64_t wake = JSD_MIN(
+            end, JSD_MIN(e->next_expiry, now + (want > 1 ? e->batch_wait_ms : CONN_CHECK_MS)));
         struct timespec ts;
         timespec_at_mono(&ts, wake);
         e->wake_at = want;
@@ -938,6 +942,12 @@ size_t jsd__pubengine_poll(jsd__pubengine *e, jsd_publish_done *done, size_t max
         pthread_cond_timedwait(&e->cv, &e->lk, &ts);
         e->waiting = false;
         e->wake_at = 1;
+        /* Completions trickling in (a slow, e.g. fsync-bound, broker): wait
+         * longer for the next batch, so each wake-up serves more of them. */
+        if (want > 1 && e->ring_len < want / 4)
+            e->batch_wait_ms = JSD_MIN(e->batch_wait_ms * 2, BATCH_WAIT_MAX);
+        else if (e->ring_len >= want)
+            e->batch_wait_ms = BATCH_WAIT_MS;
     }
     pthread_mutex_unlock(&e->lk);
     return n;
