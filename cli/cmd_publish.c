@@ -12,7 +12,7 @@
 /* An outcome without a sysexits code that fits. */
 #define PUB_EXIT_RETRYABLE 3
 
-#define PUB_STDIN_MAX (64u * 1024 * 1024)
+#define PUB_STDIN_MAX ((size_t)64 * 1024 * 1024)
 
 static void usage(FILE *f)
 {

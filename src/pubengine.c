@@ -118,6 +118,8 @@ static void set_reason(jsd_publish_result *res, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    /* the analyzer misses the va_start above */
+    // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized)
     vsnprintf(res->reason, sizeof(res->reason), fmt, ap);
     va_end(ap);
 }
@@ -427,7 +429,7 @@ jsd_status jsd__pubengine_create(jsd__pubengine **out, jsd_conn *conn, const jsd
         return jsd__err(err, JSD_ERR_INVALID, "publication engine: the connection is not open");
     int64_t server_max = natsConnection_GetMaxPayload(nc);
     if (server_max <= 0)
-        server_max = 1024 * 1024;
+        server_max = (int64_t)1024 * 1024;
     if (o->max_payload > (size_t)server_max)
         return jsd__err(err, JSD_ERR_INVALID,
                         "max_payload %zu bytes exceeds the server's max_payload %lld bytes",
