@@ -101,8 +101,9 @@ struct jsd_consumer {
     jsd_payload_format fmt;
     int batch, fetch_wait_ms, ack_timeout_ms;
     int64_t retry_delay_ms;
-    int park_at;     /* P: handler attempts before parking */
-    int max_deliver; /* M from the server, -1 unlimited */
+    int park_at;         /* P: handler attempts before parking */
+    int64_t ack_wait_ms; /* the durable's, for keep-alives (+WPI) of waiting deliveries */
+    int max_deliver;     /* M from the server, -1 unlimited */
 
     natsSubscription *sub;
     natsSubscription *ack_sub;
@@ -127,6 +128,7 @@ struct jsd_consumer {
     bool fstop, slot_full;
     natsMsgList slot;
     natsStatus slot_status;
+    int64_t slot_wpi_ms; /* when the waiting batch was last kept alive */
     atomic_bool draining;
     pthread_mutex_t mu;
     jsd_consumer_stats stats;
@@ -337,6 +339,13 @@ static void *fetcher_main(void *arg)
     pthread_mutex_lock(&c->fmu);
     while (!c->fstop) {
         if (c->slot_full || atomic_load(&c->draining)) {
+            /* A batch pulled ahead may wait behind slow handlers: keep it from
+             * being redelivered (and its delivery count from growing). */
+            if (c->slot_full && jsd__mono_ms() - c->slot_wpi_ms >= c->ack_wait_ms / 3) {
+                for (int i = 0; i < c->slot.Count; i++)
+                    natsMsg_InProgress(c->slot.Msgs[i], NULL);
+                c->slot_wpi_ms = jsd__mono_ms();
+            }
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 100 * 1000000L;
@@ -360,6 +369,7 @@ static void *fetcher_main(void *arg)
         c->slot = l;
         c->slot_status = s;
         c->slot_full = true;
+        c->slot_wpi_ms = jsd__mono_ms();
         pthread_cond_broadcast(&c->fcv);
     }
     pthread_mutex_unlock(&c->fmu);
@@ -464,6 +474,7 @@ static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
         goto done;
     }
     c->max_deliver = cc->MaxDeliver > 0 ? (int)cc->MaxDeliver : -1;
+    c->ack_wait_ms = cc->AckWait > 0 ? cc->AckWait / 1000000LL : 30000;
     if (c->max_deliver == 1) {
         st = cerr(c, JSD_ERR_CONFIG,
                   "durable \"%s\" has max_deliver 1: no delivery is left to retry a failed park "
@@ -1066,6 +1077,18 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_h
     return JSD_OK;
 }
 
+/* The batch in hand is settled only after its COMMIT: when applying it takes
+ * a third of ack_wait, tell the server every delivery in it is still being
+ * worked on (+WPI), so none is redelivered meanwhile. */
+static void keep_alive(jsd_consumer *c, int64_t *last_ms)
+{
+    if (jsd__mono_ms() - *last_ms < c->ack_wait_ms / 3)
+        return;
+    for (size_t i = 0; i < c->nd; i++)
+        natsMsg_InProgress(c->d[i].msg, NULL);
+    *last_ms = jsd__mono_ms();
+}
+
 static void nak(jsd_consumer *c, jsd_delivery *d, int64_t delay_ms)
 {
     /* nats.c takes the delay in milliseconds */
@@ -1241,7 +1264,9 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
     size_t fail_at = SIZE_MAX;
     jsd_disposition failed = jsd_disposition_commit();
     st = jsd_tx_begin(c->store, &tx);
+    int64_t wpi_at = jsd__mono_ms();
     for (size_t i = 0; st == JSD_OK && !abort && i < c->nd; i++) {
+        keep_alive(c, &wpi_at);
         st = apply_fast(c, tx, &c->d[i], h, user, &abort, &failed);
         if (abort && failed.kind != JSD_DISPOSITION_COMMIT)
             fail_at = i;
@@ -1260,8 +1285,10 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
         if (fail_at != SIZE_MAX)
             jsd__strlcpy(c->d[fail_at].reason, keep, sizeof(c->d[fail_at].reason));
         st = jsd_tx_begin(c->store, &tx);
-        for (size_t i = 0; st == JSD_OK && i < c->nd; i++)
+        for (size_t i = 0; st == JSD_OK && i < c->nd; i++) {
+            keep_alive(c, &wpi_at);
             st = apply_one(c, tx, &c->d[i], h, user, i == fail_at ? &failed : NULL);
+        }
     }
     if (st == JSD_OK) {
         st = jsd_tx_commit(tx);

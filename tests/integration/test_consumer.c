@@ -19,7 +19,8 @@ typedef struct hctx {
     int retry_left;       /* return retry this many times */
     int64_t retry_delay_ms;
     int always_retry;
-    int sleep_ms; /* slow handler, with progress every 200 ms */
+    int sleep_ms;       /* slow handler, with progress every 200 ms */
+    int sleep_quiet_ms; /* slow handler that never calls progress */
     bool drain_on_first;
     int64_t first_at_ms[64], second_at_ms[64];
     uint64_t seen_deliveries[64];
@@ -59,6 +60,8 @@ static jsd_disposition sink(jsd_tx *tx, const jsd_delivery *d, void *user)
             h->max_ack_pending_seen = ci->NumAckPending;
         jsConsumerInfo_Destroy(ci);
     }
+    if (h->sleep_quiet_ms)
+        jsd_test_sleep_ms(h->sleep_quiet_ms);
     for (int slept = 0; slept < h->sleep_ms; slept += 200) {
         jsd_test_sleep_ms(200);
         if (jsd_delivery_progress(d) != JSD_OK)
@@ -285,6 +288,41 @@ static void progress_extends_ack_wait(bool pg)
     ASSERT_EQ(ci->NumRedelivered, 0);
     ASSERT_EQ(ci->Delivered.Consumer, 1); /* delivered once, never again */
     jsConsumerInfo_Destroy(ci);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
+/* ---- a batch slower than ack_wait is kept alive, not redelivered ------------------------- */
+static void slow_batch_kept_alive(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    cenv_publish(&e, 1, 6, NULL);
+    h.e = &e;
+    h.sleep_quiet_ms = 500; /* 6 x 500 ms: three ack waits for the last one */
+    jsd_consumer_opts o;
+    jsd_consumer_opts_init(&o);
+    o.batch = 6;
+    jsd_consumer *c = cenv_consumer(&e, &o);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 6), 15000);
+    /* Whatever was redelivered meanwhile would show up now as duplicates. */
+    for (int64_t end = jsd_test_mono_ms() + 1500; jsd_test_mono_ms() < end;)
+        ASSERT_OK(jsd_consumer_poll(c, sink, &h, NULL));
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_EQ(s.duplicates, 0);
+    ASSERT_EQ(s.fetched, 6);
+    for (int k = 1; k <= 6; k++)
+        ASSERT_EQ(h.seen_deliveries[k], 1);
+    ASSERT_EQ(h.calls, 6);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_EQ(ci->Delivered.Consumer, 6); /* nothing was delivered twice */
+    jsConsumerInfo_Destroy(ci);
+    ASSERT_EQ(effects(&e), 6);
     jsd_consumer_destroy(c);
     cenv_down(&e);
 }
@@ -618,6 +656,7 @@ BOTH(redelivery_hits_inbox)
 BOTH(retry_honours_delay)
 BOTH(progress_extends_ack_wait)
 BOTH(in_flight_bounded)
+BOTH(slow_batch_kept_alive)
 BOTH(drain_settles_batch_in_hand)
 BOTH(poison_on_first_delivery)
 BOTH(handler_poison)
@@ -629,5 +668,5 @@ BOTH(msg_id_duplicate_caught)
 
 JSD_TEST_MAIN(T(commit_then_confirmed_ack), T(failed_commit_no_ack), T(redelivery_hits_inbox),
               T(retry_honours_delay), T(progress_extends_ack_wait), T(in_flight_bounded),
-              T(drain_settles_batch_in_hand), T(poison_on_first_delivery), T(handler_poison),
-              T(max_deliver_parks), T(config_guard), T(msg_id_duplicate_caught))
+              T(slow_batch_kept_alive), T(drain_settles_batch_in_hand), T(poison_on_first_delivery),
+              T(handler_poison), T(max_deliver_parks), T(config_guard), T(msg_id_duplicate_caught))
