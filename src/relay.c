@@ -421,14 +421,15 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     jsd__backoff_init(&r->backoff);
     r->backoff.base_ms = opts->backoff_base_ms;
     r->backoff.cap_ms = opts->backoff_cap_ms;
-    if (opts->metrics) {
-        r->mstd = jsd_metrics_std_of(opts->metrics);
-        s = jsd_metrics_register(opts->metrics, JSD_METRIC_COUNTER, "jsd_relay_dead_lettered_total",
+    jsd_metrics *reg = opts->metrics ? opts->metrics : jsd_metrics_default();
+    if (reg) {
+        r->mstd = jsd_metrics_std_of(reg);
+        s = jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_relay_dead_lettered_total",
                                  "Outbox effects the relay dead-lettered (attempt budget spent or "
                                  "never publishable).",
                                  NULL, NULL, NULL, 0, &r->m_dead, err);
         if (s == JSD_OK)
-            s = jsd_metrics_register(opts->metrics, JSD_METRIC_GAUGE, "jsd_relay_in_flight",
+            s = jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_relay_in_flight",
                                      "Relay publications awaiting their PubAck.", NULL, NULL, NULL,
                                      0, &r->m_inflight, err);
         if (s != JSD_OK)

@@ -71,7 +71,8 @@ typedef struct jsd_relay_opts {
      * the relay (except jsd_relay_stop and jsd_relay_stats_get). */
     jsd_relay_published_fn on_published;
     void *on_published_user;
-    /* Optional registry (borrowed; must outlive the relay). The relay feeds
+    /* Registry (borrowed; must outlive the relay); NULL: the process-wide
+     * jsd_metrics_default(). The relay feeds
      * jsd_relay_published_total, jsd_relay_duplicates_total,
      * jsd_relay_errors_total, jsd_relay_dead_lettered_total,
      * jsd_relay_in_flight, and every 5 s jsd_outbox_backlog and

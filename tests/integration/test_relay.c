@@ -169,6 +169,10 @@ static void headers_and_expected_stream(void **state)
     ASSERT_STREQ(v, "abc-123");
     ASSERT_EQ(natsMsg_GetDataLength(m), 5);
     natsMsg_Destroy(m);
+    /* without a registry of its own the relay counts into the process-wide one */
+    double v = -1;
+    ASSERT_OK(jsd_metrics_get(jsd_metrics_default(), "jsd_relay_published_total", NULL, &v));
+    ASSERT_EQ(v, 1);
     rt_relay_finish(&t);
     jsd_store_close(app);
     env_down(&e);
