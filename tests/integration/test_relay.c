@@ -170,9 +170,9 @@ static void headers_and_expected_stream(void **state)
     ASSERT_EQ(natsMsg_GetDataLength(m), 5);
     natsMsg_Destroy(m);
     /* without a registry of its own the relay counts into the process-wide one */
-    double v = -1;
-    ASSERT_OK(jsd_metrics_get(jsd_metrics_default(), "jsd_relay_published_total", NULL, &v));
-    ASSERT_EQ(v, 1);
+    double count = -1;
+    ASSERT_OK(jsd_metrics_get(jsd_metrics_default(), "jsd_relay_published_total", NULL, &count));
+    ASSERT_EQ(count, 1);
     rt_relay_finish(&t);
     jsd_store_close(app);
     env_down(&e);
