@@ -75,6 +75,31 @@ static void binds_parameters(bool pg)
     cenv_down(&e);
 }
 
+/* ---- --filter: a created durable sees only its subjects -------------------------------- */
+static void filter_subject(bool pg)
+{
+    cenv e;
+    cenv_up(&e, pg);
+    sink_table(&e);
+    cenv_publish_raw(&e, "a", "one", 3, NULL, "fa-1");
+    cenv_publish_raw(&e, "b", "two", 3, NULL, "fb-1");
+    cenv_publish_raw(&e, "a", "three", 5, NULL, "fa-2");
+    char extra[200];
+    snprintf(extra, sizeof(extra), "--filter %s.a", e.prefix);
+    int rc = consume(&e, NULL, extra);
+    if (rc != 0)
+        fail_msg("consume exited %d: %s", rc, out);
+    ASSERT_EQ(rows(&e), 2);
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM sink WHERE subject = '%s.a'", e.prefix);
+    ASSERT_EQ(store_scalar(e.store, sql), 2);
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_TRUE(ci && ci->Config->FilterSubject);
+    ASSERT_STREQ(ci->Config->FilterSubject, extra + 9);
+    jsConsumerInfo_Destroy(ci);
+    cenv_down(&e);
+}
+
 /* ---- crash after COMMIT, before ACK ------------------------------------------------------- */
 static void crash_after_commit(bool pg)
 {
@@ -245,6 +270,7 @@ static void dlq_tools(bool pg)
     }
 
 BOTH(binds_parameters)
+BOTH(filter_subject)
 BOTH(crash_after_commit)
 BOTH(crash_after_ack)
 BOTH(poison_crash_points)
@@ -253,5 +279,5 @@ BOTH(dlq_tools)
 
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
-JSD_TEST_MAIN(T(binds_parameters), T(crash_after_commit), T(crash_after_ack),
+JSD_TEST_MAIN(T(binds_parameters), T(filter_subject), T(crash_after_commit), T(crash_after_ack),
               T(poison_crash_points), T(refusals), T(dlq_tools))
