@@ -270,8 +270,17 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
     }
     natsStatus s = js_GetConsumerInfo(&ci, js, stream, durable, NULL, &jerr);
     if (s == NATS_OK) {
+        /* Left exactly as it is; but a filter asked for and not in force is
+         * refused rather than silently ignored. */
+        const char *have = ci->Config && ci->Config->FilterSubject ? ci->Config->FilterSubject : "";
+        jsd_status st = JSD_OK;
+        if (cfg && cfg->filter_subject && strcmp(cfg->filter_subject, have) != 0)
+            st = jsd__err(err, JSD_ERR_CONFIG,
+                          "durable \"%s\" exists with filter \"%s\", not \"%s\"; use another "
+                          "durable name or change it with `jsdurable provision`",
+                          durable, have, cfg->filter_subject);
         jsConsumerInfo_Destroy(ci);
-        return JSD_OK;
+        return st;
     }
     if (s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr)
         return jsd__err_nats(err, s, jerr, "consumer info");

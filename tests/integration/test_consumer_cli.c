@@ -97,6 +97,10 @@ static void filter_subject(bool pg)
     ASSERT_TRUE(ci && ci->Config->FilterSubject);
     ASSERT_STREQ(ci->Config->FilterSubject, extra + 9);
     jsConsumerInfo_Destroy(ci);
+    /* The same durable asked for with another filter: refused, not ignored. */
+    snprintf(extra, sizeof(extra), "--filter %s.b", e.prefix);
+    ASSERT_EQ(consume(&e, NULL, extra), 78);
+    ASSERT_CONTAINS(out, "exists with filter");
     cenv_down(&e);
 }
 
