@@ -17,16 +17,16 @@
  * and docs/OPERATIONS.md. */
 enum {
     CLI_OK = 0,
-    CLI_FAILED = 1,         /* the operation ran and failed (e.g. outcome failed) */
-    CLI_USAGE = 64,         /* EX_USAGE: bad flags */
-    CLI_DATAERR = 65,       /* EX_DATAERR: bad input data (rejected) */
-    CLI_NOPERM = 77,        /* EX_NOPERM: denied / authorization */
-    CLI_UNAVAILABLE = 69,   /* EX_UNAVAILABLE: service unreachable */
-    CLI_SOFTWARE = 70,      /* EX_SOFTWARE: internal error */
-    CLI_CANTCREAT = 73,     /* EX_CANTCREAT: cannot open/create the store */
-    CLI_IOERR = 74,         /* EX_IOERR */
-    CLI_TEMPFAIL = 75,      /* EX_TEMPFAIL: retryable / unknown outcome: try again with the same id */
-    CLI_CONFIG = 78,        /* EX_CONFIG: configuration refused */
+    CLI_FAILED = 1,       /* the operation ran and failed (e.g. outcome failed) */
+    CLI_USAGE = 64,       /* EX_USAGE: bad flags */
+    CLI_DATAERR = 65,     /* EX_DATAERR: bad input data (rejected) */
+    CLI_NOPERM = 77,      /* EX_NOPERM: denied / authorization */
+    CLI_UNAVAILABLE = 69, /* EX_UNAVAILABLE: service unreachable */
+    CLI_SOFTWARE = 70,    /* EX_SOFTWARE: internal error */
+    CLI_CANTCREAT = 73,   /* EX_CANTCREAT: cannot open/create the store */
+    CLI_IOERR = 74,       /* EX_IOERR */
+    CLI_TEMPFAIL = 75,    /* EX_TEMPFAIL: retryable / unknown outcome: try again with the same id */
+    CLI_CONFIG = 78,      /* EX_CONFIG: configuration refused */
 };
 
 typedef int (*cli_cmd_fn)(int argc, char **argv);
@@ -45,34 +45,36 @@ int cmd_gc(int argc, char **argv);
  * >= CLI_CONN_OPT_BASE to cli_conn_flag(). Secrets are taken from files or the
  * environment, never from argv (argv is visible to every user). */
 #define CLI_CONN_OPT_BASE 1000
-#define CLI_CONN_LONGOPTS                                                                  \
-    {"nats", required_argument, NULL, CLI_CONN_OPT_BASE + 0},                              \
-        {"token-file", required_argument, NULL, CLI_CONN_OPT_BASE + 1},                    \
-        {"user", required_argument, NULL, CLI_CONN_OPT_BASE + 2},                          \
-        {"password-file", required_argument, NULL, CLI_CONN_OPT_BASE + 3},                 \
-        {"creds", required_argument, NULL, CLI_CONN_OPT_BASE + 4},                         \
-        {"nkey", required_argument, NULL, CLI_CONN_OPT_BASE + 5},                          \
-        {"tls-ca", required_argument, NULL, CLI_CONN_OPT_BASE + 6},                        \
-        {"tls-cert", required_argument, NULL, CLI_CONN_OPT_BASE + 7},                      \
-        {"tls-key", required_argument, NULL, CLI_CONN_OPT_BASE + 8},                       \
-        {"tls-hostname", required_argument, NULL, CLI_CONN_OPT_BASE + 9},                  \
-        {"tls-required", no_argument, NULL, CLI_CONN_OPT_BASE + 10},                       \
-        {"connect-timeout-ms", required_argument, NULL, CLI_CONN_OPT_BASE + 11},           \
-        {"startup-budget-ms", required_argument, NULL, CLI_CONN_OPT_BASE + 12},            \
-        {"log-level", required_argument, NULL, CLI_CONN_OPT_BASE + 13},                    \
-        {"log-format", required_argument, NULL, CLI_CONN_OPT_BASE + 14}
+#define CLI_CONN_LONGOPTS                                                                          \
+    {"nats", required_argument, NULL, CLI_CONN_OPT_BASE + 0},                                      \
+        {"token-file", required_argument, NULL, CLI_CONN_OPT_BASE + 1},                            \
+        {"user", required_argument, NULL, CLI_CONN_OPT_BASE + 2},                                  \
+        {"password-file", required_argument, NULL, CLI_CONN_OPT_BASE + 3},                         \
+        {"creds", required_argument, NULL, CLI_CONN_OPT_BASE + 4},                                 \
+        {"nkey", required_argument, NULL, CLI_CONN_OPT_BASE + 5},                                  \
+        {"tls-ca", required_argument, NULL, CLI_CONN_OPT_BASE + 6},                                \
+        {"tls-cert", required_argument, NULL, CLI_CONN_OPT_BASE + 7},                              \
+        {"tls-key", required_argument, NULL, CLI_CONN_OPT_BASE + 8},                               \
+        {"tls-hostname", required_argument, NULL, CLI_CONN_OPT_BASE + 9},                          \
+        {"tls-required", no_argument, NULL, CLI_CONN_OPT_BASE + 10},                               \
+        {"connect-timeout-ms", required_argument, NULL, CLI_CONN_OPT_BASE + 11},                   \
+        {"startup-budget-ms", required_argument, NULL, CLI_CONN_OPT_BASE + 12},                    \
+        {"log-level", required_argument, NULL, CLI_CONN_OPT_BASE + 13},                            \
+    {                                                                                              \
+        "log-format", required_argument, NULL, CLI_CONN_OPT_BASE + 14                              \
+    }
 
-#define CLI_CONN_HELP                                                                      \
-    "Connection (NATS):\n"                                                                 \
-    "  --nats URL[,URL...]        servers (default: $JSD_NATS_URL)\n"                      \
-    "  --token-file FILE          auth token from FILE (or $JSD_NATS_TOKEN)\n"             \
-    "  --user NAME                user (or $JSD_NATS_USER); password from\n"               \
-    "  --password-file FILE       FILE (or $JSD_NATS_PASSWORD)\n"                          \
-    "  --creds FILE | --nkey FILE credentials file or NKey seed file\n"                    \
-    "  --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-hostname NAME --tls-required\n"  \
-    "  --connect-timeout-ms N     one connect attempt (default 2000)\n"                    \
-    "  --startup-budget-ms N      keep retrying the first connect this long (default 10000)\n" \
-    "Logging:\n"                                                                           \
+#define CLI_CONN_HELP                                                                              \
+    "Connection (NATS):\n"                                                                         \
+    "  --nats URL[,URL...]        servers (default: $JSD_NATS_URL)\n"                              \
+    "  --token-file FILE          auth token from FILE (or $JSD_NATS_TOKEN)\n"                     \
+    "  --user NAME                user (or $JSD_NATS_USER); password from\n"                       \
+    "  --password-file FILE       FILE (or $JSD_NATS_PASSWORD)\n"                                  \
+    "  --creds FILE | --nkey FILE credentials file or NKey seed file\n"                            \
+    "  --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-hostname NAME --tls-required\n"          \
+    "  --connect-timeout-ms N     one connect attempt (default 2000)\n"                            \
+    "  --startup-budget-ms N      keep retrying the first connect this long (default 10000)\n"     \
+    "Logging:\n"                                                                                   \
     "  --log-level debug|info|warn|error   --log-format text|json\n"
 
 typedef struct cli_conn {

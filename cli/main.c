@@ -13,8 +13,10 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"enqueue", cmd_enqueue, "commit outbox effects to a store (stdin payload or JSON lines)"},
-    {"status", cmd_status, "show outbox, inbox and dead-letter counts (and stream lag with --nats)"},
-    {"publish", cmd_publish, "publish one message through the bounded publisher, print its outcome"},
+    {"status", cmd_status,
+     "show outbox, inbox and dead-letter counts (and stream lag with --nats)"},
+    {"publish", cmd_publish,
+     "publish one message through the bounded publisher, print its outcome"},
     {"relay", cmd_relay, "publish committed outbox effects to JetStream"},
     {"consume", cmd_consume, "exactly-once JetStream -> SQL sink through the inbox"},
     {"dlq", cmd_dlq, "list, show, replay or purge dead letters"},

@@ -194,7 +194,7 @@ static void scrub_secret(char *buf, const char *secret)
     if (!secret || (sl = strlen(secret)) < 3)
         return;
     while ((p = strstr(buf, secret)) != NULL) {
-        memcpy(p, "***", 3);
+        p[0] = p[1] = p[2] = '*';
         memmove(p + 3, p + sl, strlen(p + sl) + 1);
     }
 }

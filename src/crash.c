@@ -45,7 +45,8 @@ void jsd__crash_point(const char *point)
     if (atomic_fetch_sub(&crash_left, 1) == 1) {
         /* Say where we die, so a test log shows it; then die for real. */
         char line[200];
-        int len = snprintf(line, sizeof(line), "jsdurable: crash point %s reached, SIGKILL\n", point);
+        int len =
+            snprintf(line, sizeof(line), "jsdurable: crash point %s reached, SIGKILL\n", point);
         if (len > 0)
             (void)!write(2, line, (size_t)JSD_MIN(len, (int)sizeof(line) - 1));
         kill(getpid(), SIGKILL);

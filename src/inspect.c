@@ -112,8 +112,10 @@ jsd_status jsd_stream_states_list(jsd_conn *c, jsd_stream_state **out, size_t *n
         return jsd__err_nats(err, s, jerr, "listing streams");
     jsd_status st = JSD_OK;
     jsd_stream_state *arr = list->Count ? jsd__calloc((size_t)list->Count, sizeof(*arr)) : NULL;
-    if (list->Count && !arr)
-        st = jsd__err(err, JSD_ERR_NOMEM, "out of memory listing streams");
+    if (list->Count && !arr) {
+        jsStreamInfoList_Destroy(list);
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory listing streams");
+    }
     size_t got = 0;
     for (int i = 0; st == JSD_OK && i < list->Count; i++) {
         fill_stream(&arr[got], list->List[i]);

@@ -639,7 +639,7 @@ jsd_status jsd_metrics_render(jsd_metrics *m, char *buf, size_t cap, size_t *len
     if (st != JSD_OK)
         return st;
     *len = n;
-    if (n + 1 > cap) {
+    if (n >= cap) { /* room for n bytes and the NUL; n + 1 could wrap */
         if (cap)
             buf[0] = '\0';
         jsd__free(p);

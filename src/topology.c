@@ -192,7 +192,9 @@ static jsd_status perr(jsd_error *err, const char *path, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return jsd__err(err, JSD_ERR_CONFIG, "%s: %s", path, msg);
+    /* Always a failure, visibly so: callers rely on it (and the analyzer sees it). */
+    (void)jsd__err(err, JSD_ERR_CONFIG, "%s: %s", path, msg);
+    return JSD_ERR_CONFIG;
 }
 
 static void subpath(char *out, const char *base, const char *key)
@@ -262,14 +264,15 @@ static jsd_status get_str(const json_t *obj, const char *path, const char *key, 
             return perr(err, p, "missing (required)");
         return JSD_OK;
     }
-    if (!json_is_string(v))
+    const char *sv = json_string_value(v); /* NULL unless v is a string */
+    if (!sv)
         return perr(err, p, "must be a string, not %s", json_kind(v));
     size_t n = json_string_length(v);
-    if (strlen(json_string_value(v)) != n)
+    if (strlen(sv) != n)
         return perr(err, p, "contains a NUL byte");
     if (n > max_len)
         return perr(err, p, "is %zu bytes; the limit is %zu", n, max_len);
-    *out = json_string_value(v);
+    *out = sv;
     return JSD_OK;
 }
 
@@ -467,6 +470,8 @@ static jsd_status get_name(const json_t *obj, const char *path, const char *key,
     jsd_status st = get_str(obj, path, key, true, 1024, out, err);
     if (st != JSD_OK)
         return st;
+    if (!*out) /* required=true: get_str never leaves it NULL on success */
+        return perr(err, path, "%s: missing (required)", key);
     if (!name_token_ok(*out, why, sizeof(why))) {
         subpath(p, path, key);
         return perr(err, p, "%s", why);
@@ -1230,8 +1235,16 @@ static void stream_cfg_apply(jsStreamConfig *cfg, const topo_stream *s)
 static bool server_at_least(jsd_conn *c, int major, int minor)
 {
     const char *v = jsd_conn_server_version(c);
-    int ma = 0, mi = 0;
-    if (!v || sscanf(v, "%d.%d", &ma, &mi) != 2)
+    char *end = NULL;
+    if (!v)
+        return false;
+    errno = 0;
+    long ma = strtol(v, &end, 10);
+    if (errno || end == v || *end != '.')
+        return false;
+    const char *m = end + 1;
+    long mi = strtol(m, &end, 10);
+    if (errno || end == m)
         return false;
     return ma > major || (ma == major && mi >= minor);
 }

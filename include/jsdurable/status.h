@@ -14,30 +14,30 @@
 extern "C" {
 #endif
 
-#define JSD_STATUS_MAP(X)                                                      \
-    X(OK, "success")                                                           \
-    X(ERR_INVALID, "invalid argument")                                         \
-    X(ERR_NOMEM, "out of memory")                                              \
-    X(ERR_CONFIG, "invalid configuration")                                     \
-    X(ERR_CONNECT, "cannot connect")                                           \
-    X(ERR_AUTH, "authorization failed")                                        \
-    X(ERR_TLS, "TLS failure")                                                  \
-    X(ERR_NO_JETSTREAM, "JetStream not available")                             \
-    X(ERR_NOT_SUPPORTED, "not supported")                                      \
-    X(ERR_TIMEOUT, "timed out")                                                \
-    X(ERR_NOT_FOUND, "not found")                                              \
-    X(ERR_EXISTS, "already exists")                                            \
-    X(ERR_LIMIT, "limit exceeded")                                             \
-    X(ERR_BIND, "stream binding rejected")                                     \
-    X(ERR_STORE, "store error")                                                \
-    X(ERR_SCHEMA, "unsupported schema version")                                \
-    X(ERR_READONLY, "store is read-only")                                      \
-    X(ERR_FULL, "storage full")                                                \
-    X(ERR_BUSY, "busy")                                                        \
-    X(ERR_LEASE_LOST, "lease lost")                                            \
-    X(ERR_NATS, "NATS error")                                                  \
-    X(ERR_IO, "I/O error")                                                     \
-    X(ERR_STOPPED, "stopped")                                                  \
+#define JSD_STATUS_MAP(X)                                                                          \
+    X(OK, "success")                                                                               \
+    X(ERR_INVALID, "invalid argument")                                                             \
+    X(ERR_NOMEM, "out of memory")                                                                  \
+    X(ERR_CONFIG, "invalid configuration")                                                         \
+    X(ERR_CONNECT, "cannot connect")                                                               \
+    X(ERR_AUTH, "authorization failed")                                                            \
+    X(ERR_TLS, "TLS failure")                                                                      \
+    X(ERR_NO_JETSTREAM, "JetStream not available")                                                 \
+    X(ERR_NOT_SUPPORTED, "not supported")                                                          \
+    X(ERR_TIMEOUT, "timed out")                                                                    \
+    X(ERR_NOT_FOUND, "not found")                                                                  \
+    X(ERR_EXISTS, "already exists")                                                                \
+    X(ERR_LIMIT, "limit exceeded")                                                                 \
+    X(ERR_BIND, "stream binding rejected")                                                         \
+    X(ERR_STORE, "store error")                                                                    \
+    X(ERR_SCHEMA, "unsupported schema version")                                                    \
+    X(ERR_READONLY, "store is read-only")                                                          \
+    X(ERR_FULL, "storage full")                                                                    \
+    X(ERR_BUSY, "busy")                                                                            \
+    X(ERR_LEASE_LOST, "lease lost")                                                                \
+    X(ERR_NATS, "NATS error")                                                                      \
+    X(ERR_IO, "I/O error")                                                                         \
+    X(ERR_STOPPED, "stopped")                                                                      \
     X(ERR_INTERNAL, "internal error")
 
 typedef enum jsd_status {
@@ -62,10 +62,10 @@ const char *jsd_status_str(jsd_status s);
 typedef struct jsd_error {
     jsd_status status;
     char msg[JSD_ERRMSG_MAX];
-    int nats_status;   /* natsStatus, 0 if none */
-    int js_err_code;   /* JetStream API error code (e.g. 10060), 0 if none */
-    char sqlstate[6];  /* PostgreSQL SQLSTATE, "" if none */
-    int sqlite_code;   /* SQLite extended result code, 0 if none */
+    int nats_status;  /* natsStatus, 0 if none */
+    int js_err_code;  /* JetStream API error code (e.g. 10060), 0 if none */
+    char sqlstate[6]; /* PostgreSQL SQLSTATE, "" if none */
+    int sqlite_code;  /* SQLite extended result code, 0 if none */
 } jsd_error;
 
 /* Reset an error to JSD_OK with an empty message. */
@@ -87,13 +87,12 @@ typedef enum jsd_log_format { JSD_LOG_TEXT = 0, JSD_LOG_JSON } jsd_log_format;
 
 /* A sink receives one finished line (no trailing newline). Thread-safe sinks
  * only: logs come from any thread. */
-typedef void (*jsd_log_fn)(jsd_log_level level, const char *component,
-                           const char *line, void *user);
+typedef void (*jsd_log_fn)(jsd_log_level level, const char *component, const char *line,
+                           void *user);
 
 /* Configure the process-wide logger. fn NULL restores the stderr sink.
  * Thread-safe. */
-void jsd_log_configure(jsd_log_level min_level, jsd_log_format format,
-                       jsd_log_fn fn, void *user);
+void jsd_log_configure(jsd_log_level min_level, jsd_log_format format, jsd_log_fn fn, void *user);
 /* Parse "debug|info|warn|error|off"; JSD_ERR_INVALID otherwise. */
 jsd_status jsd_log_level_parse(const char *s, jsd_log_level *out);
 

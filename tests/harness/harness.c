@@ -72,8 +72,11 @@ const char *jsd_test_dir(void)
 int jsd_test_run(const char *cmd, char *out, size_t cap)
 {
     char full[8192];
-    snprintf(full, sizeof(full), "( %s ) 2>&1", cmd);
-    FILE *p = popen(full, "r");
+    int fl = snprintf(full, sizeof(full), "( %s ) 2>&1", cmd);
+    if (fl < 0 || (size_t)fl >= sizeof(full))
+        fail_msg("jsd_test_run: command of %zu bytes does not fit in %zu", strlen(cmd),
+                 sizeof(full));
+    FILE *p = popen(full, "r"); /* the test's own command line, by design */
     if (!p)
         return -1;
     size_t used = 0;

@@ -51,10 +51,14 @@ static int http(int port, const char *method, const char *path, char *out, size_
     }
     out[n] = '\0';
     close(fd);
-    int code = -1;
-    if (sscanf(out, "HTTP/1.%*d %d", &code) != 1)
+    /* "HTTP/1.x NNN ..." */
+    if (strncmp(out, "HTTP/1.", 7) != 0 || !out[7] || out[8] != ' ')
         return -1;
-    return code;
+    char *end = NULL;
+    long code = strtol(out + 9, &end, 10);
+    if (end == out + 9 || code < 100 || code > 999)
+        return -1;
+    return (int)code;
 }
 
 static const char *body_of(const char *resp)

@@ -792,8 +792,12 @@ static void two_processes_never_share_an_effect(void **state)
     for (int c = 0; c < 2; c++) {
         FILE *in = fopen(files[c], "r");
         assert_non_null(in);
-        long long id;
-        while (fscanf(in, "%lld", &id) == 1) {
+        char line[64];
+        while (fgets(line, sizeof(line), in)) {
+            char *end = NULL;
+            long long id = strtoll(line, &end, 10);
+            if (end == line)
+                continue;
             assert_true(id > 0 && id < (long long)sizeof(seen));
             if (seen[id])
                 fail_msg("effect row %lld was claimed by both processes", id);
@@ -1103,7 +1107,7 @@ static void retention_in_bounded_batches(void **state)
 {
     char url[512];
     jsd_store *s = open_new(state, url, sizeof(url));
-    int64_t now = jsd__now_ms(), old = now - 3600 * 1000;
+    int64_t now, old;
     char id[32];
     jsd_tx *tx;
     /* 10 old published, 5 recent published, 3 unpublished, 1 old dead-lettered. */
@@ -1116,7 +1120,7 @@ static void retention_in_bounded_batches(void **state)
     for (int i = 0; i < 9; i++)
         ASSERT_OK(jsd__tx_inbox_insert(tx, "S", "c", (uint64_t)i + 1, NULL, 0, NULL));
     ASSERT_OK(jsd_tx_commit(tx));
-    now = jsd__now_ms();
+    now = jsd__now_ms(); /* after the inserts: "old" is relative to the claim time */
     old = now - 3600 * 1000;
     jsd__effect_batch b;
     jsd__effect_batch_init(&b);
@@ -1594,7 +1598,7 @@ static void pg_concurrent_open(void **state)
 static bool pg_someone_waits_on_a_lock(PGconn *admin)
 {
     PGresult *r = PQexec(admin, "SELECT count(*) FROM pg_locks WHERE NOT granted");
-    bool yes = PQresultStatus(r) == PGRES_TUPLES_OK && atoi(PQgetvalue(r, 0, 0)) > 0;
+    bool yes = PQresultStatus(r) == PGRES_TUPLES_OK && strtol(PQgetvalue(r, 0, 0), NULL, 10) > 0;
     PQclear(r);
     return yes;
 }

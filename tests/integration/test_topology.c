@@ -385,8 +385,10 @@ static void consumer_changes_the_server_cannot_make_are_refused(void **state)
                   n.stream, n.root, n.dlq, n.dlq_root, n.stream, n.root);
     jsd_topology *t2 = NULL;
     ASSERT_OK_E(jsd_topology_parse(&t2, json, strlen(json), &e), e.msg);
-    int major = 0, minor = 0;
-    sscanf(jsd_conn_server_version(c), "%d.%d", &major, &minor);
+    const char *ver = jsd_conn_server_version(c);
+    ASSERT_TRUE(ver != NULL);
+    char *dot = NULL;
+    long major = strtol(ver, &dot, 10), minor = *dot == '.' ? strtol(dot + 1, NULL, 10) : 0;
     bool v210 = major > 2 || (major == 2 && minor >= 10);
     char want[160];
     jsd__snprintf(want, sizeof(want), "filter_subject=%s.created->%s.shipped;", n.root, n.root);
