@@ -100,7 +100,7 @@ static const char *const sql_text[P__COUNT] = {
                    "lease_expires = NULL "
                    "FROM unnest($2::int8[], $3::text[], $4::int8[], $5::bool[], $6::int8[]) "
                    "AS r(id, stream, seq, dup, at) "
-                   "WHERE o.id = r.id AND o.id = ANY($2::int8[]) AND o.lease_token = $1 "
+                   "WHERE o.id = r.id AND o.lease_token = $1 "
                    "AND o.published_at IS NULL",
     [P_FAIL_SEL] = "SELECT id, attempts FROM @jsd_outbox WHERE id = ANY($2::int8[]) "
                    "AND lease_token = $1 AND " PENDING " FOR UPDATE",
@@ -109,7 +109,7 @@ static const char *const sql_text[P__COUNT] = {
                    "dead_reason = u.reason, lease_token = NULL, lease_expires = NULL "
                    "FROM unnest($2::int8[], $3::int4[], $4::text[], $5::int8[], $6::int8[], "
                    "$7::text[]) AS u(id, attempts, err, next, dead_at, reason) "
-                   "WHERE o.id = u.id AND o.id = ANY($2::int8[]) AND o.lease_token = $1",
+                   "WHERE o.id = u.id AND o.lease_token = $1",
     [P_RELEASE] = "UPDATE @jsd_outbox SET lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ANY($2::int8[]) AND lease_token = $1 AND published_at IS NULL",
     [P_REQUEUE] = "UPDATE @jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
