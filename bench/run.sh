@@ -53,16 +53,32 @@ if [ "${JSD_BENCH_PG:-1}" = 1 ]; then
   export JSD_BENCH_PG_URL
 fi
 
+# Every figure line is also kept in $root/figures so that the ratios below
+# divide figures of this same run (same servers, same machine state).
+figures="$root/figures"
+: > "$figures"
 rc=0
 if [ -x "$BUILD/bench/bench_publish" ]; then
-  "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_URL" "${BENCH_MESSAGES:-100000}" || rc=1
-  "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_FSYNC_URL" "${BENCH_FSYNC_MESSAGES:-5000}" .fsync || rc=1
+  "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_URL" "${BENCH_MESSAGES:-100000}" | tee -a "$figures" || rc=1
+  "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_FSYNC_URL" "${BENCH_FSYNC_MESSAGES:-5000}" .fsync | tee -a "$figures" || rc=1
 else
   echo "bench: $BUILD/bench/bench_publish is not built" >&2; rc=1
 fi
 for prog in "$BUILD"/bench/*; do
   [ -x "$prog" ] && [ -f "$prog" ] || continue
   case $(basename "$prog") in bench_publish) continue ;; esac
-  "$prog" || rc=1
+  "$prog" | tee -a "$figures" || rc=1
 done
+
+# Issue 5's ratios: relay.X / raw.publish (raw nats.c async publish with a
+# MsgId, 256 B, on the same server in this run). A figure missing from this run
+# gives no ratio line (and a note), never a made-up one.
+ratio() { # ratio NAME NUMERATOR DENOMINATOR
+  awk -v name="$1" -v a="$2" -v b="$3" '
+    $1 == a && $3 == "msg/s" { x = $2 } $1 == b && $3 == "msg/s" { y = $2 }
+    END { if (x != "" && y > 0) printf "%s %.2f x\n", name, x / y; else exit 1 }' "$figures" ||
+    echo "bench: no $1 (needs $2 and $3 from this run)" >&2
+}
+ratio relay.sqlite.ratio relay.sqlite raw.publish
+ratio relay.postgres.ratio relay.postgres raw.publish
 exit $rc
