@@ -107,6 +107,13 @@ char *cli_read_all(FILE *f, size_t max, size_t *len, bool *too_big);
 /* Read a whole small file (secrets: caller wipes). Trailing newline removed. */
 char *cli_read_secret_file(const char *path);
 
+/* The CLI's number flags, parsed one way everywhere: a whole decimal number
+ * in [lo, hi] with nothing after it (no sign games, no overflow: ERANGE fails). */
+bool cli_parse_long(const char *s, long lo, long hi, long *out);
+/* A duration "250ms", "30s", "5m", "2h", "7d" or plain milliseconds, >= 0,
+ * in milliseconds; false on anything else or on overflow. */
+bool cli_parse_duration_ms(const char *s, int64_t *out);
+
 /* Parse "NAME:VALUE" into name/value (pointers into a copy the caller frees). */
 bool cli_split_header(const char *arg, char **name, char **value);
 

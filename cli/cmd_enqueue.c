@@ -58,16 +58,6 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 static int exit_for(jsd_status s)
 {
     return s == JSD_ERR_EXISTS ? CLI_DATAERR : cli_exit_for(s);
@@ -380,7 +370,7 @@ int cmd_enqueue(int argc, char **argv)
             nh++;
             break;
         case 'd':
-            if (!parse_long(optarg, 0, 100L * 365 * 86400000, &v)) {
+            if (!cli_parse_long(optarg, 0, 100L * 365 * 86400000, &v)) {
                 cli_err("enqueue", "--delay-ms takes a non-negative number of milliseconds");
                 rc = CLI_USAGE;
                 goto done;
@@ -391,7 +381,7 @@ int cmd_enqueue(int argc, char **argv)
             jsonl = true;
             break;
         case 'b':
-            if (!parse_long(optarg, 1, 10000, &batch)) {
+            if (!cli_parse_long(optarg, 1, 10000, &batch)) {
                 cli_err("enqueue", "--batch takes 1..10000");
                 rc = CLI_USAGE;
                 goto done;

@@ -38,27 +38,10 @@ static void usage(FILE *f)
 
 static bool parse_dur(const char *what, const char *arg, int64_t *out)
 {
-    /* "250ms", "30s", "5m", "2h", "7d" or plain milliseconds. */
-    char *end = NULL;
-    long long v = strtoll(arg, &end, 10);
-    long long mul = 0;
-    if (end == arg || v < 0)
-        mul = 0;
-    else if (!*end || !strcmp(end, "ms"))
-        mul = 1;
-    else if (!strcmp(end, "s"))
-        mul = 1000;
-    else if (!strcmp(end, "m"))
-        mul = 60000;
-    else if (!strcmp(end, "h"))
-        mul = 3600000;
-    else if (!strcmp(end, "d"))
-        mul = 86400000;
-    if (!mul || v > INT64_MAX / mul) {
+    if (!cli_parse_duration_ms(arg, out)) {
         cli_err("gc", "%s takes a duration such as 30s, 5m, 2h or 7d, not \"%s\"", what, arg);
         return false;
     }
-    *out = v * mul;
     return true;
 }
 
@@ -93,15 +76,12 @@ int cmd_gc(int argc, char **argv)
             if (!parse_dur("--min-horizon", optarg, &floor_ms))
                 return CLI_USAGE;
             break;
-        case 'b': {
-            char *end = NULL;
-            batch = strtol(optarg, &end, 10);
-            if (!*optarg || *end || batch < 1 || batch > 100000) {
+        case 'b':
+            if (!cli_parse_long(optarg, 1, 100000, &batch)) {
                 cli_err("gc", "--batch takes 1..100000");
                 return CLI_USAGE;
             }
             break;
-        }
         case 'h':
             usage(stdout);
             return CLI_OK;

@@ -116,9 +116,8 @@ int cmd_provision(int argc, char **argv)
             check_only = true;
             break;
         case 't': {
-            char *end = NULL;
-            long v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || v < 1 || v > 600000) {
+            long v;
+            if (!cli_parse_long(optarg, 1, 600000, &v)) {
                 cli_err("provision", "--timeout-ms takes 1..600000 milliseconds");
                 rc = CLI_USAGE;
                 goto done;

@@ -2,7 +2,9 @@
  * The tool's shared helpers: connection flags and environment fallbacks,
  * store URL lookup, exit codes, errors, reading input and secret files.
  */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,11 +36,50 @@ static void wipe_free(char *s)
     free(s);
 }
 
-static bool parse_int(const char *arg, int *out)
+bool cli_parse_long(const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;
-    long v = strtol(arg, &end, 10);
-    if (!*arg || *end || v < 0 || v > 100000000)
+    if (!s || !*s)
+        return false;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool cli_parse_duration_ms(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    if (!s || !*s)
+        return false;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    long long mul = 0;
+    if (errno || end == s || v < 0)
+        return false;
+    if (!*end || !strcmp(end, "ms"))
+        mul = 1;
+    else if (!strcmp(end, "s"))
+        mul = 1000;
+    else if (!strcmp(end, "m"))
+        mul = 60000;
+    else if (!strcmp(end, "h"))
+        mul = 3600000;
+    else if (!strcmp(end, "d"))
+        mul = 86400000;
+    if (!mul || v > INT64_MAX / mul)
+        return false;
+    *out = (int64_t)(v * mul);
+    return true;
+}
+
+/* Milliseconds for the connection's timeouts: 0..100000000. */
+static bool parse_ms_int(const char *arg, int *out)
+{
+    long v;
+    if (!cli_parse_long(arg, 0, 100000000, &v))
         return false;
     *out = (int)v;
     return true;
@@ -92,13 +133,13 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
         c->opts.tls_required = 1;
         return 0;
     case 11:
-        if (!parse_int(arg, &c->opts.connect_timeout_ms)) {
+        if (!parse_ms_int(arg, &c->opts.connect_timeout_ms)) {
             fprintf(stderr, "jsdurable: --connect-timeout-ms needs a number of milliseconds\n");
             return CLI_USAGE;
         }
         return 0;
     case 12:
-        if (!parse_int(arg, &c->opts.startup_budget_ms)) {
+        if (!parse_ms_int(arg, &c->opts.startup_budget_ms)) {
             fprintf(stderr, "jsdurable: --startup-budget-ms needs a number of milliseconds\n");
             return CLI_USAGE;
         }

@@ -946,43 +946,35 @@ void jsd_tx_rollback(jsd_tx *tx)
     tx->active = false;
 }
 
-jsd_status jsd__tx_savepoint(jsd_tx *tx)
+/* One savepoint operation: SAVEPOINT needs none open, RELEASE and ROLLBACK TO
+ * need one; on success the transaction notes whether one is open now. */
+static jsd_status savepoint_step(jsd_tx *tx, const char *fn, jsd__txop op, bool needs_open)
 {
-    jsd_status rc = need_tx(tx, "jsd__tx_savepoint");
+    jsd_status rc = need_tx(tx, fn);
     if (rc != JSD_OK)
         return rc;
-    if (tx->savepoint)
-        return jsd__store_err(tx->store, JSD_ERR_INVALID, "a savepoint is already open");
-    rc = tx->store->ops->tx(tx->store, JSD__TX_SAVEPOINT);
+    if (tx->savepoint != needs_open)
+        return jsd__store_err(tx->store, JSD_ERR_INVALID,
+                              needs_open ? "no savepoint is open" : "a savepoint is already open");
+    rc = tx->store->ops->tx(tx->store, op);
     if (rc == JSD_OK)
-        tx->savepoint = true;
+        tx->savepoint = !needs_open;
     return rc;
+}
+
+jsd_status jsd__tx_savepoint(jsd_tx *tx)
+{
+    return savepoint_step(tx, "jsd__tx_savepoint", JSD__TX_SAVEPOINT, false);
 }
 
 jsd_status jsd__tx_release(jsd_tx *tx)
 {
-    jsd_status rc = need_tx(tx, "jsd__tx_release");
-    if (rc != JSD_OK)
-        return rc;
-    if (!tx->savepoint)
-        return jsd__store_err(tx->store, JSD_ERR_INVALID, "no savepoint is open");
-    rc = tx->store->ops->tx(tx->store, JSD__TX_RELEASE);
-    if (rc == JSD_OK)
-        tx->savepoint = false;
-    return rc;
+    return savepoint_step(tx, "jsd__tx_release", JSD__TX_RELEASE, true);
 }
 
 jsd_status jsd__tx_rollback_to(jsd_tx *tx)
 {
-    jsd_status rc = need_tx(tx, "jsd__tx_rollback_to");
-    if (rc != JSD_OK)
-        return rc;
-    if (!tx->savepoint)
-        return jsd__store_err(tx->store, JSD_ERR_INVALID, "no savepoint is open");
-    rc = tx->store->ops->tx(tx->store, JSD__TX_ROLLBACK_TO);
-    if (rc == JSD_OK)
-        tx->savepoint = false;
-    return rc;
+    return savepoint_step(tx, "jsd__tx_rollback_to", JSD__TX_ROLLBACK_TO, true);
 }
 
 /* ---- relay operations -------------------------------------------------------------- */

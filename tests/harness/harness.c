@@ -69,6 +69,24 @@ const char *jsd_test_dir(void)
     return dir;
 }
 
+void jsd_test_alloc_failures(const char *child_case, int max_runs, const char *what)
+{
+    char self[512], cmd[700], out[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    ASSERT_TRUE(n > 0);
+    self[n] = '\0';
+    for (int k = 0; k < max_runs; k++) {
+        snprintf(cmd, sizeof(cmd), "JSD_FAIL_ALLOC_AFTER=%d %s %s", k, self, child_case);
+        int rc = jsd_test_run(cmd, out, sizeof(out));
+        if (rc != 0)
+            fail_msg("with JSD_FAIL_ALLOC_AFTER=%d %s failed (exit %d):\n%s", k, what, rc, out);
+        if (strstr(out, "status=JSD_OK"))
+            return;
+        ASSERT_CONTAINS(out, "status=JSD_ERR_NOMEM");
+    }
+    fail_msg("%s still ran out of memory after %d allocations", what, max_runs);
+}
+
 int jsd_test_run(const char *cmd, char *out, size_t cap)
 {
     char full[8192];

@@ -147,4 +147,10 @@ const char *jsd_test_dir(void);
  * exit status (-1 on a signal death). */
 int jsd_test_run(const char *cmd, char *out, size_t cap);
 
+/* Allocation-failure sweep: run this test binary's case `child_case` with
+ * JSD_FAIL_ALLOC_AFTER=0, 1, 2, ... (at most max_runs times). Every run must
+ * exit 0 and print "status=JSD_ERR_NOMEM", until one prints "status=JSD_OK";
+ * fails the test otherwise. `what` names the code under test in the message. */
+void jsd_test_alloc_failures(const char *child_case, int max_runs, const char *what);
+
 #endif

@@ -471,22 +471,7 @@ static void oom_child(void **state)
 static void allocation_failures_are_clean(void **state)
 {
     (void)state;
-    char self[512], cmd[700], out[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    ASSERT_TRUE(n > 0);
-    self[n] = '\0';
-    bool reached_ok = false;
-    for (int k = 0; k < 64 && !reached_ok; k++) {
-        jsd__snprintf(cmd, sizeof(cmd), "JSD_FAIL_ALLOC_AFTER=%d %s oom_child", k, self);
-        int rc = jsd_test_run(cmd, out, sizeof(out));
-        if (rc != 0)
-            fail_msg("with JSD_FAIL_ALLOC_AFTER=%d the parser failed (exit %d):\n%s", k, rc, out);
-        if (strstr(out, "status=JSD_OK"))
-            reached_ok = true;
-        else
-            ASSERT_CONTAINS(out, "status=JSD_ERR_NOMEM");
-    }
-    ASSERT_TRUE(reached_ok);
+    jsd_test_alloc_failures("oom_child", 64, "the parser");
 }
 
 JSD_TEST_MAIN(cmocka_unit_test(parses_valid_file_with_defaults),
