@@ -88,6 +88,7 @@ struct jsd_delivery {
 };
 
 #define LASTERR_SLOTS 64
+#define ACK_GENS      4
 
 struct jsd_consumer {
     jsd_store *store;
@@ -109,12 +110,17 @@ struct jsd_consumer {
     natsSubscription *ack_sub;
     char ack_prefix[96];
     uint64_t ack_gen;
-    struct {
-        uint64_t gen;
-        bool *got;
-        size_t n, sent, confirmed;
+    /* ACK generations (one per batch) whose confirmations are awaited. The
+     * confirmation subscription's callback (nats.c's thread) only counts
+     * replies here under amu; the consumer's thread settles the books. */
+    pthread_mutex_t amu;
+    pthread_cond_t acv;
+    struct ackgen {
+        uint64_t gen; /* 0: free */
+        size_t sent, confirmed;
+        bool open; /* still sending */
         int64_t deadline;
-    } ackw; /* the ACKs whose confirmations are awaited */
+    } gens[ACK_GENS];
 
     const jsd_metrics_std *m; /* counters: never NULL, its handles may be */
 
@@ -144,6 +150,7 @@ struct jsd_consumer {
 };
 
 static void ack_collect(jsd_consumer *c, bool wait);
+static void on_ack_reply(natsConnection *nc, natsSubscription *sub, natsMsg *m, void *closure);
 
 /* ---- dispositions --------------------------------------------------------------- */
 
@@ -583,7 +590,7 @@ static jsd_status bind(jsd_consumer *c)
     jsd__strlcpy(c->ack_prefix, inbox, sizeof(c->ack_prefix));
     natsInbox_Destroy(inbox);
     jsd__snprintf(subj, sizeof(subj), "%s.>", c->ack_prefix);
-    s = natsConnection_SubscribeSync(&c->ack_sub, c->nc, subj);
+    s = natsConnection_Subscribe(&c->ack_sub, c->nc, subj, on_ack_reply, c);
     if (s == NATS_OK)
         s = natsSubscription_SetPendingLimits(c->ack_sub, -1, -1);
     if (s != NATS_OK)
@@ -622,6 +629,8 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->fmu, NULL);
     pthread_cond_init(&c->fcv, NULL);
+    pthread_mutex_init(&c->amu, NULL);
+    pthread_cond_init(&c->acv, NULL);
     atomic_init(&c->draining, false);
     c->store = store;
     c->conn = conn;
@@ -716,7 +725,11 @@ void jsd_consumer_destroy(jsd_consumer *c)
     /* Destroy, never Unsubscribe/Drain: those would delete the durable. */
     natsSubscription_Destroy(c->sub);
     if (c->ack_sub) {
-        natsSubscription_Unsubscribe(c->ack_sub);
+        /* Drain, then wait: no confirmation callback may run after c is freed. */
+        if (natsSubscription_Drain(c->ack_sub) == NATS_OK)
+            natsSubscription_WaitForDrainCompletion(c->ack_sub, 5000);
+        else
+            natsSubscription_Unsubscribe(c->ack_sub);
         natsSubscription_Destroy(c->ack_sub);
     }
     for (size_t i = 0; i < c->n_types; i++)
@@ -728,6 +741,8 @@ void jsd_consumer_destroy(jsd_consumer *c)
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->fmu);
     pthread_cond_destroy(&c->fcv);
+    pthread_mutex_destroy(&c->amu);
+    pthread_cond_destroy(&c->acv);
     jsd__free(c);
 }
 
@@ -1109,75 +1124,125 @@ static void nak(jsd_consumer *c, jsd_delivery *d, int64_t delay_ms)
     jsd_counter_inc(c->m->deliveries[JSD_RESULT_RETRY]);
 }
 
-/* Wait for the confirmations of the ACKs in flight: until all arrived or
- * their deadline passed (wait), or only take what has arrived (!wait). */
+/* nats.c's thread: count one confirmation, nothing else. */
+static void on_ack_reply(natsConnection *nc, natsSubscription *sub, natsMsg *m, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    jsd_consumer *c = closure;
+    const char *subj = natsMsg_GetSubject(m);
+    size_t plen = strlen(c->ack_prefix);
+    if (strncmp(subj, c->ack_prefix, plen) == 0 && subj[plen] == '.') {
+        char *end = NULL;
+        unsigned long long g = strtoull(subj + plen + 1, &end, 10);
+        if (end && *end == '.' && g) {
+            pthread_mutex_lock(&c->amu);
+            for (int i = 0; i < ACK_GENS; i++)
+                if (c->gens[i].gen == g) {
+                    c->gens[i].confirmed++;
+                    if (!c->gens[i].open && c->gens[i].confirmed >= c->gens[i].sent)
+                        pthread_cond_broadcast(&c->acv);
+                    break;
+                }
+            pthread_mutex_unlock(&c->amu);
+        }
+    }
+    natsMsg_Destroy(m);
+}
+
+/* Under amu: close the books of generations that are complete or past their
+ * deadline. */
+static void ack_reap(jsd_consumer *c)
+{
+    int64_t now = jsd__mono_ms();
+    for (int i = 0; i < ACK_GENS; i++) {
+        struct ackgen *g = &c->gens[i];
+        if (!g->gen || g->open)
+            continue;
+        if (g->confirmed < g->sent && now < g->deadline)
+            continue;
+        size_t ok = JSD_MIN(g->confirmed, g->sent);
+        STAT_ADD(c, acked, ok);
+        if (ok < g->sent) {
+            STAT_ADD(c, ack_unconfirmed, g->sent - ok);
+            JSD_WARN("ingress",
+                     "%zu of %zu ACKs on %s/%s unconfirmed after %d ms; those deliveries will be "
+                     "redelivered and answered from the inbox",
+                     g->sent - ok, g->sent, c->stream, c->durable, c->ack_timeout_ms);
+        }
+        memset(g, 0, sizeof(*g));
+    }
+}
+
+static void timed_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ms = JSD_MAX(1, JSD_MIN(ms, 100));
+    ts.tv_nsec += (long)(ms * 1000000L);
+    while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* Settle the confirmations of the ACKs in flight: with wait, until every
+ * generation is confirmed or past its deadline; without, only what is done. */
 static void ack_collect(jsd_consumer *c, bool wait)
 {
-    if (!c->ackw.sent)
-        return;
-    size_t plen = strlen(c->ack_prefix);
-    while (c->ackw.confirmed < c->ackw.sent) {
-        int64_t left = wait ? c->ackw.deadline - jsd__mono_ms() : 0;
-        if (wait && left <= 0)
+    pthread_mutex_lock(&c->amu);
+    for (;;) {
+        ack_reap(c);
+        int64_t first = INT64_MAX;
+        for (int i = 0; i < ACK_GENS; i++)
+            if (c->gens[i].gen)
+                first = JSD_MIN(first, c->gens[i].deadline);
+        if (!wait || first == INT64_MAX)
             break;
-        natsMsg *m = NULL;
-        natsStatus s = wait ? natsSubscription_NextMsg(&m, c->ack_sub, left)
-                            : natsSubscription_NextMsg(&m, c->ack_sub, 0);
-        if (s != NATS_OK)
-            break;
-        const char *subj = natsMsg_GetSubject(m);
-        if (strncmp(subj, c->ack_prefix, plen) == 0 && subj[plen] == '.') {
-            char *end = NULL;
-            unsigned long long g = strtoull(subj + plen + 1, &end, 10);
-            if (end && *end == '.' && g == c->ackw.gen) {
-                unsigned long long k = strtoull(end + 1, NULL, 10);
-                if (k < c->ackw.n && !c->ackw.got[k]) {
-                    c->ackw.got[k] = true;
-                    c->ackw.confirmed++;
-                }
-            }
-        }
-        natsMsg_Destroy(m);
+        timed_wait_ms(&c->acv, &c->amu, first - jsd__mono_ms());
     }
-    if (c->ackw.confirmed < c->ackw.sent && (!wait || jsd__mono_ms() < c->ackw.deadline))
-        return; /* still in flight */
-    size_t sent = c->ackw.sent, confirmed = c->ackw.confirmed;
-    STAT_ADD(c, acked, confirmed);
-    if (confirmed < sent) {
-        STAT_ADD(c, ack_unconfirmed, sent - confirmed);
-        JSD_WARN("ingress",
-                 "%zu of %zu ACKs on %s/%s unconfirmed after %d ms; those deliveries will be "
-                 "redelivered and answered from the inbox",
-                 sent - confirmed, sent, c->stream, c->durable, c->ack_timeout_ms);
-    }
-    jsd__free(c->ackw.got);
-    memset(&c->ackw, 0, sizeof(c->ackw));
+    pthread_mutex_unlock(&c->amu);
 }
 
 /* Send +ACK for every delivery in acks, each a request with a reply subject of
- * our own, all at once. Their confirmations are collected while the next
- * batch is fetched and applied (ack_collect before the next ACKs are sent,
- * when the consumer goes idle, drains or is destroyed), so the wait for the
- * server overlaps useful work instead of costing one round trip per batch. */
+ * our own, all at once. Their confirmations are counted as they arrive (by the
+ * subscription's callback) and settled later: the wait for the server
+ * overlaps the next batches (at most ACK_GENS batches in flight) instead of
+ * costing one round trip per batch. */
 static void ack_send(jsd_consumer *c, jsd_delivery **acks, size_t n)
 {
-    ack_collect(c, true);
-    if (n == 0)
+    if (n == 0) {
+        ack_collect(c, false);
         return;
-    char reply[160];
-    c->ackw.gen = ++c->ack_gen;
-    c->ackw.n = n;
-    c->ackw.got = jsd__calloc(n, sizeof(bool));
-    if (!c->ackw.got) {
-        /* Send anyway; only the confirmation count is lost. */
-        JSD_WARN("ingress", "out of memory: %zu ACK confirmations not counted", n);
-        c->ackw.n = 0;
     }
+    struct ackgen *g = NULL;
+    pthread_mutex_lock(&c->amu);
+    for (;;) {
+        ack_reap(c);
+        for (int i = 0; i < ACK_GENS && !g; i++)
+            if (!c->gens[i].gen)
+                g = &c->gens[i];
+        if (g)
+            break;
+        int64_t first = INT64_MAX;
+        for (int i = 0; i < ACK_GENS; i++)
+            first = JSD_MIN(first, c->gens[i].deadline);
+        timed_wait_ms(&c->acv, &c->amu, first - jsd__mono_ms());
+    }
+    uint64_t gen = ++c->ack_gen;
+    g->gen = gen;
+    g->open = true;
+    g->sent = g->confirmed = 0;
+    pthread_mutex_unlock(&c->amu);
+
+    char reply[160];
+    size_t sent = 0;
     for (size_t i = 0; i < n; i++) {
         const char *to = natsMsg_GetReply(acks[i]->msg);
         if (!to || !*to)
             continue;
-        jsd__snprintf(reply, sizeof(reply), "%s.%" PRIu64 ".%zu", c->ack_prefix, c->ackw.gen, i);
+        jsd__snprintf(reply, sizeof(reply), "%s.%" PRIu64 ".%zu", c->ack_prefix, gen, i);
         natsStatus s = natsConnection_PublishRequest(c->nc, to, reply, "+ACK", 4);
         if (s != NATS_OK) {
             JSD_WARN("ingress",
@@ -1186,11 +1251,14 @@ static void ack_send(jsd_consumer *c, jsd_delivery **acks, size_t n)
                      c->stream, acks[i]->seq, natsStatus_GetText(s));
             continue;
         }
-        if (c->ackw.got)
-            c->ackw.sent++;
+        sent++;
     }
-    c->ackw.deadline = jsd__mono_ms() + c->ack_timeout_ms;
-    ack_collect(c, false);
+    pthread_mutex_lock(&c->amu);
+    g->sent = sent;
+    g->open = false;
+    g->deadline = jsd__mono_ms() + c->ack_timeout_ms;
+    ack_reap(c);
+    pthread_mutex_unlock(&c->amu);
 }
 
 static bool reserve(jsd_consumer *c, size_t n)
