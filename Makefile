@@ -167,7 +167,10 @@ uninstall:
 
 # ---- fuzzing (libFuzzer via clang) ----------------------------------------------
 # Each fuzz/*.c is linked with the library sources, instrumented, and run for
-# FUZZ_SECONDS against a corpus folder under build-fuzz/.
+# FUZZ_SECONDS against a corpus folder under build-fuzz/ (plus the committed
+# seeds in fuzz/seeds/NAME/ when there are some). A crash, leak or failed
+# oracle fails the target (input in build-fuzz/NAME-crash-*); each prints its
+# final coverage line and executions per second.
 FUZZ_SRC := $(sort $(wildcard fuzz/*.c))
 FUZZ_SECONDS ?= 60
 fuzz: deps
@@ -176,7 +179,12 @@ fuzz: deps
 	  clang -g -O1 -std=c11 -D_GNU_SOURCE -DJSD_VERSION='"$(VERSION)"' -fsanitize=fuzzer,address,undefined \
 	    -Iinclude -Isrc $(PKG_CFLAGS) $$f $(LIB_SRC) -o build-fuzz/$$n $(LIBS); \
 	  mkdir -p build-fuzz/corpus-$$n; echo "fuzzing $$n for $(FUZZ_SECONDS)s"; \
-	  build-fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 build-fuzz/corpus-$$n 2>&1 | tail -3; done
+	  if ! build-fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	       -artifact_prefix=build-fuzz/$$n- build-fuzz/corpus-$$n \
+	       $$(test -d fuzz/seeds/$$n && echo fuzz/seeds/$$n) > build-fuzz/$$n.log 2>&1; then \
+	    tail -40 build-fuzz/$$n.log; echo "fuzz: $$n FAILED (log build-fuzz/$$n.log)"; exit 1; fi; \
+	  grep -E '^#[0-9]+[[:space:]]+DONE|^stat::(number_of_executed_units|average_exec_per_sec)' \
+	    build-fuzz/$$n.log; done
 
 format:
 	clang-format -i $(LIB_SRC) $(CLI_SRC) $(wildcard src/*.h src/store/*.h cli/*.h include/*.h include/jsdurable/*.h tests/*/*.c tests/*/*.h bench/*.c examples/*.c)

@@ -190,12 +190,15 @@ static void redact_urls(char *dst, size_t cap, const char *src)
 static void scrub_secret(char *buf, const char *secret)
 {
     size_t sl;
-    char *p;
+    char *p = buf;
     if (!secret || (sl = strlen(secret)) < 3)
         return;
-    while ((p = strstr(buf, secret)) != NULL) {
+    /* Search on after each replacement: a secret that is itself "***" would
+     * otherwise be found in its own replacement for ever. */
+    while ((p = strstr(p, secret)) != NULL) {
         p[0] = p[1] = p[2] = '*';
         memmove(p + 3, p + sl, strlen(p + sl) + 1);
+        p += 3;
     }
 }
 
@@ -377,17 +380,37 @@ jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const cha
 
 /* ---- URL validation ---------------------------------------------------------- */
 
+/* One server URL as error texts show it. Unlike redact_urls (free text, where
+ * a URL ends at a space, quote or parenthesis) the whole entry is one URL:
+ * everything before its last '@' past the scheme is user-info, shown as "***@";
+ * with no scheme (or an '@' before the "://") only what follows the last '@'
+ * is shown. An '@' in a path is over-redacted, which is harmless. */
+static void redact_one_url(char *dst, size_t cap, const char *raw)
+{
+    const char *at = strrchr(raw, '@');
+    const char *s = strstr(raw, "://");
+    if (!at)
+        jsd__strlcpy(dst, raw, cap);
+    else if (s && s < at && !memchr(raw, '@', (size_t)(s - raw)))
+        jsd__snprintf(dst, cap, "%.*s***@%s", (int)(s + 3 - raw), raw, at + 1);
+    else
+        jsd__snprintf(dst, cap, "***@%s", at + 1);
+}
+
 static jsd_status parse_url(const char *raw, conn_url *u, jsd_error *err)
 {
     char red[512];
     const char *p, *hs, *he, *at, *end;
 
-    redact_urls(red, sizeof(red), raw);
+    redact_one_url(red, sizeof(red), raw);
     p = strstr(raw, "://");
-    if (!p)
-        return jsd__err(
-            err, JSD_ERR_CONFIG,
-            "server URL \"%s\" has no scheme; write nats://host:port or tls://host:port", red);
+    if (!p || memchr(raw, '@', (size_t)(p - raw))) {
+        if (!p)
+            return jsd__err(
+                err, JSD_ERR_CONFIG,
+                "server URL \"%s\" has no scheme; write nats://host:port or tls://host:port", red);
+        return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\" has an unknown scheme", red);
+    }
     if ((size_t)(p - raw) >= sizeof(u->scheme) || p == raw)
         return jsd__err(err, JSD_ERR_CONFIG, "server URL \"%s\" has an unknown scheme", red);
     memcpy(u->scheme, raw, (size_t)(p - raw));
@@ -1272,6 +1295,36 @@ static jsd_status copy_secret(char **dst, const char *src)
     return *dst ? JSD_OK : JSD_ERR_NOMEM;
 }
 
+/* A handle with its callback state, not connected: jsd_conn_close frees it. */
+static jsd_conn *conn_alloc(void)
+{
+    jsd_conn *c = jsd__calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->sh = jsd__calloc(1, sizeof(*c->sh));
+    if (!c->sh) {
+        jsd__free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->sh->lk, NULL);
+    pthread_cond_init(&c->sh->cv, NULL);
+    return c;
+}
+
+jsd_status jsd__conn_opts_check(const jsd_conn_opts *o, jsd_error *err)
+{
+    if (!o)
+        return jsd__err(err, JSD_ERR_INVALID, "jsd__conn_opts_check: options are NULL");
+    jsd_conn *c = conn_alloc();
+    if (!c)
+        return jsd__err(err, JSD_ERR_NOMEM, "out of memory checking a connection profile");
+    jsd_status st = validate(c, o, err);
+    jsd_conn_close(c);
+    if (st != JSD_OK && err)
+        scrub_profile(err->msg, o);
+    return st;
+}
+
 jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
 {
     jsd_conn *c = NULL;
@@ -1288,17 +1341,8 @@ jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
         return jsd__err(err, JSD_ERR_INTERNAL, "cannot initialise the nats.c library: %s",
                         natsStatus_GetText(nats_open_status));
 
-    c = jsd__calloc(1, sizeof(*c));
-    if (!c)
+    if (!(c = conn_alloc()))
         return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening a connection");
-    c->sh = jsd__calloc(1, sizeof(*c->sh));
-    if (!c->sh) {
-        jsd__free(c);
-        return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening a connection");
-    }
-    pthread_mutex_init(&c->sh->lk, NULL);
-    pthread_cond_init(&c->sh->cv, NULL);
-
     if ((st = validate(c, o, err)) != JSD_OK)
         goto fail;
     if (copy_secret(&c->token, o->token) || copy_secret(&c->user, o->user) ||

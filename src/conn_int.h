@@ -32,6 +32,11 @@ void jsd__conn_remove_error_listener(jsd_conn *c, int handle);
  * jsd_status. */
 jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const char *what);
 
+/* The checks jsd_conn_open makes before touching the network (server URLs,
+ * authentication choice, files readable, ranges), with the same redacted
+ * error texts; for tests and the fuzz target. */
+jsd_status jsd__conn_opts_check(const jsd_conn_opts *o, jsd_error *err);
+
 /* The public user NKey ("U...") of a user seed ("SU...", n = 58 bytes) into
  * out (cap >= 57). JSD_ERR_CONFIG if the seed is not a valid user seed. */
 jsd_status jsd__nkey_public_from_seed(const char *seed, size_t n, char *out, size_t cap);

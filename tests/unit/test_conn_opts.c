@@ -117,6 +117,10 @@ static void bad_urls(void **state)
          "\"nats://***@127.0.0.1:bad\""},
         {"nats://u:" SECRET_PASS "/x@127.0.0.1:bad", JSD_ERR_CONFIG, "nats://***@127.0.0.1:bad"},
         {"nats://u:" SECRET_PASS "/x@127.0.0.1:1/p", JSD_ERR_CONFIG, NULL},
+        /* no scheme, but user-info: it is hidden all the same */
+        {"u:" SECRET_PASS "@127.0.0.1:4222", JSD_ERR_CONFIG,
+         "\"***@127.0.0.1:4222\" has no scheme"},
+        {SECRET_TOKEN "@127.0.0.1:4222", JSD_ERR_CONFIG, "\"***@127.0.0.1:4222\""},
     };
     for (size_t i = 0; i < JSD_ARRAY_LEN(cases); i++) {
         jsd_conn_opts o;
@@ -125,6 +129,28 @@ static void bad_urls(void **state)
         print_message("url %s\n", strstr(cases[i].url, "S3cr3t") ? "(with secret)" : cases[i].url);
         expect_refused(&o, cases[i].want, cases[i].needle);
     }
+}
+
+/* A password that is itself "***" (what redaction writes) is scrubbed once,
+ * not searched for in its own replacement for ever; the pre-network check
+ * (jsd__conn_opts_check, the fuzz target's entry) gives the same refusal as
+ * jsd_conn_open. */
+static void star_password_and_the_pre_network_check(void **state)
+{
+    (void)state;
+    jsd_conn_opts o;
+    base(&o);
+    o.servers = "nats://u:***@127.0.0.1:bad";
+    o.user = "u";
+    o.password = "***";
+    expect_refused(&o, JSD_ERR_CONFIG, "1..65535");
+    jsd_error e;
+    jsd_error_clear(&e);
+    ASSERT_STATUS(jsd__conn_opts_check(&o, &e), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "1..65535");
+    base(&o);
+    ASSERT_STATUS(jsd__conn_opts_check(&o, &e), JSD_OK);
+    ASSERT_STATUS(jsd__conn_opts_check(NULL, &e), JSD_ERR_INVALID);
 }
 
 static void too_many_urls(void **state)
@@ -303,4 +329,5 @@ JSD_TEST_MAIN(cmocka_unit_test(defaults_are_documented_values), cmocka_unit_test
               cmocka_unit_test(tls_files_are_checked),
               cmocka_unit_test(nkey_public_key_is_derived_from_the_seed),
               cmocka_unit_test(nkey_seed_file_without_a_seed_is_refused),
-              cmocka_unit_test(nats_errors_map_to_statuses))
+              cmocka_unit_test(nats_errors_map_to_statuses),
+              cmocka_unit_test(star_password_and_the_pre_network_check))
