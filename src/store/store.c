@@ -102,6 +102,19 @@ void jsd__store_redact_url(const char *url, char *out, size_t cap)
             }
             p = at;
         }
+    } else if (strncmp(url, "postgres:", 9) == 0 || strncmp(url, "postgresql:", 11) == 0) {
+        /* A mistyped "postgres:user:pw@host" (no "//") is refused as an unknown
+         * scheme, quoting this text: hide all between the scheme and the last '@'. */
+        const char *at = strrchr(url, '@');
+        if (at) {
+            const char *colon = strchr(url, ':');
+            for (; p <= colon; p++)
+                PUT(*p);
+            PUT('*');
+            PUT('*');
+            PUT('*');
+            p = at;
+        }
     }
     /* The rest, with password=VALUE parameters hidden. */
     while (*p) {

@@ -127,6 +127,14 @@ static void subjects_and_redaction(void **state)
     ASSERT_NOT_CONTAINS(out, "b:c");
     jsd__store_redact_url("postgres://u:pa/ss?w@rd#x@h/db", out, sizeof(out));
     ASSERT_STREQ(out, "postgres://u:***@h/db");
+    jsd__store_redact_url("postgres:u:s3cret@h/db", out, sizeof(out)); /* "//" forgotten */
+    ASSERT_STREQ(out, "postgres:***@h/db");
+    jsd_store *st = NULL;
+    jsd_error e2;
+    jsd_error_clear(&e2);
+    ASSERT_STATUS(jsd_store_open(&st, "postgres:u:s3cret@h/db", &e2), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e2.msg, "unknown scheme");
+    ASSERT_NOT_CONTAINS(e2.msg, "s3cret");
     jsd__store_redact_url("sqlite:/var/lib/app.db", out, sizeof(out));
     ASSERT_STREQ(out, "sqlite:/var/lib/app.db");
     jsd__store_redact_url("postgres://u:longpassword@h/db", out, 12);
