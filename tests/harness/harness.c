@@ -69,6 +69,26 @@ const char *jsd_test_dir(void)
     return dir;
 }
 
+int jsd_test_child_wait(int pid)
+{
+    int st = 0;
+    pid_t r;
+    while ((r = waitpid((pid_t)pid, &st, 0)) < 0 && errno == EINTR)
+        ;
+    if (r != (pid_t)pid)
+        fail_msg("cannot wait for child %d: %s", pid, strerror(errno));
+    return st;
+}
+
+void jsd_test_child_ok(int pid, const char *what)
+{
+    int st = jsd_test_child_wait(pid);
+    if (WIFSIGNALED(st))
+        fail_msg("%s (pid %d) was killed by signal %d", what, pid, WTERMSIG(st));
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("%s (pid %d) exited with %d, expected 0", what, pid, WEXITSTATUS(st));
+}
+
 void jsd_test_alloc_failures(const char *child_case, int max_runs, const char *what)
 {
     char self[512], cmd[700], out[4096];

@@ -147,6 +147,13 @@ const char *jsd_test_dir(void);
  * exit status (-1 on a signal death). */
 int jsd_test_run(const char *cmd, char *out, size_t cap);
 
+/* Wait for a child process of this test (retrying on EINTR) and return its
+ * wait status; fails the test if it cannot be waited for. */
+int jsd_test_child_wait(int pid);
+/* Wait for a child and fail the test, naming `what` and how it ended, unless
+ * it exited with status 0. */
+void jsd_test_child_ok(int pid, const char *what);
+
 /* Allocation-failure sweep: run this test binary's case `child_case` with
  * JSD_FAIL_ALLOC_AFTER=0, 1, 2, ... (at most max_runs times). Every run must
  * exit 0 and print "status=JSD_ERR_NOMEM", until one prints "status=JSD_OK";

@@ -273,8 +273,7 @@ static void crash_before_commit_leaves_nothing(void **state)
         jsd_tx_commit(tx);
         _exit(6); /* not reached */
     }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
+    int st = jsd_test_child_wait(pid);
     if (!WIFSIGNALED(st))
         fail_msg("child exited with %d instead of dying at the crash point", WEXITSTATUS(st));
     ASSERT_EQ(WTERMSIG(st), SIGKILL);
@@ -780,12 +779,8 @@ static void two_processes_never_share_an_effect(void **state)
     }
     close(gate[0]);
     close(gate[1]); /* both start now */
-    for (int c = 0; c < 2; c++) {
-        int st = 0;
-        assert_int_equal(waitpid(pids[c], &st, 0), pids[c]);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-            fail_msg("claiming process %d failed (status 0x%x)", c, st);
-    }
+    for (int c = 0; c < 2; c++)
+        jsd_test_child_ok(pids[c], c ? "claiming process 1" : "claiming process 0");
     static unsigned char seen[100000];
     memset(seen, 0, sizeof(seen));
     long total = 0, per[2] = {0, 0};
@@ -1253,9 +1248,7 @@ static void wakeups_follow_commits(void **state)
         jsd_store_close(c);
         _exit(0);
     }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    ASSERT_EQ(st, 0);
+    jsd_test_child_ok(pid, "the committing process");
     ASSERT_OK(jsd__store_wait_wakeup(relay, 30000, &woken));
     assert_true(woken);
     jsd_store_close(app);
@@ -1585,11 +1578,8 @@ static void pg_concurrent_open(void **state)
     }
     close(gate[0]);
     close(gate[1]);
-    for (int i = 0; i < 4; i++) {
-        int st = 0;
-        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
-        ASSERT_EQ(st, 0);
-    }
+    for (int i = 0; i < 4; i++)
+        jsd_test_child_ok(pids[i], "a migrating process");
     jsd_store *s = open_url(url);
     ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_schema_version"), 1);
     jsd_store_close(s);
@@ -1636,9 +1626,7 @@ static void pg_concurrent_duplicate_identity(void **state)
     PGconn *admin = PQconnectdb(url);
     ASSERT_WAIT(pg_someone_waits_on_a_lock(admin), 30000);
     ASSERT_OK(jsd_tx_commit(tx));
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    ASSERT_EQ(st, 0);
+    jsd_test_child_ok(pid, "the second writer");
     ASSERT_EQ(stats(a).backlog, 2);
     PQfinish(admin);
     jsd_store_close(a);
