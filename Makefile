@@ -199,9 +199,7 @@ format:
 # clean: `make lint LINT_SKIP=` checks everything.
 LINT_SKIP ?= src/consumer.c src/ingress_int.h src/jsd_int.h cli/cmd_dlq.c \
              bench/bench_ingress.c bench/bench_relay.c bench/bench_store.c \
-             tests/integration/test_publisher_faults.c tests/integration/test_relay_util.h \
-             tests/slow/test_relay_crash.c tests/slow/test_consumer_crash.c \
-             tests/integration/test_relay.c
+             tests/slow/test_relay_crash.c
 LINT_JOBS ?= 2
 LINT_C := $(filter-out $(LINT_SKIP),$(sort $(wildcard src/*.c src/store/*.c cli/*.c \
             tests/*/*.c fuzz/*.c examples/*.c bench/*.c)))
