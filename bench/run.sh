@@ -23,6 +23,9 @@ case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
 export JSD_TOP="$top"
 
 root=$(mktemp -d "${TMPDIR:-/tmp}/jsd-bench.XXXXXX")
+# mktemp makes it 0700; PostgreSQL's initdb runs as another user when we are
+# root and must reach its data folder inside (fixture.env files stay 0600).
+chmod 755 "$root"
 cleanup() {
   bash "$top/scripts/fixture.sh" sweep "$root" >/dev/null 2>&1
   rm -rf "$root"
