@@ -14,6 +14,10 @@
  *   relay.postgres V msg/s     the same on a fresh PostgreSQL database
  *   relay.latency.p50_ms V ms  commit -> PubAck for effects committed one per
  *   relay.latency.p99_ms V ms  transaction at a steady 1k/s (SQLite, 10 s)
+ *   relay.latency.xproc.p50_ms, relay.latency.xproc.p99_ms
+ *                              the same with the commits made by another
+ *                              process (the relay notices them through
+ *                              PRAGMA data_version, not the in-process signal)
  *   relay.naive V msg/s        the same relay with batch 1 and 1 in flight:
  *                              claim, one publish waited for, one receipt
  *                              commit per effect (SQLite, 5k effects)
@@ -26,8 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -371,37 +377,10 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void bench_latency(void)
+/* Commit n effects one per transaction at LAT_RATE/s; committed_us[i] is
+ * when effect i's commit returned, committed_us[n] the whole duration. */
+static void produce(jsd_store *app, int64_t *committed_us, int n, const char *subject)
 {
-    int n = LAT_RATE * LAT_SECONDS;
-    lat l = {.committed_us = calloc((size_t)n, sizeof(int64_t)),
-             .acked_us = calloc((size_t)n, sizeof(int64_t)),
-             .n = n};
-    if (!l.committed_us || !l.acked_us)
-        die("%s", "out of memory");
-    char url[700], stream[64], subject[64];
-    sqlite_url(url, sizeof(url));
-    snprintf(stream, sizeof(stream), "BENCH_RELAY_LAT_%ld", (long)getpid());
-    snprintf(subject, sizeof(subject), "bench.relay.lat.%ld", (long)getpid());
-    stream_make(stream, subject);
-
-    jsd_store *app = store_open(url);
-    jsd_store *rs = store_open(url);
-    jsd_conn *c = conn_open();
-    jsd_relay_opts o;
-    jsd_relay_opts_init(&o);
-    o.on_published = on_published;
-    o.on_published_user = &l;
-    jsd_relay *r = NULL;
-    jsd_error err;
-    jsd_error_clear(&err);
-    if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
-        die("relay: %s", err.msg);
-    relay_thread t = {.r = r};
-    pthread_t th;
-    pthread_create(&th, NULL, relay_main, &t);
-    usleep(200000);
-
     char payload[PAYLOAD];
     memset(payload, 'p', sizeof(payload));
     int64_t start = mono_us(), period = 1000000 / LAT_RATE;
@@ -420,9 +399,84 @@ static void bench_latency(void)
         if (jsd_tx_begin(app, &tx) != JSD_OK || jsd_tx_emit(tx, &e) != JSD_OK ||
             jsd_tx_commit(tx) != JSD_OK)
             die("enqueue: %s", jsd_store_errmsg(app));
-        l.committed_us[i] = mono_us();
+        committed_us[i] = mono_us();
     }
-    int64_t achieved = mono_us() - start;
+    committed_us[n] = mono_us() - start;
+}
+
+static void bench_latency(bool xproc)
+{
+    int n = LAT_RATE * LAT_SECONDS;
+    /* shared with the producing child when xproc (CLOCK_MONOTONIC is one
+     * clock for every process) */
+    int64_t *shared = mmap(NULL, (size_t)(n + 1) * sizeof(int64_t), PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    lat l = {.committed_us = shared == MAP_FAILED ? NULL : shared,
+             .acked_us = calloc((size_t)n, sizeof(int64_t)),
+             .n = n};
+    if (!l.committed_us || !l.acked_us)
+        die("%s", "out of memory");
+    const char *name = xproc ? "relay.latency.xproc" : "relay.latency";
+    char url[700], stream[64], subject[64];
+    sqlite_url(url, sizeof(url));
+    snprintf(stream, sizeof(stream), "BENCH_RELAY_LAT_%ld", (long)getpid());
+    snprintf(subject, sizeof(subject), "bench.relay.lat.%ld", (long)getpid());
+    stream_make(stream, subject);
+
+    /* The store file exists (schema made) before the child opens it; the
+     * child is forked before the relay's threads start and commits only once
+     * the parent says go. */
+    jsd_store *app = store_open(url);
+    pid_t child = -1;
+    int go[2] = {-1, -1};
+    if (xproc) {
+        jsd_store_close(app);
+        app = NULL;
+        if (pipe(go) != 0)
+            die("pipe: %s", strerror(errno));
+        fflush(NULL);
+        child = fork();
+        if (child < 0)
+            die("fork: %s", strerror(errno));
+        if (child == 0) {
+            char c;
+            close(go[1]);
+            if (read(go[0], &c, 1) != 1)
+                _exit(1);
+            jsd_store *cs = store_open(url);
+            produce(cs, l.committed_us, n, subject);
+            jsd_store_close(cs);
+            _exit(0);
+        }
+        close(go[0]);
+    }
+    jsd_store *rs = store_open(url);
+    jsd_conn *c = conn_open();
+    jsd_relay_opts o;
+    jsd_relay_opts_init(&o);
+    o.on_published = on_published;
+    o.on_published_user = &l;
+    jsd_relay *r = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
+        die("relay: %s", err.msg);
+    relay_thread t = {.r = r};
+    pthread_t th;
+    pthread_create(&th, NULL, relay_main, &t);
+    usleep(200000);
+
+    if (xproc) {
+        int status = 0;
+        if (write(go[1], "g", 1) != 1)
+            die("pipe: %s", strerror(errno));
+        close(go[1]);
+        if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            die("%s", "the producing process failed");
+    } else {
+        produce(app, l.committed_us, n, subject);
+    }
+    int64_t achieved = l.committed_us[n];
     /* wait for the last receipts */
     for (int w = 0; w < 300; w++) {
         jsd_relay_stats st;
@@ -446,11 +500,11 @@ static void bench_latency(void)
     }
     qsort(d, (size_t)n, sizeof(int64_t), cmp_i64);
     fprintf(stderr,
-            "bench_relay: latency run: %d effects at %.0f/s, commit->PubAck min %.3f max %.3f ms\n",
-            n, (double)n / ((double)achieved / 1e6), (double)d[0] / 1000.0,
+            "bench_relay: %s run: %d effects at %.0f/s, commit->PubAck min %.3f max %.3f ms\n",
+            name, n, (double)n / ((double)achieved / 1e6), (double)d[0] / 1000.0,
             (double)d[n - 1] / 1000.0);
-    printf("relay.latency.p50_ms %.3f ms\n", (double)d[n / 2] / 1000.0);
-    printf("relay.latency.p99_ms %.3f ms\n", (double)d[(size_t)n * 99 / 100] / 1000.0);
+    printf("%s.p50_ms %.3f ms\n", name, (double)d[n / 2] / 1000.0);
+    printf("%s.p99_ms %.3f ms\n", name, (double)d[(size_t)n * 99 / 100] / 1000.0);
     fflush(stdout);
     free(d);
     jsd_relay_destroy(r);
@@ -458,7 +512,7 @@ static void bench_latency(void)
     jsd_store_close(rs);
     jsd_store_close(app);
     stream_drop(stream);
-    free(l.committed_us);
+    munmap(shared, (size_t)(n + 1) * sizeof(int64_t));
     free(l.acked_us);
 }
 
@@ -468,7 +522,8 @@ int main(int argc, char **argv)
     if (!nats_url || !*nats_url)
         die("%s", "usage: bench_relay NATS_URL (or set JSD_BENCH_NATS_URL)");
     const char *pg = getenv("JSD_BENCH_PG_URL");
-    const char *only = getenv("BENCH_RELAY_ONLY"); /* sqlite|postgres|latency|naive */
+    /* sqlite|postgres|latency|xproc|naive */
+    const char *only = getenv("BENCH_RELAY_ONLY");
     int n = 100000;
     const char *ns = getenv("BENCH_RELAY_MESSAGES");
     if (ns && *ns) {
@@ -495,7 +550,9 @@ int main(int argc, char **argv)
                             "(bench/run.sh sets it with JSD_BENCH_PG=1)\n");
     }
     if (!only || !strcmp(only, "latency"))
-        bench_latency();
+        bench_latency(false);
+    if (!only || !strcmp(only, "xproc"))
+        bench_latency(true);
     if (!only || !strcmp(only, "naive"))
         bench_naive(n < 5000 ? n : 5000);
 
