@@ -99,8 +99,8 @@ int cmd_dlq(int argc, char **argv)
             goto out;
         }
     }
-    if (!action || (strcmp(action, "list") && strcmp(action, "show") && strcmp(action, "replay") &&
-                    strcmp(action, "purge"))) {
+    if (!action || (strcmp(action, "list") != 0 && strcmp(action, "show") != 0 &&
+                    strcmp(action, "replay") != 0 && strcmp(action, "purge") != 0)) {
         usage(stderr);
         rc = CLI_USAGE;
         goto out;
@@ -171,7 +171,7 @@ int cmd_dlq(int argc, char **argv)
             jsd_dead_letter_clear(&d);
         }
         fprintf(stderr, "%" PRIu64 " dead letter(s) in %s\n", count, stream);
-    } else if (!strcmp(action, "show")) {
+    } else if (!strcmp(action, "show") && seqs) { /* show has exactly one (checked above) */
         jsd_dead_letter d;
         st = jsd_dlq_get(conn, stream, seqs[0], &d, &err);
         if (st != JSD_OK) {

@@ -994,7 +994,7 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
             d->fresh = true;
             return JSD_OK;
         }
-        if ((st == JSD_ERR_EXISTS)) {
+        if (st == JSD_ERR_EXISTS) {
             /* Another process committed it meanwhile: its effects stand. */
             if ((st = jsd__tx_rollback_to(tx)) != JSD_OK)
                 return st;
@@ -1404,7 +1404,8 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
     if (any_dead)
         JSD_CRASH_POINT("poison.after_store_commit");
 
-    jsd_delivery **acks = jsd__calloc(c->nd, sizeof(*acks));
+    jsd_delivery **acks = jsd__calloc(
+        c->nd, sizeof(*acks)); /* NOLINT(bugprone-sizeof-expression): an array of pointers */
     size_t na = 0;
     if (!acks)
         JSD_WARN("ingress",

@@ -52,6 +52,6 @@ jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dl
 
 /* Find the stream capturing subject; JSD_ERR_NOT_FOUND when none does. */
 jsd_status jsd__stream_for_subject_js(jsCtx *js, const char *subject, char *out, size_t cap,
-                                   jsd_error *err);
+                                      jsd_error *err);
 
 #endif

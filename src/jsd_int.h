@@ -15,12 +15,12 @@
 #include "jsdurable.h"
 
 #define JSD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define JSD_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define JSD_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define JSD_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define JSD_MAX(a, b)    ((a) > (b) ? (a) : (b))
 
 #if defined(__GNUC__)
 #define JSD_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#define JSD_UNUSED __attribute__((unused))
+#define JSD_UNUSED       __attribute__((unused))
 #else
 #define JSD_PRINTF(f, a)
 #define JSD_UNUSED
@@ -32,7 +32,7 @@
 void *jsd__malloc(size_t n);
 void *jsd__calloc(size_t count, size_t n);
 void *jsd__realloc(void *p, size_t n);
-char *jsd__strdup(const char *s);        /* NULL stays NULL */
+char *jsd__strdup(const char *s); /* NULL stays NULL */
 char *jsd__strndup(const char *s, size_t n);
 void *jsd__memdup(const void *p, size_t n);
 void jsd__free(void *p);
@@ -54,15 +54,19 @@ void jsd__err_copy(jsd_error *dst, const jsd_error *src);
  * as key=value (text) or JSON members. */
 bool jsd__log_enabled(jsd_log_level level);
 void jsd__log(jsd_log_level level, const char *component, const char *fmt, ...) JSD_PRINTF(3, 4);
-#define JSD_DEBUG(comp, ...) do { if (jsd__log_enabled(JSD_LOG_DEBUG)) jsd__log(JSD_LOG_DEBUG, comp, __VA_ARGS__); } while (0)
-#define JSD_INFO(comp, ...) jsd__log(JSD_LOG_INFO, comp, __VA_ARGS__)
-#define JSD_WARN(comp, ...) jsd__log(JSD_LOG_WARN, comp, __VA_ARGS__)
+#define JSD_DEBUG(comp, ...)                                                                       \
+    do {                                                                                           \
+        if (jsd__log_enabled(JSD_LOG_DEBUG))                                                       \
+            jsd__log(JSD_LOG_DEBUG, comp, __VA_ARGS__);                                            \
+    } while (0)
+#define JSD_INFO(comp, ...)  jsd__log(JSD_LOG_INFO, comp, __VA_ARGS__)
+#define JSD_WARN(comp, ...)  jsd__log(JSD_LOG_WARN, comp, __VA_ARGS__)
 #define JSD_ERROR(comp, ...) jsd__log(JSD_LOG_ERROR, comp, __VA_ARGS__)
 
 /* ---- clocks and strings (util.c) ------------------------------------------------- */
-int64_t jsd__now_ms(void);      /* wall clock, unix ms */
-int64_t jsd__mono_ms(void);     /* monotonic ms */
-int64_t jsd__mono_us(void);     /* monotonic µs */
+int64_t jsd__now_ms(void);  /* wall clock, unix ms */
+int64_t jsd__mono_ms(void); /* monotonic ms */
+int64_t jsd__mono_us(void); /* monotonic µs */
 void jsd__sleep_ms(int64_t ms);
 /* snprintf that reports truncation as false. */
 bool jsd__strlcpy(char *dst, const char *src, size_t cap);

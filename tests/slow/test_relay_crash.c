@@ -8,6 +8,8 @@
  * a receipt is recorded as a broker duplicate. Also: three relays on one
  * PostgreSQL database, per-key order across a crash.
  */
+#include <jansson.h>
+
 #include "../integration/test_relay_util.h"
 
 #define N_EFFECTS 3000
@@ -212,16 +214,17 @@ static void parse_stats(const char *log, unsigned long long *published,
     char line[1024];
     bool found = false;
     while (fgets(line, sizeof(line), f)) {
-        unsigned long long p, d, er, dl, b, ll;
-        if (sscanf(line,
-                   "{\"published\":%llu,\"duplicates\":%llu,\"errors\":%llu,\"dead_lettered\":%llu,"
-                   "\"batches\":%llu,\"lease_lost\":%llu",
-                   &p, &d, &er, &dl, &b, &ll) == 6) {
-            *published = p;
-            *duplicates = d;
-            *lease_lost = ll;
+        /* the relay's --stats line: one JSON object with these counters */
+        json_t *o = line[0] == '{' ? json_loads(line, 0, NULL) : NULL;
+        json_t *p = json_object_get(o, "published"), *d = json_object_get(o, "duplicates"),
+               *ll = json_object_get(o, "lease_lost");
+        if (json_is_integer(p) && json_is_integer(d) && json_is_integer(ll)) {
+            *published = (unsigned long long)json_integer_value(p);
+            *duplicates = (unsigned long long)json_integer_value(d);
+            *lease_lost = (unsigned long long)json_integer_value(ll);
             found = true;
         }
+        json_decref(o);
     }
     fclose(f);
     if (!found) {
