@@ -438,7 +438,6 @@ int cmd_consume(int argc, char **argv)
     cli_conn_init(&cc);
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char *end = NULL;
         if (opt >= CLI_CONN_OPT_BASE) {
             if ((rc = cli_conn_flag(&cc, opt, optarg)) != 0)
                 goto out;
@@ -483,8 +482,7 @@ int cmd_consume(int argc, char **argv)
             dlq = optarg;
             break;
         case O_MAXDELIVER:
-            max_deliver = strtol(optarg, &end, 10);
-            if (!*optarg || *end || max_deliver < 1 || max_deliver > 10000) {
+            if (!cli_parse_long(optarg, 1, 10000, &max_deliver)) {
                 cli_err("consume", "--max-deliver takes 1..10000");
                 rc = CLI_USAGE;
                 goto out;
@@ -494,8 +492,7 @@ int cmd_consume(int argc, char **argv)
             until_idle = true;
             break;
         case O_BATCH:
-            batch = strtol(optarg, &end, 10);
-            if (!*optarg || *end || batch < 1 || batch > 4096) {
+            if (!cli_parse_long(optarg, 1, 4096, &batch)) {
                 cli_err("consume", "--batch takes 1..4096");
                 rc = CLI_USAGE;
                 goto out;
@@ -506,33 +503,17 @@ int cmd_consume(int argc, char **argv)
             break;
         case O_ACKWAIT:
         case O_RETENTION: {
-            long long v = 0;
-            char *e2 = NULL;
-            /* DURATION: 250ms, 30s, 5m, 2h, 7d or plain milliseconds */
-            v = strtoll(optarg, &e2, 10);
-            long long mul = 1;
-            if (e2 && !strcmp(e2, "ms"))
-                mul = 1;
-            else if (e2 && !strcmp(e2, "s"))
-                mul = 1000;
-            else if (e2 && !strcmp(e2, "m"))
-                mul = 60000;
-            else if (e2 && !strcmp(e2, "h"))
-                mul = 3600000;
-            else if (e2 && !strcmp(e2, "d"))
-                mul = 86400000;
-            else if (e2 && *e2)
-                mul = 0;
-            if (!*optarg || mul == 0 || v < 0 || v > 1000000000LL || (opt == O_ACKWAIT && v == 0)) {
+            int64_t v = 0;
+            if (!cli_parse_duration_ms(optarg, &v) || (opt == O_ACKWAIT && v == 0)) {
                 cli_err("consume", "%s takes a duration such as 30s, 5m, 7d",
                         opt == O_ACKWAIT ? "--ack-wait" : "--inbox-retention");
                 rc = CLI_USAGE;
                 goto out;
             }
             if (opt == O_ACKWAIT)
-                ack_wait_ms = v * mul;
+                ack_wait_ms = v;
             else
-                retention_ms = v * mul;
+                retention_ms = v;
             break;
         }
         case O_HELP:

@@ -4,6 +4,7 @@
  * tells the outcome apart, so a script can retry UNKNOWN with the same --id.
  */
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,7 +161,6 @@ int cmd_publish(int argc, char **argv)
     po.admission = 1;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char *end = NULL;
         long v;
         switch (opt) {
         case OPT_STREAM:
@@ -184,16 +184,14 @@ int cmd_publish(int argc, char **argv)
             n_attrs++;
             break;
         case OPT_DEADLINE:
-            v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || v < 1 || v > JSD_DEADLINE_MAX_MS) {
+            if (!cli_parse_long(optarg, 1, JSD_DEADLINE_MAX_MS, &v)) {
                 cli_err("publish", "--deadline-ms takes 1..%d", JSD_DEADLINE_MAX_MS);
                 goto done;
             }
             po.deadline_ms = (int)v;
             break;
         case OPT_MAXPAY:
-            v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || v < 1) {
+            if (!cli_parse_long(optarg, 1, LONG_MAX, &v)) {
                 cli_err("publish", "--max-payload takes a positive number of bytes");
                 goto done;
             }

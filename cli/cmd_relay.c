@@ -55,11 +55,8 @@ static void usage(FILE *f)
 
 static bool parse_num(const char *arg, long min, long max, int *out)
 {
-    char *end = NULL;
-    if (!arg || !*arg)
-        return false;
-    long v = strtol(arg, &end, 10);
-    if (*end || v < min || v > max)
+    long v = 0;
+    if (!cli_parse_long(arg, min, max, &v))
         return false;
     *out = (int)v;
     return true;
