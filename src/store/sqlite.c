@@ -24,6 +24,10 @@
 
 #include <sqlite3.h>
 
+#ifndef SQLITE_DEFAULT_WAL_AUTOCHECKPOINT
+#define SQLITE_DEFAULT_WAL_AUTOCHECKPOINT 1000 /* pages, SQLite's default */
+#endif
+
 #include "store/backend.h"
 
 enum {
@@ -559,7 +563,12 @@ static jsd_status sq_claim(jsd_store *s, int max, int64_t lease_ms, const char *
     jsd_status rc = exec_sql(s, "PRAGMA synchronous=NORMAL", "claim: setting synchronous=NORMAL");
     if (rc != JSD_OK)
         return rc;
+    /* Nor does a claim run the WAL's automatic checkpoint (copying the WAL
+     * into the database file and syncing it): the next receipt or application
+     * commit does, off the commit -> PubAck path. */
+    sqlite3_wal_autocheckpoint(SQ(s)->db, 0);
     rc = sq_claim_tx(s, max, lease_ms, token, now, out);
+    sqlite3_wal_autocheckpoint(SQ(s)->db, SQLITE_DEFAULT_WAL_AUTOCHECKPOINT);
     jsd_error keep = s->err;
     jsd_status back = exec_sql(s, "PRAGMA synchronous=FULL", "claim: restoring synchronous=FULL");
     if (back != JSD_OK)
