@@ -126,9 +126,15 @@ check "dead letters: $dead" "[ $dead = 1 ]"
 echo "    dead letter: $reason"
 
 say "metrics excerpt (relay A, http://127.0.0.1:$METRICS_PORT/metrics)"
-exec 3<>"/dev/tcp/127.0.0.1/$METRICS_PORT" && printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 \
-  && grep -E '^jsd_(relay_published_total|relay_duplicates_total|outbox_backlog|nats_connected)' <&3 | sed 's/^/    /' || true
-exec 3>&- || true
+scrape() {
+  exec 3<>"/dev/tcp/127.0.0.1/$METRICS_PORT" || return 1
+  printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+  cat <&3; exec 3>&-
+}
+# The relay reads its backlog gauges from the store every 5 s.
+gauge_drained() { scrape 2>/dev/null | grep -q '^jsd_outbox_backlog 0$'; }
+wait_for "the relay's backlog gauge to reach 0" 15 gauge_drained
+scrape | grep -E '^jsd_(relay_published_total|relay_duplicates_total|outbox_backlog|outbox_oldest_unpublished_age_seconds|nats_connected)' | sed 's/^/    /'
 
 [ $ok = 1 ] || fail "the summary above shows a mismatch"
 say "demo passed: $N orders shipped exactly once across two SIGKILLs and a poison message"
