@@ -542,3 +542,43 @@ static void fx_cleanup(void)
         (void)fx_run("stop", started[i].dir, NULL, log, sizeof(log));
     n_started = 0;
 }
+
+/* ---- streams ------------------------------------------------------------- */
+
+void jsd_fx_add_stream(natsConnection *nc, const char *name, const char *subject)
+{
+    jsCtx *js = NULL;
+    jsStreamInfo *si = NULL;
+    jsStreamConfig cfg;
+    jsErrCode jerr = 0;
+    const char *subjects[] = {subject};
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = name;
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    natsStatus s = js_AddStream(&si, js, &cfg, NULL, &jerr);
+    if (s != NATS_OK)
+        fail_msg("js_AddStream %s: %s (jsErrCode %d)", name, natsStatus_GetText(s), (int)jerr);
+    jsStreamInfo_Destroy(si);
+    jsCtx_Destroy(js);
+}
+
+uint64_t jsd_fx_stream_msgs(natsConnection *nc, const char *name)
+{
+    jsCtx *js = NULL;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    uint64_t n = UINT64_MAX;
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    natsStatus s = js_GetStreamInfo(&si, js, name, NULL, &jerr);
+    if (s == NATS_OK)
+        n = si->State.Msgs;
+    else if (getenv("JSD_FX_DEBUG"))
+        fprintf(stderr, "stream info %s: %s (jsErrCode %d)\n", name, natsStatus_GetText(s),
+                (int)jerr);
+    jsStreamInfo_Destroy(si);
+    jsCtx_Destroy(js);
+    return n;
+}

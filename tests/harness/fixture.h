@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include <nats/nats.h>
+
 typedef enum jsd_fx_variant {
     JSD_FX_PLAIN = 0, /* JetStream, file storage */
     JSD_FX_TLS,       /* JetStream, TLS required, token auth */
@@ -113,5 +115,12 @@ int jsd_fx_env(const char *dir, const char *key, char *buf, size_t cap);
 /* Path to a built program: "jsdurable" -> $BUILD/jsdurable,
  * "faultproxy" -> $BUILD/tests/tools/faultproxy. */
 const char *jsd_fx_bin(const char *name);
+
+/* Create a file-storage stream capturing one subject on nc; fails the test
+ * (with the JetStream error code) when the server refuses. */
+void jsd_fx_add_stream(natsConnection *nc, const char *name, const char *subject);
+/* Messages stored in a stream, read with a fresh stream info request;
+ * UINT64_MAX when it cannot be read (JSD_FX_DEBUG=1 prints why). */
+uint64_t jsd_fx_stream_msgs(natsConnection *nc, const char *name);
 
 #endif

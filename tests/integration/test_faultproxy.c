@@ -49,39 +49,6 @@ static natsConnection *connect_to(const char *url, bool watch)
     return nc;
 }
 
-static void add_stream(natsConnection *nc, const char *name, const char *subject)
-{
-    jsCtx *js = NULL;
-    jsStreamInfo *si = NULL;
-    jsStreamConfig cfg;
-    jsErrCode jerr = 0;
-    const char *subjects[] = {subject};
-    ASSERT_EQ(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    jsStreamConfig_Init(&cfg);
-    cfg.Name = name;
-    cfg.Subjects = subjects;
-    cfg.SubjectsLen = 1;
-    cfg.Storage = js_FileStorage;
-    natsStatus s = js_AddStream(&si, js, &cfg, NULL, &jerr);
-    if (s != NATS_OK)
-        fail_msg("js_AddStream %s: %s (jsErrCode %d)", name, natsStatus_GetText(s), (int)jerr);
-    jsStreamInfo_Destroy(si);
-    jsCtx_Destroy(js);
-}
-
-static uint64_t stream_msgs(natsConnection *nc, const char *name)
-{
-    jsCtx *js = NULL;
-    jsStreamInfo *si = NULL;
-    uint64_t n = UINT64_MAX;
-    ASSERT_EQ(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    if (js_GetStreamInfo(&si, js, name, NULL, NULL) == NATS_OK)
-        n = si->State.Msgs;
-    jsStreamInfo_Destroy(si);
-    jsCtx_Destroy(js);
-    return n;
-}
-
 /* js_Publish with a MsgId and a MaxWait; *dup receives the ack's duplicate. */
 static natsStatus publish_id(natsConnection *nc, const char *subj, const char *data,
                              const char *msg_id, int64_t wait_ms, bool *dup, uint64_t *seq)
@@ -118,7 +85,7 @@ static void env_up(env *e, const char *stream, const char *subject)
     ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &e->fx), 0);
     ASSERT_EQ(jsd_fx_proxy_start(e->fx.port, "pass", &e->px), 0);
     e->direct = connect_to(e->fx.url, false);
-    add_stream(e->direct, stream, subject);
+    jsd_fx_add_stream(e->direct, stream, subject);
     disconnected = 0;
     e->via = connect_to(e->px.url, true);
 }
@@ -140,7 +107,7 @@ static void pass_mode_publishes(void **state)
     ASSERT_EQ(publish_id(e.via, "fp1.a", "hello", "id-1", 2000, &dup, &seq), NATS_OK);
     ASSERT_TRUE(!dup);
     ASSERT_EQ(seq, 1);
-    ASSERT_EQ(stream_msgs(e.direct, "FP1"), 1);
+    ASSERT_EQ(jsd_fx_stream_msgs(e.direct, "FP1"), 1);
     jsd_fx_proxy_stats st;
     ASSERT_EQ(jsd_fx_proxy_stats_get(&e.px, &st), 0);
     ASSERT_STREQ(st.mode, "pass");
@@ -162,7 +129,7 @@ static void drop_first_puback_loses_ack_not_message(void **state)
     ASSERT_EQ(publish_id(e.via, "fp2.a", "payload-1", "order-1", 500, NULL, NULL), NATS_TIMEOUT);
     ASSERT_WAIT(jsd_fx_proxy_dropped_acks(&e.px) == 1, 5000);
     /* the server stored it all the same */
-    ASSERT_EQ(stream_msgs(e.direct, "FP2"), 1);
+    ASSERT_EQ(jsd_fx_stream_msgs(e.direct, "FP2"), 1);
     jsCtx *js = NULL;
     natsMsg *m = NULL;
     ASSERT_EQ(natsConnection_JetStream(&js, e.direct, NULL), NATS_OK);
@@ -179,7 +146,7 @@ static void drop_first_puback_loses_ack_not_message(void **state)
     ASSERT_EQ(publish_id(e.via, "fp2.a", "payload-1", "order-1", 2000, &dup, &seq), NATS_OK);
     ASSERT_TRUE(dup);
     ASSERT_EQ(seq, 1);
-    ASSERT_EQ(stream_msgs(e.direct, "FP2"), 1);
+    ASSERT_EQ(jsd_fx_stream_msgs(e.direct, "FP2"), 1);
     ASSERT_EQ(jsd_fx_proxy_dropped_acks(&e.px), 1);
     env_down(&e);
 }
@@ -197,7 +164,7 @@ static void withhold_acks_times_out_every_publish(void **state)
     }
     /* a late ack (a slow fsync) is dropped too, whenever it comes */
     ASSERT_WAIT(jsd_fx_proxy_dropped_acks(&e.px) == 3, 5000);
-    ASSERT_EQ(stream_msgs(e.direct, "FP3"), 3);
+    ASSERT_EQ(jsd_fx_stream_msgs(e.direct, "FP3"), 3);
     /* core traffic still flows: PING/PONG are not acks */
     ASSERT_EQ(natsConnection_FlushTimeout(e.via, 2000), NATS_OK);
     ASSERT_EQ(jsd_fx_proxy_mode(&e.px, "pass"), 0);
@@ -228,11 +195,11 @@ static void pause_stalls_then_pass_releases(void **state)
     env_up(&e, "FP5", "fp5.>");
     ASSERT_EQ(jsd_fx_proxy_mode(&e.px, "pause"), 0);
     ASSERT_EQ(publish_id(e.via, "fp5.a", "x", "p-1", 300, NULL, NULL), NATS_TIMEOUT);
-    ASSERT_EQ(stream_msgs(e.direct, "FP5"), 0); /* the publish is held in the proxy */
+    ASSERT_EQ(jsd_fx_stream_msgs(e.direct, "FP5"), 0); /* the publish is held in the proxy */
     ASSERT_EQ(jsd_fx_proxy_mode(&e.px, "pass"), 0);
-    ASSERT_WAIT(stream_msgs(e.direct, "FP5") == 1, 5000);
+    ASSERT_WAIT(jsd_fx_stream_msgs(e.direct, "FP5") == 1, 5000);
     ASSERT_EQ(publish_id(e.via, "fp5.a", "y", "p-2", 2000, NULL, NULL), NATS_OK);
-    ASSERT_EQ(stream_msgs(e.direct, "FP5"), 2);
+    ASSERT_EQ(jsd_fx_stream_msgs(e.direct, "FP5"), 2);
     ASSERT_TRUE(!disconnected);
     env_down(&e);
 }

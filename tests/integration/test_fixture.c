@@ -147,44 +147,6 @@ static bool pid_gone(pid_t pid)
     return st == 'Z' || st == 'X';
 }
 
-static void add_stream(natsConnection *nc, const char *name, const char *subject)
-{
-    jsCtx *js = NULL;
-    jsStreamInfo *si = NULL;
-    jsStreamConfig cfg;
-    jsErrCode jerr = 0;
-    const char *subjects[] = {subject};
-    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    jsStreamConfig_Init(&cfg);
-    cfg.Name = name;
-    cfg.Subjects = subjects;
-    cfg.SubjectsLen = 1;
-    cfg.Storage = js_FileStorage;
-    natsStatus s = js_AddStream(&si, js, &cfg, NULL, &jerr);
-    if (s != NATS_OK)
-        fail_msg("js_AddStream %s: %s (jsErrCode %d)", name, natsStatus_GetText(s), (int)jerr);
-    jsStreamInfo_Destroy(si);
-    jsCtx_Destroy(js);
-}
-
-static uint64_t stream_msgs(natsConnection *nc, const char *name)
-{
-    jsCtx *js = NULL;
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    uint64_t n = UINT64_MAX;
-    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    natsStatus s = js_GetStreamInfo(&si, js, name, NULL, &jerr);
-    if (s == NATS_OK)
-        n = si->State.Msgs;
-    else if (getenv("JSD_FX_DEBUG"))
-        fprintf(stderr, "stream info %s: %s (jsErrCode %d)\n", name, natsStatus_GetText(s),
-                (int)jerr);
-    jsStreamInfo_Destroy(si);
-    jsCtx_Destroy(js);
-    return n;
-}
-
 static void publish(natsConnection *nc, const char *subject, const char *data)
 {
     jsCtx *js = NULL;
@@ -215,7 +177,7 @@ static void plain_kill_restart_keeps_port_and_store(void **state)
         fail_msg("connect %s: %s", fx.url, natsStatus_GetText(s));
     jsErrCode jerr = 0;
     ASSERT_EQ(account_info(nc, &jerr), NATS_OK);
-    add_stream(nc, "FXKEEP", "fxkeep.>");
+    jsd_fx_add_stream(nc, "FXKEEP", "fxkeep.>");
     publish(nc, "fxkeep.a", "one");
     natsConnection_Destroy(nc);
 
@@ -233,7 +195,7 @@ static void plain_kill_restart_keeps_port_and_store(void **state)
     nc = connect_url(fx.url, 2000, &s);
     if (!nc)
         fail_msg("connect after restart %s: %s", fx.url, natsStatus_GetText(s));
-    ASSERT_EQ(stream_msgs(nc, "FXKEEP"), 1);
+    ASSERT_EQ(jsd_fx_stream_msgs(nc, "FXKEEP"), 1);
     natsConnection_Destroy(nc);
 
     pid_t last = fx.pid;
@@ -507,7 +469,7 @@ static void cluster_r3_stream_survives_node_kill(void **state)
     ASSERT_TRUE(!jsd_fx_nats_alive(&c.node[1]));
     nc = connect_url(c.node[0].url, 2000, &s);
     ASSERT_TRUE(nc != NULL);
-    ASSERT_WAIT(stream_msgs(nc, "R3") == 1, 30000); /* raft elections take 4-9 s */
+    ASSERT_WAIT(jsd_fx_stream_msgs(nc, "R3") == 1, 30000); /* raft elections take 4-9 s */
     publish(nc, "r3.b", "two");
     natsConnection_Destroy(nc);
 
@@ -515,7 +477,7 @@ static void cluster_r3_stream_survives_node_kill(void **state)
     ASSERT_EQ(c.node[1].port, port);
     nc = connect_url(c.node[1].url, 2000, &s);
     ASSERT_TRUE(nc != NULL);
-    ASSERT_WAIT(stream_msgs(nc, "R3") == 2, 30000);
+    ASSERT_WAIT(jsd_fx_stream_msgs(nc, "R3") == 2, 30000);
     natsConnection_Destroy(nc);
     ASSERT_EQ(jsd_fx_cluster_stop(&c), 0);
     for (int i = 0; i < 3; i++)
