@@ -32,17 +32,8 @@ static long long sqlite_count(const char *db, const char *sql)
 static uint64_t stream_msgs(const char *url, const char *stream)
 {
     natsConnection *nc = NULL;
-    jsCtx *js = NULL;
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
     assert_int_equal(natsConnection_ConnectTo(&nc, url), NATS_OK);
-    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    natsStatus s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
-    if (s != NATS_OK)
-        fail_msg("stream info %s: %s (%d)", stream, natsStatus_GetText(s), (int)jerr);
-    uint64_t n = si->State.Msgs;
-    jsStreamInfo_Destroy(si);
-    jsCtx_Destroy(js);
+    uint64_t n = jsd_fx_stream_msgs(nc, stream);
     natsConnection_Destroy(nc);
     return n;
 }

@@ -132,17 +132,6 @@ static int leader_index(jsCtx *js, const char *stream)
     return found;
 }
 
-static uint64_t stream_msgs(jsCtx *js, const char *stream)
-{
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    uint64_t n = 0;
-    if (js_GetStreamInfo(&si, js, stream, NULL, &jerr) == NATS_OK)
-        n = si->State.Msgs;
-    jsStreamInfo_Destroy(si);
-    return n;
-}
-
 static void relay_and_consumer_survive_leader_loss(void **state)
 {
     (void)state;
@@ -239,18 +228,18 @@ static void relay_and_consumer_survive_leader_loss(void **state)
     enqueue(2 * (TOTAL / 3), TOTAL - 2 * (TOTAL / 3));
 
     ASSERT_WAIT(sqlite_count(sink_db, "SELECT count(*) FROM effects") >= TOTAL, 120000);
-    ASSERT_WAIT(stream_msgs(js, "CLU") >= TOTAL, 30000);
+    ASSERT_WAIT(jsd_fx_stream_msgs(nc, "CLU") >= TOTAL, 30000);
     ASSERT_TRUE(child_alive(relay));
     ASSERT_TRUE(child_alive(cons));
     stop_child(relay);
     stop_child(cons);
 
-    ASSERT_EQ(stream_msgs(js, "CLU"), TOTAL);
+    ASSERT_EQ(jsd_fx_stream_msgs(nc, "CLU"), TOTAL);
     ASSERT_EQ(sqlite_count(sink_db, "SELECT count(*) FROM effects"), TOTAL);
     ASSERT_EQ(sqlite_count(sink_db, "SELECT count(DISTINCT msg_id) FROM effects"), TOTAL);
     ASSERT_EQ(sqlite_count(orders_db, "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NULL"),
               0);
-    ASSERT_EQ(stream_msgs(js, "CLU_DLQ"), 0);
+    ASSERT_EQ(jsd_fx_stream_msgs(nc, "CLU_DLQ"), 0);
 
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
