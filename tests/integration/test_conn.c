@@ -9,7 +9,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -273,6 +275,106 @@ static void unreachable_server_fails_within_the_budget(void **state)
     ASSERT_CONTAINS(e.msg, want);
 }
 
+/* "INFO then silence": a listener that, for each client, fetches the INFO
+ * line of a real nats-server over its own connection, hands that line to the
+ * client and then says nothing more (it reads and discards what the client
+ * sends and keeps the socket open). This is what a client sees from a server
+ * that hangs (or is paused) right after greeting it; nats.c 3.4.1's connect
+ * would wait for the PONG for ever. */
+typedef struct mute_server {
+    int lfd;
+    int upstream_port;
+    atomic_int stop;
+    atomic_int greeted; /* clients that got the INFO line */
+    pthread_t th;
+} mute_server;
+
+static void mute_greet(mute_server *m, int cfd)
+{
+    struct sockaddr_in a;
+    char line[4096];
+    size_t len = 0;
+    int ufd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)m->upstream_port);
+    if (ufd < 0 || connect(ufd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        goto done;
+    while (len + 1 < sizeof(line)) {
+        ssize_t n = recv(ufd, line + len, 1, 0);
+        if (n <= 0)
+            goto done;
+        if (line[len++] == '\n')
+            break;
+    }
+    if (send(cfd, line, len, MSG_NOSIGNAL) == (ssize_t)len)
+        atomic_fetch_add(&m->greeted, 1);
+done:
+    if (ufd >= 0)
+        close(ufd);
+}
+
+static void *mute_main(void *arg)
+{
+    mute_server *m = arg;
+    struct pollfd pf[65];
+    int n = 1;
+    pf[0].fd = m->lfd;
+    pf[0].events = POLLIN;
+    while (!atomic_load(&m->stop)) {
+        /* the timeout only bounds how late a stop request is seen */
+        if (poll(pf, (nfds_t)n, 50) <= 0)
+            continue;
+        if ((pf[0].revents & POLLIN) && n < 65) {
+            int cfd = accept(m->lfd, NULL, NULL);
+            if (cfd >= 0) {
+                mute_greet(m, cfd);
+                pf[n].fd = cfd;
+                pf[n].events = POLLIN;
+                n++;
+            }
+        }
+        for (int i = 1; i < n; i++) {
+            char sink[512];
+            if ((pf[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                recv(pf[i].fd, sink, sizeof(sink), MSG_DONTWAIT) == 0) {
+                close(pf[i].fd);
+                pf[i--] = pf[--n];
+            }
+        }
+    }
+    for (int i = 1; i < n; i++)
+        close(pf[i].fd);
+    return NULL;
+}
+
+/* Start a mute server in front of upstream_port; returns its port. */
+static int mute_start(mute_server *m, int upstream_port)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    memset(m, 0, sizeof(*m));
+    m->upstream_port = upstream_port;
+    m->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_TRUE(m->lfd >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(m->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ASSERT_EQ(listen(m->lfd, 64), 0);
+    ASSERT_EQ(getsockname(m->lfd, (struct sockaddr *)&a, &len), 0);
+    ASSERT_EQ(pthread_create(&m->th, NULL, mute_main, m), 0);
+    return ntohs(a.sin_port);
+}
+
+static void mute_stop(mute_server *m)
+{
+    atomic_store(&m->stop, 1);
+    pthread_join(m->th, NULL);
+    close(m->lfd);
+}
+
 /* A server that comes up while the start-up budget lasts is connected to:
  * the open keeps retrying (seen in its DEBUG log) until the restart. */
 typedef struct opener {
@@ -280,12 +382,14 @@ typedef struct opener {
     jsd_conn *c;
     jsd_error e;
     jsd_status st;
+    atomic_int done;
 } opener;
 
 static void *open_thread(void *arg)
 {
     opener *op = arg;
     op->st = jsd_conn_open(&op->c, &op->o, &op->e);
+    atomic_store(&op->done, 1);
     return NULL;
 }
 
@@ -333,6 +437,76 @@ static void startup_waits_for_a_server_that_comes_up(void **state)
     ASSERT_TRUE(jsd_conn_is_connected(op.c));
     ASSERT_EQ(jsd_conn_reconnects(op.c), 0);
     jsd_conn_close(op.c);
+}
+
+/* A server that greets with INFO and then never answers (hung or paused
+ * right after the greeting) must not hold the start-up past its budget: the
+ * open runs on a thread and is waited for with a deadline, so a connect that
+ * spins fails this test instead of hanging it. */
+static void silent_server_after_info_fails_within_the_budget(void **state)
+{
+    (void)state;
+    mute_server m;
+    opener op;
+    pthread_t th;
+    char url[64];
+    const char *shared = jsd_fx_shared_nats_url();
+    const char *colon = strrchr(shared, ':');
+    ASSERT_TRUE(colon != NULL);
+    int port = mute_start(&m, atoi(colon + 1));
+    snprintf(url, sizeof(url), "nats://127.0.0.1:%d", port);
+    memset(&op, 0, sizeof(op));
+    opts_for(&op.o, url);
+    op.o.startup_budget_ms = 1500;
+    op.o.connect_timeout_ms = 500;
+    int64_t t0 = jsd_test_mono_ms();
+    ASSERT_EQ(pthread_create(&th, NULL, open_thread, &op), 0);
+    if (!WAIT_UNTIL(atomic_load(&op.done), 1500 + 500 + MARGIN_MS))
+        fail_msg("jsd_conn_open against a server that sent INFO and went silent has not "
+                 "returned after %d ms (start-up budget 1500 ms)",
+                 1500 + 500 + MARGIN_MS);
+    int64_t dt = jsd_test_mono_ms() - t0;
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    print_message("%s after %lld ms: %s\n", jsd_status_name(op.st), (long long)dt, op.e.msg);
+    ASSERT_STATUS(op.st, JSD_ERR_CONNECT);
+    ASSERT_TRUE(op.c == NULL);
+    ASSERT_CONTAINS(op.e.msg, "start-up budget of 1500 ms");
+    ASSERT_CONTAINS(op.e.msg, "did not answer");
+    /* the client really was greeted (the scenario happened), more than once:
+     * the silence is retried like an unreachable server */
+    ASSERT_TRUE(atomic_load(&m.greeted) >= 2);
+    mute_stop(&m);
+}
+
+/* With a silent server listed first and a healthy one after it, the open
+ * connects to the healthy one (nats.c is handed the answering URL first) and
+ * does not spin on the silent one. */
+static void silent_server_is_passed_over_for_one_that_answers(void **state)
+{
+    (void)state;
+    mute_server m;
+    opener op;
+    pthread_t th;
+    char urls[160], got[256];
+    const char *shared = jsd_fx_shared_nats_url();
+    const char *colon = strrchr(shared, ':');
+    ASSERT_TRUE(colon != NULL);
+    int port = mute_start(&m, atoi(colon + 1));
+    snprintf(urls, sizeof(urls), "nats://127.0.0.1:%d,%s", port, shared);
+    memset(&op, 0, sizeof(op));
+    opts_for(&op.o, urls);
+    op.o.startup_budget_ms = 1500;
+    op.o.connect_timeout_ms = 500;
+    ASSERT_EQ(pthread_create(&th, NULL, open_thread, &op), 0);
+    if (!WAIT_UNTIL(atomic_load(&op.done), 1500 + 500 + MARGIN_MS))
+        fail_msg("jsd_conn_open with a silent server listed first has not returned");
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_OK_E(op.st, op.e.msg);
+    ASSERT_TRUE(atomic_load(&m.greeted) >= 1);
+    ASSERT_EQ(natsConnection_GetConnectedUrl(jsd__conn_nats(op.c), got, sizeof(got)), NATS_OK);
+    ASSERT_STREQ(got, shared);
+    jsd_conn_close(op.c);
+    mute_stop(&m);
 }
 
 /* With bounded reconnection the connection gives up after the attempts and
@@ -753,6 +927,8 @@ JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
               cmocka_unit_test(no_jetstream_fails_loudly_without_fallback),
               cmocka_unit_test(unreachable_server_fails_within_the_budget),
               cmocka_unit_test(startup_waits_for_a_server_that_comes_up),
+              cmocka_unit_test(silent_server_after_info_fails_within_the_budget),
+              cmocka_unit_test(silent_server_is_passed_over_for_one_that_answers),
               cmocka_unit_test(bounded_reconnect_gives_up_cleanly),
               cmocka_unit_test(round_trip_through_the_shared_server),
               cmocka_unit_test(reconnects_after_the_server_comes_back),
