@@ -618,35 +618,66 @@ static void b32_encode(const unsigned char *in, size_t n, char *out, size_t cap)
     out[o] = '\0';
 }
 
+/* Seed text (58 characters) or public key text (56) of a 32-byte key of the
+ * given type prefix (user 20 << 3, account 0, operator 14 << 3). */
+jsd_status jsd__nkey_encode(unsigned char type, bool seed, const unsigned char key[32], char *out,
+                            size_t cap)
+{
+    unsigned char raw[36];
+    size_t n = 0;
+    if (cap < (seed ? 59u : 57u))
+        return JSD_ERR_INVALID;
+    if (seed) {
+        raw[n++] = (unsigned char)((18 << 3) | (type >> 5));
+        raw[n++] = (unsigned char)((type & 31) << 3);
+    } else {
+        raw[n++] = type;
+    }
+    memcpy(raw + n, key, 32);
+    n += 32;
+    uint16_t crc = nkey_crc16(raw, n);
+    raw[n++] = (unsigned char)(crc & 0xff);
+    raw[n++] = (unsigned char)(crc >> 8);
+    b32_encode(raw, n, out, cap);
+    jsd__wipe(raw, sizeof(raw));
+    return JSD_OK;
+}
+
+jsd_status jsd__nkey_decode_seed(const char *seed, size_t n, unsigned char *type,
+                                 unsigned char key[32])
+{
+    unsigned char raw[64];
+    size_t rawlen = 0;
+    jsd_status st = JSD_ERR_CONFIG;
+    if (n != 58 || !b32_decode(seed, n, raw, sizeof(raw), &rawlen) || rawlen != 36)
+        goto done;
+    if (nkey_crc16(raw, 34) != (uint16_t)(raw[34] | (raw[35] << 8)) || (raw[0] & 0xf8) != (18 << 3))
+        goto done;
+    *type = (unsigned char)(((raw[0] & 7) << 5) | (raw[1] >> 3));
+    memcpy(key, raw + 2, 32);
+    st = JSD_OK;
+done:
+    jsd__wipe(raw, sizeof(raw));
+    return st;
+}
+
 /* Public user key ("U...", 56 characters) of the seed text "SU..." (58). */
 jsd_status jsd__nkey_public_from_seed(const char *seed, size_t n, char *out, size_t cap)
 {
-    unsigned char raw[64], pub[35], pk[32];
-    size_t rawlen = 0, pklen = sizeof(pk);
+    unsigned char key32[32], pk[32], type = 0;
+    size_t pklen = sizeof(pk);
     EVP_PKEY *key = NULL;
     jsd_status st = JSD_ERR_CONFIG;
 
-    if (n != 58 || cap < 57 || !b32_decode(seed, n, raw, sizeof(raw), &rawlen) || rawlen != 36)
+    if (cap < 57 || jsd__nkey_decode_seed(seed, n, &type, key32) != JSD_OK || type != (20 << 3))
         goto done;
-    if (nkey_crc16(raw, 34) != (uint16_t)(raw[34] | (raw[35] << 8)))
-        goto done;
-    /* seed prefix 18 << 3, then the key type: user (20 << 3) */
-    if ((raw[0] & 0xf8) != (18 << 3) ||
-        (unsigned char)(((raw[0] & 7) << 5) | (raw[1] >> 3)) != (20 << 3))
-        goto done;
-    key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, raw + 2, 32);
+    key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, key32, 32);
     if (!key || EVP_PKEY_get_raw_public_key(key, pk, &pklen) != 1 || pklen != 32)
         goto done;
-    pub[0] = 20 << 3;
-    memcpy(pub + 1, pk, 32);
-    uint16_t crc = nkey_crc16(pub, 33);
-    pub[33] = (unsigned char)(crc & 0xff);
-    pub[34] = (unsigned char)(crc >> 8);
-    b32_encode(pub, sizeof(pub), out, cap);
-    st = JSD_OK;
+    st = jsd__nkey_encode(20 << 3, false, pk, out, cap);
 done:
     EVP_PKEY_free(key);
-    jsd__wipe(raw, sizeof(raw));
+    jsd__wipe(key32, sizeof(key32));
     return st;
 }
 
@@ -1217,6 +1248,16 @@ static void tls_diagnostic(const jsd_conn *c, const jsd_conn_opts *o, const char
     }
 }
 
+static bool uses_tls(const jsd_conn *c, const jsd_conn_opts *o)
+{
+    if (o->tls_required || o->tls_handshake_first)
+        return true;
+    for (int i = 0; i < c->nurls; i++)
+        if (strcmp(c->urls[i].scheme, "tls") == 0)
+            return true;
+    return false;
+}
+
 static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStatus s,
                                    jsd_error *err)
 {
@@ -1236,6 +1277,21 @@ static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStat
                  "TLS: server %s requires TLS; use a tls:// URL or set tls_required (with "
                  "tls_ca_file)",
                  c->servers_redacted);
+    } else if (s == NATS_PROTOCOL_ERROR && uses_tls(c, o) && strstr(e.msg, "got ''")) {
+        /* With TLS 1.3 a server that refuses the client's certificate (or its
+         * absence) does so after the handshake: nats.c then reads the end of
+         * the stream where it expected the PONG. */
+        if (set(o->tls_cert_file))
+            jsd__err(err, JSD_ERR_TLS,
+                     "TLS: server %s closed the connection after the TLS handshake: it did not "
+                     "accept the client certificate \"%s\" (is it signed by a CA the server "
+                     "trusts?)",
+                     c->servers_redacted, o->tls_cert_file);
+        else
+            jsd__err(err, JSD_ERR_TLS,
+                     "TLS: server %s closed the connection after the TLS handshake: it requires a "
+                     "client certificate; set tls_cert_file and tls_key_file",
+                     c->servers_redacted);
     } else if (st == JSD_ERR_AUTH) {
         jsd__err(err, JSD_ERR_AUTH,
                  "authorization failed at %s: the server rejected the credentials (%s); check "

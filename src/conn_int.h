@@ -41,6 +41,15 @@ jsd_status jsd__conn_opts_check(const jsd_conn_opts *o, jsd_error *err);
  * out (cap >= 57). JSD_ERR_CONFIG if the seed is not a valid user seed. */
 jsd_status jsd__nkey_public_from_seed(const char *seed, size_t n, char *out, size_t cap);
 
+/* The NKey text encoding (base32 of prefix, key and CRC-16): a seed (58
+ * characters) or public key (56) of a 32-byte Ed25519 key of the given type
+ * prefix (user 20 << 3, account 0, operator 14 << 3), and the reverse for a
+ * seed. For jsd__nkey_public_from_seed and the tests' key tool. */
+jsd_status jsd__nkey_encode(unsigned char type, bool seed, const unsigned char key[32], char *out,
+                            size_t cap);
+jsd_status jsd__nkey_decode_seed(const char *seed, size_t n, unsigned char *type,
+                                 unsigned char key[32]);
+
 /* Per-subscription pending limits of the profile, for natsSubscription_
  * SetPendingLimits (nats.c has no connection-wide setting for bytes). */
 void jsd__conn_pending_limits(const jsd_conn *c, int *msgs, int64_t *bytes);
