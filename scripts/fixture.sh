@@ -2,7 +2,8 @@
 # Real-service fixtures for the tests: nats-server variants, a 3-node JetStream
 # cluster and PostgreSQL, all on loopback, each in its own folder.
 #
-#   fixture.sh nats-start DIR VARIANT [PORT]   VARIANT: plain|tls|userpass|nojs
+#   fixture.sh nats-start DIR VARIANT [PORT]   VARIANT: plain|tls|userpass|nojs|
+#                                                       mtls|nkey|operator
 #   fixture.sh cluster-start DIR               3 JetStream nodes in DIR/n1..n3
 #   fixture.sh pg-start DIR [PORT]             PostgreSQL 15, user jsd (superuser)
 #   fixture.sh stop DIR       graceful stop (SIGTERM; pg_ctl stop -m fast)
@@ -22,6 +23,18 @@
 #               its certificate checked against WRONG_HOST=wronghost.invalid,
 #               a name the certificate lacks: SAN is IP:127.0.0.1,DNS:localhost)
 #     userpass: USER PASSWORD LIMITED_USER LIMITED_PASSWORD
+#     mtls:     TLS with client certificates required (verify: true) and
+#               checked against CA_FILE; no other authentication. CA_FILE
+#               CLIENT_CERT_FILE CLIENT_KEY_FILE (signed by CA_FILE)
+#               OTHER_CLIENT_CERT_FILE OTHER_CLIENT_KEY_FILE (an unrelated CA)
+#     nkey:     one NKey user. NKEY_SEED_FILE (its seed) NKEY_PUBLIC
+#               WRONG_NKEY_SEED_FILE (a valid user seed the server does not know)
+#     operator: operator mode (operator JWT, one account with JetStream,
+#               resolver MEMORY with the account preloaded), keys and JWTs made
+#               by tests/tools/nkeytool. CREDS_FILE (a user of that account),
+#               FOREIGN_CREDS_FILE (a user of an account the server does not
+#               know), MISMATCHED_CREDS_FILE (the good user JWT with another
+#               user's seed)
 #   cluster: CLUSTER_URLS NODEi_URL NODEi_PID NODEi_DIR NODEi_PORT (i=1..3);
 #            each DIR/ni is itself a nats fixture folder (stop/kill/restart).
 #   pg:   PG_URL=postgresql://jsd@127.0.0.1:PORT/postgres PG_PORT PG_PID PG_DIR
@@ -172,8 +185,62 @@ make_certs() { # make_certs DIR/certs
     openssl req "${ec[@]}" -keyout "$c/client.key" -out "$c/client.csr" -subj "/CN=jsd fixture client"
     openssl x509 -req -in "$c/client.csr" -CA "$c/ca.pem" -CAkey "$c/ca.key" -CAcreateserial \
       -out "$c/client.pem" -days 3 -extfile "$ext" -extensions cli
+    openssl req "${ec[@]}" -keyout "$c/other-client.key" -out "$c/other-client.csr" -subj "/CN=jsd unrelated client"
+    openssl x509 -req -in "$c/other-client.csr" -CA "$c/other-ca.pem" -CAkey "$c/other-ca.key" -CAcreateserial \
+      -out "$c/other-client.pem" -days 3 -extfile "$ext" -extensions cli
   ) > "$c/openssl.log" 2>&1 || { cat "$c/openssl.log" >&2; die "cannot make certificates in $c"; }
   chmod 644 "$c"/*.pem
+}
+
+# ---- NKeys and JWTs (nkey and operator variants) -------------------------------
+nkeytool() { # the tests' key tool, built with the tests
+  local t="${JSD_BUILD:-$top/build}/tests/tools/nkeytool"
+  [ -x "$t" ] || die "$t not found (run make tests)"
+  "$t" "$@"
+}
+
+make_keys_dir() { mkdir -p "$1" && chmod 700 "$1"; }
+
+write_creds() { # write_creds JWT SEEDFILE OUT: a .creds file as nsc writes it
+  {
+    echo "-----BEGIN NATS USER JWT-----"
+    echo "$1"
+    echo "------END NATS USER JWT------"
+    echo
+    echo "************************* IMPORTANT *************************"
+    echo "NKEY Seed printed below can be used to sign and prove identity."
+    echo "NKEYs are sensitive and should be treated as secrets."
+    echo
+    echo "-----BEGIN USER NKEY SEED-----"
+    cat "$2"
+    echo "------END USER NKEY SEED------"
+  } > "$3"
+  chmod 600 "$3"
+}
+
+make_operator() { # make_operator KEYDIR
+  local k=$1 op acc user facc fuser other
+  make_keys_dir "$k" || return 1
+  (
+    set -e
+    op=$(nkeytool gen operator "$k/op.seed")
+    acc=$(nkeytool gen account "$k/acc.seed")
+    user=$(nkeytool gen user "$k/user.seed")
+    facc=$(nkeytool gen account "$k/foreign-acc.seed")
+    fuser=$(nkeytool gen user "$k/foreign-user.seed")
+    nkeytool gen user "$k/other-user.seed" > /dev/null
+    nkeytool jwt operator "$k/op.seed" "$op" jsdfx > "$k/op.jwt"
+    nkeytool jwt account "$k/op.seed" "$acc" app > "$k/acc.jwt"
+    printf '%s\n' "$acc" > "$k/acc.pub"
+    # JetStream in operator mode needs a system account
+    printf '%s\n' "$(nkeytool gen account "$k/sys.seed")" > "$k/sys.pub"
+    nkeytool jwt system-account "$k/op.seed" "$(cat "$k/sys.pub")" SYS > "$k/sys.jwt"
+    nkeytool jwt user "$k/acc.seed" "$user" app-user > "$k/user.jwt"
+    nkeytool jwt user "$k/foreign-acc.seed" "$fuser" stranger > "$k/foreign-user.jwt"
+    write_creds "$(cat "$k/user.jwt")" "$k/user.seed" "$k/user.creds"
+    write_creds "$(cat "$k/foreign-user.jwt")" "$k/foreign-user.seed" "$k/foreign.creds"
+    write_creds "$(cat "$k/user.jwt")" "$k/other-user.seed" "$k/mismatched.creds"
+  )
 }
 
 # write_nats_conf DIR VARIANT PORT [CLUSTER_BLOCK]
@@ -203,6 +270,27 @@ write_nats_conf() {
         echo "  timeout: 2"
         echo "}"
         echo "authorization { token: \"$(env_get "$dir" TOKEN)\" }"
+        ;;
+      mtls)
+        echo "tls {"
+        echo "  cert_file: \"$dir/certs/server.pem\""
+        echo "  key_file: \"$dir/certs/server.key\""
+        echo "  ca_file: \"$dir/certs/ca.pem\""
+        echo "  verify: true"
+        echo "  timeout: 2"
+        echo "}"
+        ;;
+      nkey)
+        echo "authorization { users = [ { nkey: \"$(env_get "$dir" NKEY_PUBLIC)\" } ] }"
+        ;;
+      operator)
+        echo "operator: \"$dir/keys/op.jwt\""
+        echo "resolver: MEMORY"
+        echo "system_account: $(cat "$dir/keys/sys.pub")"
+        echo "resolver_preload: {"
+        echo "  $(cat "$dir/keys/acc.pub"): \"$(cat "$dir/keys/acc.jwt")\""
+        echo "  $(cat "$dir/keys/sys.pub"): \"$(cat "$dir/keys/sys.jwt")\""
+        echo "}"
         ;;
       userpass)
         echo "authorization {"
@@ -272,7 +360,7 @@ launch_nats() {
 write_nats_env() { # DIR VARIANT
   local dir=$1 variant=$2 scheme=nats bin
   bin=$(fixture_bin "$dir")
-  [ "$variant" = tls ] && scheme=tls
+  case $variant in tls|mtls) scheme=tls ;; esac
   env_set "$dir" VARIANT "$variant"
   env_set "$dir" NATS_DIR "$dir"
   env_set "$dir" NATS_PORT "$LAUNCH_PORT"
@@ -289,7 +377,8 @@ write_nats_env() { # DIR VARIANT
 
 nats_prepare() { # DIR VARIANT: folder, secrets, certificates
   local dir=$1 variant=$2 bin
-  case $variant in plain|tls|userpass|nojs) ;; *) die "unknown variant '$variant' (plain|tls|userpass|nojs)" ;; esac
+  case $variant in plain|tls|userpass|nojs|mtls|nkey|operator) ;;
+    *) die "unknown variant '$variant' (plain|tls|userpass|nojs|mtls|nkey|operator)" ;; esac
   mkdir -p "$dir" || die "cannot create $dir"
   [ -f "$dir/nats.pid" ] && is_ours "$(cat "$dir/nats.pid")" "$dir" nats && die "$dir already has a running nats-server"
   echo nats > "$dir/fixture.kind"
@@ -310,6 +399,27 @@ nats_prepare() { # DIR VARIANT: folder, secrets, certificates
       env_set "$dir" OTHER_KEY_FILE "$dir/certs/other.key"
       env_set "$dir" CLIENT_CERT_FILE "$dir/certs/client.pem"
       env_set "$dir" CLIENT_KEY_FILE "$dir/certs/client.key"
+      ;;
+    mtls)
+      make_certs "$dir/certs"
+      env_set "$dir" CA_FILE "$dir/certs/ca.pem"
+      env_set "$dir" CLIENT_CERT_FILE "$dir/certs/client.pem"
+      env_set "$dir" CLIENT_KEY_FILE "$dir/certs/client.key"
+      env_set "$dir" OTHER_CLIENT_CERT_FILE "$dir/certs/other-client.pem"
+      env_set "$dir" OTHER_CLIENT_KEY_FILE "$dir/certs/other-client.key"
+      ;;
+    nkey)
+      make_keys_dir "$dir/keys"
+      env_set "$dir" NKEY_PUBLIC "$(nkeytool gen user "$dir/keys/user.seed")" || die "cannot make an NKey"
+      nkeytool gen user "$dir/keys/wrong.seed" > /dev/null || die "cannot make an NKey"
+      env_set "$dir" NKEY_SEED_FILE "$dir/keys/user.seed"
+      env_set "$dir" WRONG_NKEY_SEED_FILE "$dir/keys/wrong.seed"
+      ;;
+    operator)
+      make_operator "$dir/keys" || die "cannot make the operator-mode keys and JWTs in $dir/keys"
+      env_set "$dir" CREDS_FILE "$dir/keys/user.creds"
+      env_set "$dir" FOREIGN_CREDS_FILE "$dir/keys/foreign.creds"
+      env_set "$dir" MISMATCHED_CREDS_FILE "$dir/keys/mismatched.creds"
       ;;
     userpass)
       env_set "$dir" USER pub

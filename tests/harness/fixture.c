@@ -187,13 +187,25 @@ static void fx_load_nats(jsd_fx_nats *fx)
     jsd_fx_env(d, "PASSWORD", fx->password, sizeof(fx->password));
     jsd_fx_env(d, "LIMITED_USER", fx->limited_user, sizeof(fx->limited_user));
     jsd_fx_env(d, "LIMITED_PASSWORD", fx->limited_password, sizeof(fx->limited_password));
+    jsd_fx_env(d, "OTHER_CLIENT_CERT_FILE", fx->other_client_cert_file,
+               sizeof(fx->other_client_cert_file));
+    jsd_fx_env(d, "OTHER_CLIENT_KEY_FILE", fx->other_client_key_file,
+               sizeof(fx->other_client_key_file));
+    jsd_fx_env(d, "NKEY_SEED_FILE", fx->nkey_seed_file, sizeof(fx->nkey_seed_file));
+    jsd_fx_env(d, "NKEY_PUBLIC", fx->nkey_public, sizeof(fx->nkey_public));
+    jsd_fx_env(d, "WRONG_NKEY_SEED_FILE", fx->wrong_nkey_seed_file,
+               sizeof(fx->wrong_nkey_seed_file));
+    jsd_fx_env(d, "CREDS_FILE", fx->creds_file, sizeof(fx->creds_file));
+    jsd_fx_env(d, "FOREIGN_CREDS_FILE", fx->foreign_creds_file, sizeof(fx->foreign_creds_file));
+    jsd_fx_env(d, "MISMATCHED_CREDS_FILE", fx->mismatched_creds_file,
+               sizeof(fx->mismatched_creds_file));
 }
 
 int jsd_fx_nats_start(jsd_fx_variant v, jsd_fx_nats *out)
 {
-    static const char *names[] = {"plain", "tls", "userpass", "nojs"};
+    static const char *names[] = {"plain", "tls", "userpass", "nojs", "mtls", "nkey", "operator"};
     char log[8192];
-    if ((int)v < 0 || (int)v > JSD_FX_NOJS)
+    if ((int)v < 0 || (int)v > JSD_FX_OPERATOR)
         fail_msg("jsd_fx_nats_start: unknown variant %d", (int)v);
     memset(out, 0, sizeof(*out));
     fx_new_dir("nats", out->dir, sizeof(out->dir));

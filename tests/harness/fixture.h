@@ -28,7 +28,10 @@ typedef enum jsd_fx_variant {
     JSD_FX_PLAIN = 0, /* JetStream, file storage */
     JSD_FX_TLS,       /* JetStream, TLS required, token auth */
     JSD_FX_USERPASS,  /* JetStream, users with per-user publish permissions */
-    JSD_FX_NOJS       /* core NATS only */
+    JSD_FX_NOJS,      /* core NATS only */
+    JSD_FX_MTLS,      /* JetStream, TLS with client certificates required */
+    JSD_FX_NKEY,      /* JetStream, one NKey user */
+    JSD_FX_OPERATOR   /* JetStream, operator mode: JWT users through .creds files */
 } jsd_fx_variant;
 
 typedef struct jsd_fx_nats {
@@ -51,6 +54,25 @@ typedef struct jsd_fx_nats {
     char wrong_host[64];
     char client_cert_file[PATH_MAX]; /* a client pair signed by ca_file (mTLS) */
     char client_key_file[PATH_MAX];
+
+    /* JSD_FX_MTLS (also ca_file, client_cert_file, client_key_file): the
+     * server requires a client certificate signed by ca_file; this pair is
+     * signed by an unrelated CA. */
+    char other_client_cert_file[PATH_MAX];
+    char other_client_key_file[PATH_MAX];
+
+    /* JSD_FX_NKEY: the user's seed file and public key; a valid user seed the
+     * server does not know. */
+    char nkey_seed_file[PATH_MAX];
+    char nkey_public[64];
+    char wrong_nkey_seed_file[PATH_MAX];
+
+    /* JSD_FX_OPERATOR: a user of the server's one application account; a user
+     * of an account the server does not know; the good user's JWT with
+     * another user's seed. */
+    char creds_file[PATH_MAX];
+    char foreign_creds_file[PATH_MAX];
+    char mismatched_creds_file[PATH_MAX];
 
     /* JSD_FX_USERPASS: "pub" may publish to everything; "limited" may not
      * publish to subjects under "denied.>"; both may use JetStream. */

@@ -1,10 +1,13 @@
 /*
  * The connection profile against real nats-servers (CONN-1..5): TLS with token
- * authentication, an unrelated CA, a host-name mismatch, TLS required against
- * a plaintext server, a server without JetStream, an unreachable server, a
- * round trip through the shared JetStream server, reconnection after a kill,
- * the asynchronous error fan-out, and one test that drives every failure with
- * distinctive secrets and searches all captured output for them.
+ * authentication, client certificates required by the server, NKey login and
+ * a credentials file in operator mode (each with a refused variant), an
+ * unrelated CA, a host-name mismatch, TLS required against a plaintext server,
+ * a server without JetStream, an unreachable server, a server that sends INFO
+ * and then goes silent, a round trip through the shared JetStream server,
+ * reconnection after a kill, the asynchronous error fan-out, and one test that
+ * drives every failure with distinctive secrets and searches all captured
+ * output for them.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -94,11 +97,143 @@ static void tls_with_token_connects(void **state)
     ASSERT_TRUE(jsd__conn_js(c) != NULL);
     jsd_conn_close(c);
 
-    /* with a client certificate as well (mTLS material is accepted) */
+    /* a client certificate the server does not ask for is harmless (a server
+     * that requires one: client_certificate_is_required_and_checked) */
     o.tls_cert_file = fx.client_cert_file;
     o.tls_key_file = fx.client_key_file;
     ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
     jsd_conn_close(c);
+}
+
+/* ---- TLS client certificates (server with verify: true) ------------------------ */
+
+static void client_certificate_is_required_and_checked(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_MTLS, &fx), 0);
+    opts_for(&o, fx.url);
+    o.tls_ca_file = fx.ca_file;
+    o.startup_budget_ms = 30000;
+
+    /* signed by the CA the server trusts: admitted */
+    o.tls_cert_file = fx.client_cert_file;
+    o.tls_key_file = fx.client_key_file;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_TRUE(jsd_conn_is_connected(c));
+    jsd_conn_close(c);
+
+    /* none: refused at once with a TLS error (not retried for the budget) */
+    o.tls_cert_file = NULL;
+    o.tls_key_file = NULL;
+    int64_t dt = expect_open_fails(&o, JSD_ERR_TLS, &e);
+    ASSERT_CONTAINS(e.msg, "certificate");
+    ASSERT_LE(dt, 30000 / 2);
+
+    /* signed by an unrelated CA: refused the same way */
+    o.tls_cert_file = fx.other_client_cert_file;
+    o.tls_key_file = fx.other_client_key_file;
+    dt = expect_open_fails(&o, JSD_ERR_TLS, &e);
+    ASSERT_CONTAINS(e.msg, "certificate");
+    ASSERT_LE(dt, 30000 / 2);
+}
+
+/* ---- NKey and credentials-file login ---------------------------------------------- */
+
+/* The first line of a key file, for checking that it never shows. */
+static void file_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    ASSERT_TRUE(f != NULL);
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+}
+
+/* No part of a seed (the 58-character "S..." text) or a JWT in text. */
+static void assert_no_key_material(const char *text, const char *path)
+{
+    char buf[4096];
+    file_text(path, buf, sizeof(buf));
+    for (char *p = buf; *p; p++) {
+        size_t n = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567abcdefghijklmnopqrstuvwxyz0123456789-_.");
+        if (n >= 40) {
+            char tok[2048];
+            snprintf(tok, sizeof(tok), "%.*s", (int)JSD_MIN(n, sizeof(tok) - 1), p);
+            /* any 24 bytes of it are enough to leak it */
+            for (size_t i = 0; i + 24 <= strlen(tok); i += 12) {
+                char piece[25];
+                memcpy(piece, tok + i, 24);
+                piece[24] = '\0';
+                if (strstr(text, piece))
+                    fail_msg("a piece of the key material in %s shows in an error text", path);
+            }
+        }
+        p += n ? n - 1 : 0;
+    }
+}
+
+static void nkey_seed_logs_in_and_an_unknown_seed_is_refused(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_NKEY, &fx), 0);
+    opts_for(&o, fx.url);
+    o.startup_budget_ms = 30000;
+    o.nkey_seed_file = fx.nkey_seed_file;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_TRUE(jsd_conn_is_connected(c));
+    jsd_conn_close(c);
+
+    /* a valid user seed the server does not know */
+    o.nkey_seed_file = fx.wrong_nkey_seed_file;
+    int64_t dt = expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    ASSERT_CONTAINS(e.msg, "authorization failed");
+    ASSERT_LE(dt, 30000 / 2);
+    assert_no_key_material(e.msg, fx.wrong_nkey_seed_file);
+    assert_no_key_material(e.msg, fx.nkey_seed_file);
+
+    /* no credentials at all */
+    o.nkey_seed_file = NULL;
+    expect_open_fails(&o, JSD_ERR_AUTH, &e);
+}
+
+static void creds_file_logs_in_in_operator_mode(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_OPERATOR, &fx), 0);
+    opts_for(&o, fx.url);
+    o.startup_budget_ms = 30000;
+    o.creds_file = fx.creds_file;
+    /* require_jetstream (the default): the account's JetStream answers */
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_TRUE(jsd_conn_is_connected(c));
+    ASSERT_STREQ(jsd_conn_server_version(c), fx.version);
+    jsd_conn_close(c);
+
+    /* a user of an account the server does not know */
+    o.creds_file = fx.foreign_creds_file;
+    int64_t dt = expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    ASSERT_CONTAINS(e.msg, "authorization failed");
+    ASSERT_LE(dt, 30000 / 2);
+    assert_no_key_material(e.msg, fx.foreign_creds_file);
+
+    /* the right JWT with another user's seed: the nonce signature fails */
+    o.creds_file = fx.mismatched_creds_file;
+    dt = expect_open_fails(&o, JSD_ERR_AUTH, &e);
+    ASSERT_LE(dt, 30000 / 2);
+    assert_no_key_material(e.msg, fx.mismatched_creds_file);
+    assert_no_key_material(e.msg, fx.creds_file);
 }
 
 static void wrong_token_is_an_authorization_error(void **state)
@@ -919,6 +1054,9 @@ static void failures_never_reveal_secrets(void **state)
 }
 
 JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
+              cmocka_unit_test(client_certificate_is_required_and_checked),
+              cmocka_unit_test(nkey_seed_logs_in_and_an_unknown_seed_is_refused),
+              cmocka_unit_test(creds_file_logs_in_in_operator_mode),
               cmocka_unit_test(wrong_token_is_an_authorization_error),
               cmocka_unit_test(wrong_password_is_an_authorization_error),
               cmocka_unit_test(unrelated_ca_is_rejected),
