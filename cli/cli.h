@@ -85,6 +85,9 @@ typedef struct cli_conn {
 } cli_conn;
 
 void cli_conn_init(cli_conn *c);
+/* Configure logging from JSD_LOG_LEVEL / JSD_LOG_FORMAT (default info, text);
+ * 0, or CLI_USAGE after a message naming the bad value. */
+int cli_log_apply(void);
 /* Handle one connection/logging flag; returns 0, or an exit code on error. */
 int cli_conn_flag(cli_conn *c, int opt, const char *arg);
 /* Apply environment fallbacks; CLI_USAGE when no URL is given anywhere. */

@@ -109,7 +109,6 @@ int cmd_relay(int argc, char **argv)
     cli_conn_init(&cc);
     jsd_relay_opts_init(&ro);
     jsd_error_clear(&err);
-    jsd_log_configure(JSD_LOG_INFO, JSD_LOG_TEXT, NULL, NULL);
 
     optind = 1;
     int opt;

@@ -150,10 +150,8 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
             fprintf(stderr, "jsdurable: --log-level takes debug, info, warn, error or off\n");
             return CLI_USAGE;
         }
-        const char *fmt = getenv("JSD_LOG_FORMAT");
-        jsd_log_configure(lv, fmt && !strcmp(fmt, "json") ? JSD_LOG_JSON : JSD_LOG_TEXT, NULL,
-                          NULL);
-        return 0;
+        setenv("JSD_LOG_LEVEL", arg, 1);
+        return cli_log_apply();
     }
     case 14:
         if (strcmp(arg, "text") != 0 && strcmp(arg, "json") != 0) {
@@ -161,12 +159,29 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
             return CLI_USAGE;
         }
         setenv("JSD_LOG_FORMAT", arg, 1);
-        jsd_log_configure(JSD_LOG_INFO, !strcmp(arg, "json") ? JSD_LOG_JSON : JSD_LOG_TEXT, NULL,
-                          NULL);
-        return 0;
+        return cli_log_apply();
     default:
         return CLI_USAGE;
     }
+}
+
+/* The log settings live in JSD_LOG_LEVEL and JSD_LOG_FORMAT (the flags set
+ * them), so --log-level and --log-format combine in any order and a flag wins
+ * over the environment it replaces. */
+int cli_log_apply(void)
+{
+    jsd_log_level lv = JSD_LOG_INFO;
+    const char *level = getenv("JSD_LOG_LEVEL"), *fmt = getenv("JSD_LOG_FORMAT");
+    if (level && *level && jsd_log_level_parse(level, &lv) != JSD_OK) {
+        fprintf(stderr, "jsdurable: JSD_LOG_LEVEL takes debug, info, warn, error or off\n");
+        return CLI_USAGE;
+    }
+    if (fmt && *fmt && strcmp(fmt, "text") != 0 && strcmp(fmt, "json") != 0) {
+        fprintf(stderr, "jsdurable: JSD_LOG_FORMAT takes text or json\n");
+        return CLI_USAGE;
+    }
+    jsd_log_configure(lv, fmt && !strcmp(fmt, "json") ? JSD_LOG_JSON : JSD_LOG_TEXT, NULL, NULL);
+    return 0;
 }
 
 int cli_conn_finish(cli_conn *c, const char *prog)

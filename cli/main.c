@@ -55,6 +55,8 @@ int main(int argc, char **argv)
         printf("jsdurable %s (nats.c %s)\n", jsd_version(), jsd_nats_client_version());
         return CLI_OK;
     }
+    if (cli_log_apply() != 0)
+        return CLI_USAGE;
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (!strcmp(cmd, commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
