@@ -657,6 +657,9 @@ struct jsd_metrics_server {
     jsd_metrics *m;
     jsd_conn *conn;
     int port;
+    pthread_mutex_t ready_mu; /* guards the readiness hook */
+    jsd_ready_fn ready_fn;
+    void *ready_user;
 };
 
 static enum MHD_Result respond(struct MHD_Connection *c, unsigned code, const char *ctype,
@@ -672,6 +675,38 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned code, const ch
     enum MHD_Result ok = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
     return ok;
+}
+
+void jsd_metrics_server_set_ready(jsd_metrics_server *s, jsd_ready_fn fn, void *user)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->ready_mu);
+    s->ready_fn = fn;
+    s->ready_user = user;
+    pthread_mutex_unlock(&s->ready_mu);
+}
+
+/* /readyz: 200 "ready", or 503 and one line per missing dependency. */
+static enum MHD_Result respond_ready(jsd_metrics_server *s, struct MHD_Connection *c,
+                                     const char *ctype)
+{
+    char body[512] = "";
+    if (s->conn && !jsd_conn_is_connected(s->conn))
+        jsd__strlcpy(body, "nats: not connected\n", sizeof(body));
+    pthread_mutex_lock(&s->ready_mu);
+    if (s->ready_fn) {
+        char why[256] = "";
+        if (!s->ready_fn(s->ready_user, why, sizeof(why))) {
+            size_t used = strlen(body);
+            jsd__snprintf(body + used, sizeof(body) - used, "%s\n", why[0] ? why : "not ready");
+        }
+    }
+    pthread_mutex_unlock(&s->ready_mu);
+    size_t len = strlen(body);
+    if (len == 0)
+        return respond(c, MHD_HTTP_OK, ctype, "ready\n", 6);
+    return respond(c, MHD_HTTP_SERVICE_UNAVAILABLE, ctype, body, strlen(body));
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -695,8 +730,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     static const char text[] = "text/plain; charset=utf-8";
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return respond(c, MHD_HTTP_METHOD_NOT_ALLOWED, text, "method not allowed\n", 19);
-    if (strcmp(url, "/metrics") != 0)
-        return respond(c, MHD_HTTP_NOT_FOUND, text, "not found: metrics are at /metrics\n", 35);
+    if (strcmp(url, "/healthz") == 0)
+        return respond(c, MHD_HTTP_OK, text, "ok\n", 3);
+    if (strcmp(url, "/readyz") == 0)
+        return respond_ready(s, c, text);
+    if (strcmp(url, "/metrics") != 0) {
+        static const char nf[] = "not found: metrics are at /metrics, health at /healthz and /readyz\n";
+        return respond(c, MHD_HTTP_NOT_FOUND, text, nf, sizeof(nf) - 1);
+    }
     jsd_metrics_observe_conn(s->m, s->conn);
     char *body = NULL;
     size_t len = 0;
@@ -729,12 +770,14 @@ jsd_status jsd_metrics_serve(jsd_metrics *m, jsd_conn *conn, const char *addr,
         port_s = close + 2;
     } else {
         const char *colon = strrchr(addr, ':');
-        if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof(host))
+        if (!colon || (size_t)(colon - addr) >= sizeof(host))
             return jsd__err(err, JSD_ERR_CONFIG,
                             "metrics address \"%.200s\" is not HOST:PORT (e.g. 127.0.0.1:9464)",
                             addr);
         memcpy(host, addr, (size_t)(colon - addr));
         host[colon - addr] = '\0';
+        if (!host[0]) /* ":9464": every interface, as Prometheus exporters bind */
+            jsd__strlcpy(host, "0.0.0.0", sizeof(host));
         port_s = colon + 1;
     }
     int64_t port;
@@ -758,6 +801,7 @@ jsd_status jsd_metrics_serve(jsd_metrics *m, jsd_conn *conn, const char *addr,
     }
     s->m = m;
     s->conn = conn;
+    pthread_mutex_init(&s->ready_mu, NULL);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD;
     if (res->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
@@ -768,13 +812,14 @@ jsd_status jsd_metrics_serve(jsd_metrics *m, jsd_conn *conn, const char *addr,
     int e = errno;
     freeaddrinfo(res);
     if (!s->d) {
+        pthread_mutex_destroy(&s->ready_mu);
         jsd__free(s);
         return jsd__err(err, JSD_ERR_IO, "cannot serve metrics on %.200s: %s", addr,
                         e ? strerror(e) : "the HTTP server did not start");
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? (int)info->port : (int)port;
-    JSD_INFO("metrics", "serving Prometheus metrics on %s port %d at /metrics", host, s->port);
+    JSD_INFO("metrics", "serving Prometheus metrics on %s port %d at /metrics (health: /healthz, /readyz)", host, s->port);
     *out = s;
     return JSD_OK;
 }
@@ -789,5 +834,6 @@ void jsd_metrics_server_stop(jsd_metrics_server *s)
     if (!s)
         return;
     MHD_stop_daemon(s->d);
+    pthread_mutex_destroy(&s->ready_mu);
     jsd__free(s);
 }

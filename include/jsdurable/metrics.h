@@ -149,13 +149,28 @@ jsd_status jsd_metrics_render(jsd_metrics *m, char *buf, size_t cap, size_t *len
 typedef struct jsd_metrics_server jsd_metrics_server;
 
 /*
- * Serve GET /metrics (and HEAD) on addr "HOST:PORT" ("127.0.0.1:9464",
- * "[::1]:9464", "0.0.0.0:9464"; port 0 picks a free one) from a thread of its
- * own; any other path is 404, any other method 405. conn (optional) is
- * observed on every scrape. The registry and conn must outlive the server.
+ * Serve GET (and HEAD) on addr "HOST:PORT" ("127.0.0.1:9464", "[::1]:9464",
+ * "0.0.0.0:9464"; ":9464" binds every interface as Prometheus exporters do;
+ * port 0 picks a free one) from a thread of its own:
+ *   /metrics  the Prometheus text exposition;
+ *   /healthz  200 "ok" while the process serves at all (liveness);
+ *   /readyz   200 "ready" only while conn (when given) is connected to NATS
+ *             and the readiness hook (when set) says ready; otherwise 503
+ *             with one line per missing dependency ("nats: not connected",
+ *             the hook's text).
+ * Any other path is 404, any other method 405. conn (optional) is observed on
+ * every scrape. The registry and conn must outlive the server.
  */
 jsd_status jsd_metrics_serve(jsd_metrics *m, jsd_conn *conn, const char *addr,
                              jsd_metrics_server **out, jsd_error *err);
+/*
+ * Readiness hook for /readyz, called on the server's thread: return true when
+ * ready, or false after writing what is missing (one short line, no secrets)
+ * into why[0..cap). It must not use a handle that is not thread-safe (read a
+ * flag the daemon's own loop keeps instead). fn NULL removes it. Thread-safe.
+ */
+typedef bool (*jsd_ready_fn)(void *user, char *why, size_t cap);
+void jsd_metrics_server_set_ready(jsd_metrics_server *s, jsd_ready_fn fn, void *user);
 /* The bound port (useful after port 0). */
 int jsd_metrics_server_port(const jsd_metrics_server *s);
 /* Stop and free. Accepts NULL. */

@@ -257,6 +257,85 @@ static void scrapes_while_counting_and_shows_connection(void **state)
     jsd_conn_close(c);
 }
 
+static atomic_bool store_up;
+
+static bool store_ready(void *user, char *why, size_t cap)
+{
+    (void)user;
+    if (atomic_load(&store_up))
+        return true;
+    jsd__snprintf(why, cap, "store: not answering");
+    return false;
+}
+
+/* /healthz answers while the process serves; /readyz follows the NATS
+ * connection (a private server, killed and restarted) and the hook. */
+static void health_and_readiness(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    jsd_conn_opts o;
+    jsd_conn_opts_init(&o);
+    o.servers = fx.url;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    jsd_metrics *m = NULL;
+    jsd_metrics_server *srv = NULL;
+    ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
+    ASSERT_OK_E(jsd_metrics_serve(m, c, "127.0.0.1:0", &srv, &e), e.msg);
+    int port = jsd_metrics_server_port(srv);
+
+    ASSERT_EQ(http(port, "GET", "/healthz", resp, sizeof(resp)), 200);
+    ASSERT_STREQ(body_of(resp), "ok\n");
+    ASSERT_EQ(http(port, "GET", "/readyz", resp, sizeof(resp)), 200);
+    ASSERT_STREQ(body_of(resp), "ready\n");
+
+    atomic_store(&store_up, false);
+    jsd_metrics_server_set_ready(srv, store_ready, NULL);
+    ASSERT_EQ(http(port, "GET", "/readyz", resp, sizeof(resp)), 503);
+    ASSERT_STREQ(body_of(resp), "store: not answering\n");
+    atomic_store(&store_up, true);
+    ASSERT_EQ(http(port, "GET", "/readyz", resp, sizeof(resp)), 200);
+
+    ASSERT_EQ(jsd_fx_nats_kill(&fx), 0);
+    ASSERT_WAIT(http(port, "GET", "/readyz", resp, sizeof(resp)) == 503, 15000);
+    ASSERT_STREQ(body_of(resp), "nats: not connected\n");
+    ASSERT_EQ(http(port, "GET", "/healthz", resp, sizeof(resp)), 200);
+    atomic_store(&store_up, false);
+    ASSERT_EQ(http(port, "GET", "/readyz", resp, sizeof(resp)), 503);
+    ASSERT_STREQ(body_of(resp), "nats: not connected\nstore: not answering\n");
+    atomic_store(&store_up, true);
+    ASSERT_EQ(jsd_fx_nats_restart(&fx), 0);
+    ASSERT_WAIT(http(port, "GET", "/readyz", resp, sizeof(resp)) == 200, 30000);
+
+    jsd_metrics_server_stop(srv);
+    jsd_metrics_destroy(m);
+    jsd_conn_close(c);
+    jsd_fx_nats_stop(&fx);
+}
+
+/* ":PORT" binds every interface, as Prometheus exporters do. */
+static void empty_host_binds_every_interface(void **state)
+{
+    (void)state;
+    jsd_metrics *m = NULL;
+    jsd_metrics_server *srv = NULL;
+    jsd_error e;
+    ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
+    ASSERT_OK_E(jsd_metrics_serve(m, NULL, ":0", &srv, &e), e.msg);
+    char cmd[128], out[4096];
+    snprintf(cmd, sizeof(cmd), "ss -ltnH 'sport = :%d'", jsd_metrics_server_port(srv));
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "0.0.0.0:");
+    ASSERT_EQ(http(jsd_metrics_server_port(srv), "GET", "/healthz", resp, sizeof(resp)), 200);
+    jsd_metrics_server_stop(srv);
+    jsd_metrics_destroy(m);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(serves_metrics_over_http), cmocka_unit_test(other_paths_and_methods),
               cmocka_unit_test(address_errors_are_clear),
-              cmocka_unit_test(scrapes_while_counting_and_shows_connection))
+              cmocka_unit_test(scrapes_while_counting_and_shows_connection),
+              cmocka_unit_test(health_and_readiness),
+              cmocka_unit_test(empty_host_binds_every_interface))
