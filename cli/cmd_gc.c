@@ -5,9 +5,11 @@
  * The horizon must not be shorter than the stream's duplicate window: a
  * retired effect republished after its row is gone would not be recognised,
  * and an inbox row removed while the broker may still redeliver would let a
- * delivery apply twice. gc refuses a horizon under --dedup-window (default
- * 2m, JetStream's default) or under --min-horizon (the operator's own floor,
- * e.g. ack_wait x max_deliver + backoff). Dead-lettered effects and poison
+ * delivery apply twice. gc refuses a horizon under the longest duplicate
+ * window of the account's streams, read from the server with --nats (or
+ * $JSD_NATS_URL), or under --dedup-window when the operator states it; with
+ * neither it refuses to guess. --min-horizon is the operator's own floor
+ * (e.g. ack_wait x max_deliver + backoff). Dead-lettered effects and poison
  * records are evidence and are never removed.
  */
 #include <stdlib.h>
@@ -19,21 +21,29 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: jsdurable gc --store URL --older-than DURATION [--batch N]\n"
-            "                    [--dedup-window DURATION] [--min-horizon DURATION]\n\n"
+            "                    (--nats URL | --dedup-window DURATION)\n"
+            "                    [--min-horizon DURATION]\n\n"
             "Remove published outbox effects and inbox rows older than DURATION, at most\n"
             "N of each per transaction. Durations: 250ms, 30s, 5m, 2h, 7d.\n\n"
             "  --store URL              sqlite:PATH, a file path, or postgres://... ($JSD_STORE)\n"
             "  --older-than DURATION    the horizon (required)\n"
             "  --batch N                rows per transaction, 1..100000 (default 1000)\n"
-            "  --dedup-window DURATION  the stream's duplicate window (default 2m); a\n"
-            "                           shorter horizon is refused\n"
+            "  --nats URL               read every stream's duplicate window from the server\n"
+            "                           (or $JSD_NATS_URL); a horizon under the longest one\n"
+            "                           is refused\n"
+            "  --dedup-window DURATION  without a server: the longest duplicate window of\n"
+            "                           your streams, as you know it; a shorter horizon is\n"
+            "                           refused (with --nats, the larger of the two counts)\n"
             "  --min-horizon DURATION   refuse any horizon shorter than this too (e.g. the\n"
             "                           longest redelivery time of your consumers)\n\n"
+            "One of --nats or --dedup-window is required: gc does not guess the window.\n"
             "Dead-lettered effects and poison records are kept.\n\n"
-            "Exit codes: 0 done; 78 horizon refused (nothing removed); 73 store cannot be\n"
-            "opened; 74 store read-only or full.\n\n"
+            "Exit codes: 0 done; 78 horizon refused or window unknown (nothing removed);\n"
+            "69 NATS unreachable; 73 store cannot be opened; 74 store read-only or full.\n\n"
+            "%s\n"
             "Example:\n"
-            "  jsdurable gc --store sqlite:app.db --older-than 7d --batch 5000\n");
+            "  jsdurable gc --store sqlite:app.db --nats nats://127.0.0.1:4222 --older-than 7d\n",
+            CLI_CONN_HELP);
 }
 
 static bool parse_dur(const char *what, const char *arg, int64_t *out)
@@ -45,6 +55,39 @@ static bool parse_dur(const char *what, const char *arg, int64_t *out)
     return true;
 }
 
+/* The longest duplicate window of the account's streams, into *window when
+ * it is larger; from names the stream it came from. */
+static int server_window(cli_conn *cc, int64_t *window, char *from, size_t cap)
+{
+    jsd_conn *conn = NULL;
+    int rc = cli_conn_open(cc, &conn);
+    if (rc != 0)
+        return rc;
+    jsd_stream_state *st = NULL;
+    size_t n = 0;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (*window < 0) {
+        *window = 0;
+        snprintf(from, cap, "no stream on the server");
+    }
+    jsd_status s = jsd_stream_states_list(conn, &st, &n, &err);
+    jsd_conn_close(conn);
+    if (s != JSD_OK) {
+        cli_err("gc", "reading the streams' duplicate windows: %s",
+                err.msg[0] ? err.msg : jsd_status_str(s));
+        return cli_exit_for(s);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (st[i].duplicate_window_ms > *window) {
+            *window = st[i].duplicate_window_ms;
+            snprintf(from, cap, "stream %s", st[i].name);
+        }
+    }
+    jsd_stream_states_free(st, n);
+    return 0;
+}
+
 int cmd_gc(int argc, char **argv)
 {
     static const struct option longopts[] = {{"store", required_argument, NULL, 's'},
@@ -53,9 +96,13 @@ int cmd_gc(int argc, char **argv)
                                              {"dedup-window", required_argument, NULL, 'w'},
                                              {"min-horizon", required_argument, NULL, 'm'},
                                              {"help", no_argument, NULL, 'h'},
+                                             CLI_CONN_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *store_flag = NULL;
-    int64_t older = -1, window = 120000, floor_ms = 0;
+    int64_t older = -1, window = -1, floor_ms = 0;
+    cli_conn cc;
+    cli_conn_init(&cc);
+    cc.opts.startup_budget_ms = 2000;
     long batch = 1000;
     int opt;
     optind = 1;
@@ -84,26 +131,55 @@ int cmd_gc(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
+            cli_conn_free(&cc);
             return CLI_OK;
         default:
+            if (opt >= CLI_CONN_OPT_BASE) {
+                int r = cli_conn_flag(&cc, opt, optarg);
+                if (r) {
+                    cli_conn_free(&cc);
+                    return r;
+                }
+                break;
+            }
             usage(stderr);
+            cli_conn_free(&cc);
             return CLI_USAGE;
         }
     }
     if (optind < argc) {
         cli_err("gc", "unexpected argument \"%s\"", argv[optind]);
+        cli_conn_free(&cc);
         return CLI_USAGE;
     }
     const char *url = cli_store_url(store_flag);
     if (!url || older < 0) {
         cli_err("gc", "--store URL (or $JSD_STORE) and --older-than DURATION are required");
+        cli_conn_free(&cc);
         return CLI_USAGE;
+    }
+    const char *env_nats = getenv("JSD_NATS_URL");
+    char from[160] = "--dedup-window";
+    if (cc.have_url || (env_nats && *env_nats)) {
+        int rc = cli_conn_finish(&cc, "gc");
+        if (rc == 0)
+            rc = server_window(&cc, &window, from, sizeof(from));
+        if (rc != 0) {
+            cli_conn_free(&cc);
+            return rc;
+        }
+    }
+    cli_conn_free(&cc);
+    if (window < 0) {
+        cli_err("gc", "the duplicate window is unknown: give --nats URL to read it from the "
+                      "streams, or --dedup-window DURATION; nothing removed");
+        return CLI_CONFIG;
     }
     if (older < window) {
         cli_err("gc",
-                "--older-than %lld ms is shorter than the duplicate window (%lld ms): a "
+                "--older-than %lld ms is shorter than the duplicate window (%lld ms, %s): a "
                 "republished effect or a redelivery could then apply twice; nothing removed",
-                (long long)older, (long long)window);
+                (long long)older, (long long)window, from);
         return CLI_CONFIG;
     }
     if (older < floor_ms) {
