@@ -6,7 +6,8 @@
  *
  * A signal only sets the relay's stop flag: no new claims are made, the
  * publications in flight are settled and their receipts written, then the
- * process exits 0.
+ * process exits 0. --until-idle exits 0 only when everything it could reach
+ * was published: a summary line and the exit status say what was left.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -35,17 +36,25 @@ static void usage(FILE *f)
             "settled, receipts written), or with --until-idle until nothing is due.\n\n"
             "Options:\n"
             "  --store URL            sqlite:PATH, a file path, or postgres://... (or $JSD_STORE)\n"
-            "  --until-idle           exit 0 once nothing is due and nothing is in flight\n"
+            "  --until-idle           exit once nothing is due and nothing is in flight\n"
             "  --batch N              effects per claim (default 256)\n"
             "  --max-in-flight N      publications awaiting a PubAck (default 1024, max 1024)\n"
             "  --poll-ms N            query at least this often when idle (default 1000)\n"
             "  --lease-ms N           claim lease (default 30000; > deadline + 1000)\n"
             "  --deadline-ms N        per publication, PubAck included (default 5000)\n"
-            "  --backoff-ms BASE:CAP  retry delay after a failure (default 500:60000; keep\n"
-            "                         deadline + CAP + poll below the duplicate window)\n"
+            "  --backoff-ms BASE:CAP  retry delay after a failure (default 500:60000;\n"
+            "                         deadline + CAP + lease must stay below the window)\n"
             "  --budget N             failed attempts before dead-lettering (default 50)\n"
             "  --metrics ADDR         serve Prometheus metrics on ADDR (host:port)\n"
-            "  --stats                print the relay's counters as one JSON line at exit\n"
+            "  --stats                print the relay's counters as one JSON line at exit\n\n"
+            "The relay refuses (exit 78) a target stream whose duplicate window is shorter\n"
+            "than deadline + backoff cap + lease: a retry after the window would be stored\n"
+            "twice. It checks each stream when the first effect for it is claimed.\n\n"
+            "Exit codes: 0 stopped by a signal, or --until-idle with everything published;\n"
+            "  1  --until-idle, and this run dead-lettered effects (see `jsdurable status`);\n"
+            "  75 --until-idle, and effects that failed wait for a retry (run it again);\n"
+            "  64 usage; 69 NATS unreachable; 73 store cannot be opened; 78 configuration\n"
+            "  refused (e.g. a duplicate window shorter than the retry horizon).\n"
             "%s\n"
             "Example:\n"
             "  JSD_STORE=sqlite:app.db jsdurable relay --nats nats://127.0.0.1:4222 \\\n"
@@ -243,15 +252,31 @@ int cmd_relay(int argc, char **argv)
         cli_err("relay", "%s", jsd_relay_errmsg(relay));
         rc = cli_exit_for(s);
     }
+    jsd_relay_stats st;
+    jsd_relay_stats_get(relay, &st);
+    if (s == JSD_OK && until_idle) {
+        if (st.dead_lettered > 0)
+            rc = CLI_FAILED;
+        else if (st.left_failing != 0) /* > 0, or -1: could not be counted */
+            rc = CLI_TEMPFAIL;
+        fprintf(stderr,
+                "jsdurable relay: %s: published %llu, dead-lettered %llu by this run; left "
+                "unpublished after failures: %lld; dead-lettered in the store: %lld\n",
+                rc == CLI_OK ? "done" : "not everything was published",
+                (unsigned long long)st.published, (unsigned long long)st.dead_lettered,
+                (long long)st.left_failing, (long long)st.left_dead_lettered);
+    }
     if (print_stats) {
-        jsd_relay_stats st;
-        jsd_relay_stats_get(relay, &st);
         printf("{\"published\":%llu,\"duplicates\":%llu,\"errors\":%llu,\"dead_lettered\":%llu,"
-               "\"batches\":%llu,\"lease_lost\":%llu,\"store_errors\":%llu}\n",
+               "\"batches\":%llu,\"lease_lost\":%llu,\"store_errors\":%llu,"
+               "\"first_attempt_duplicates\":%llu,\"left_failing\":%lld,"
+               "\"left_dead_lettered\":%lld}\n",
                (unsigned long long)st.published, (unsigned long long)st.duplicates,
                (unsigned long long)st.errors, (unsigned long long)st.dead_lettered,
                (unsigned long long)st.batches, (unsigned long long)st.lease_lost,
-               (unsigned long long)st.store_errors);
+               (unsigned long long)st.store_errors,
+               (unsigned long long)st.first_attempt_duplicates, (long long)st.left_failing,
+               (long long)st.left_dead_lettered);
         fflush(stdout);
     }
 

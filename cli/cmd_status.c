@@ -26,7 +26,10 @@ static void usage(FILE *f)
             "Counts: backlog (unpublished, not dead-lettered effects), due (of those, due\n"
             "now), oldest_due_age_ms (how long the oldest due effect has waited), published\n"
             "(effects with a receipt, until gc removes them), dead_lettered (attempt budget\n"
-            "spent or permanent failure), inbox_rows, poison_records.\n\n"
+            "spent or permanent failure), inbox_rows, poison_records. Relay: failing\n"
+            "(unpublished effects that failed at least once), first_attempt_duplicates\n"
+            "(dead-lettered: the stream already held another producer's message with\n"
+            "their id).\n\n"
             "NATS side: per stream its messages, bytes and sequences (a stream under\n"
             "jsd.dlq. is marked dead-letter: its messages are the dead-letter depth), per\n"
             "durable its pending (lag), ack_pending and redelivered counts.\n\n"
@@ -206,6 +209,7 @@ int cmd_status(int argc, char **argv)
 
     jsd_store *s = NULL;
     jsd_store_stats x;
+    jsd_outbox_trouble trouble;
     if (url) {
         jsd_error err;
         jsd_status st = jsd_store_open(&s, url, &err);
@@ -214,7 +218,8 @@ int cmd_status(int argc, char **argv)
             jsd_stream_states_free(states, n_states);
             return cli_exit_for(st);
         }
-        if ((st = jsd_store_stats_get(s, &x)) != JSD_OK) {
+        if ((st = jsd_store_stats_get(s, &x)) != JSD_OK ||
+            (st = jsd_outbox_trouble_get(s, &trouble)) != JSD_OK) {
             cli_err("status", "%s", jsd_store_errmsg(s));
             jsd_store_close(s);
             jsd_stream_states_free(states, n_states);
@@ -223,6 +228,11 @@ int cmd_status(int argc, char **argv)
     }
     if (json) {
         json_t *root = json_object();
+        if (s)
+            json_object_set_new(root, "relay",
+                                json_pack("{s:I, s:I}", "failing", (json_int_t)trouble.failing,
+                                          "first_attempt_duplicates",
+                                          (json_int_t)trouble.first_attempt_duplicates));
         if (s)
             json_object_set_new(
                 root, "store",
@@ -247,7 +257,10 @@ int cmd_status(int argc, char **argv)
             printf("outbox backlog   %lld (due %lld, oldest due waited %lld ms)\n",
                    (long long)x.backlog, (long long)x.due, (long long)x.oldest_due_age_ms);
             printf("published        %lld\n", (long long)x.published);
-            printf("dead-lettered    %lld\n", (long long)x.dead_lettered);
+            printf("dead-lettered    %lld (first-attempt duplicates %lld)\n",
+                   (long long)x.dead_lettered, (long long)trouble.first_attempt_duplicates);
+            printf("failing          %lld (unpublished, failed at least once)\n",
+                   (long long)trouble.failing);
             printf("inbox rows       %lld\n", (long long)x.inbox_rows);
             printf("poison records   %lld\n", (long long)x.poison_records);
         }

@@ -766,6 +766,17 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
 
 /* ---- settling ---------------------------------------------------------------------- */
 
+bool jsd__js_err_permanent(int js_err_code)
+{
+    switch (js_err_code) {
+    case 10054: /* JSStreamMessageExceedsMaximumErr */
+    case 10097: /* JSStreamHeaderExceedsMaximumErr */
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* Turn a read reply into an outcome (owner thread). */
 static void settle_reply(const entry *en, const parsed_reply *p, jsd_publish_result *res)
 {

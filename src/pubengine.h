@@ -127,6 +127,20 @@ uint64_t jsd__pubengine_late_replies(const jsd__pubengine *e);
 jsd_outcome jsd__pubengine_judge_reply(const void *data, size_t len, const char *status,
                                        const char *expected_stream, jsd_publish_result *res);
 
+/*
+ * Whether a FAILED outcome's JetStream error is permanent: no retry of the
+ * same message can succeed, so the relay dead-letters it at once instead of
+ * spending its attempt budget (and holding its ordering key) on it:
+ *   10054 message size exceeds the stream's max_msg_size
+ *   10097 headers exceed the server's 64 KiB limit
+ * Everything else is retried: 503 / no responders (no stream yet, or a leader
+ * election), 10060 wrong expected stream (the relay's stream cache may be
+ * stale: it looks again), 10077 store failed (e.g. a full stream with discard
+ * new: room may come), 10047 storage resources, 10109 sealed stream (it may be
+ * deleted and re-created), and any code not listed here.
+ */
+bool jsd__js_err_permanent(int js_err_code);
+
 /* ---- stream lookup for the relay ------------------------------------------------ */
 
 /*

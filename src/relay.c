@@ -37,10 +37,23 @@
  *    (lease_lost) and the new holder's duplicate receipt stands.
  * 4. A publication that fails stores no receipt. FAILED, DENIED and UNKNOWN
  *    count an attempt (with the reason) and back off; at the budget the effect
- *    is dead-lettered. REJECTED (cannot ever be published) is dead-lettered at
- *    once. UNAVAILABLE and RETRYABLE prove nothing was sent: the lease is
- *    released without counting an attempt, so an outage never spends budgets.
- *    UNKNOWN may have been stored: the retry uses the same M.
+ *    is dead-lettered. REJECTED, a FAILED with a permanent JetStream error
+ *    (jsd__js_err_permanent) and a row that cannot be published (a defect the
+ *    claim reports, an invalid subject) are dead-lettered at once, so one bad
+ *    row never holds up the others. UNAVAILABLE and RETRYABLE prove nothing
+ *    was sent: the lease is released without counting an attempt, so an
+ *    outage never spends budgets. UNKNOWN may have been stored: the retry
+ *    uses the same M.
+ * 4a. A duplicate PubAck is the expected answer to a retry (attempts > 0, or
+ *    an earlier lease that ended unsettled, which the claim marks
+ *    maybe_published). On an effect with neither, no relay ever sent M: the
+ *    stream holds another producer's message under M and ours was not
+ *    stored, so the effect is dead-lettered (JSD__FIRST_DUP_REASON), logged
+ *    and counted rather than retired by a receipt.
+ * 4b. Point 2 needs every retry inside the stream's duplicate window: the
+ *    first time a stream is targeted (and every minute) its window is read
+ *    and must exceed deadline + backoff cap + lease, or the relay releases
+ *    its claim and stops with JSD_ERR_CONFIG (window_fits).
  * 5. Order: the store claims an effect with an ordering key only when no
  *    earlier effect of its key is unpublished (and not dead-lettered), so at
  *    most one per key is in flight, and a failed one holds its key back until
@@ -100,6 +113,14 @@ typedef struct scache {
     size_t n;
 } scache;
 
+/* Streams whose duplicate window was checked against the retry horizon. */
+#define WINDOW_CHECKS_MAX 64
+typedef struct window_check {
+    char stream[JSD_STREAM_NAME_MAX + 1];
+    int64_t window_ms;
+    int64_t expires_ms; /* monotonic: re-read after this (the window may change) */
+} window_check;
+
 /* ---- batches in flight ------------------------------------------------------------ */
 
 enum slot_state { SLOT_UNSENT = 0, SLOT_PENDING, SLOT_DONE };
@@ -119,6 +140,7 @@ typedef struct slot {
     uint8_t state;
     uint8_t fate;
     bool duplicate;
+    bool first_dup; /* dead-lettered: the PubAck said duplicate on a first attempt */
     uint64_t seq;
     int64_t acked_us;
     int64_t acked_ms;
@@ -142,6 +164,9 @@ struct jsd_relay {
     jsd__backoff backoff;
     jsd__pubengine *eng;
     scache cache;
+    window_check windows[WINDOW_CHECKS_MAX];
+    size_t n_windows;
+    jsd_status fatal; /* JSD_OK, or why the run stopped itself (a window too short) */
 
     rbatch *head, *tail; /* batches in flight, oldest first */
     rbatch *spare;       /* one recycled batch */
@@ -168,11 +193,13 @@ struct jsd_relay {
 
     /* counters (read from any thread) */
     atomic_uint_fast64_t n_published, n_duplicates, n_errors, n_dead, n_inflight, n_batches,
-        n_lease_lost, n_store_errors;
+        n_lease_lost, n_store_errors, n_first_dup;
+    /* what the last run_until_idle left behind (from the store), -1 unknown */
+    atomic_int_fast64_t left_failing, left_dead;
 
     /* metrics (all NULL without a registry: updates are then no-ops) */
     const jsd_metrics_std *mstd;
-    jsd_metric *m_dead, *m_inflight;
+    jsd_metric *m_dead, *m_inflight, *m_first_dup;
     int64_t last_gauges_ms;
 
     int64_t last_store_warn_ms;
@@ -189,7 +216,8 @@ typedef enum relay_counter {
     RC_DEAD,
     RC_LEASE_LOST,
     RC_STORE_ERRORS,
-    RC_BATCHES
+    RC_BATCHES,
+    RC_FIRST_DUP
 } relay_counter;
 
 static void count(jsd_relay *r, relay_counter c, uint64_t n)
@@ -218,6 +246,9 @@ static void count(jsd_relay *r, relay_counter c, uint64_t n)
     case RC_BATCHES:
         atomic_fetch_add(&r->n_batches, n);
         break;
+    case RC_FIRST_DUP:
+        atomic_fetch_add(&r->n_first_dup, n);
+        break;
     }
     /* The one place relay events reach the metrics registry. */
     if (!r->mstd)
@@ -234,6 +265,9 @@ static void count(jsd_relay *r, relay_counter c, uint64_t n)
         break;
     case RC_DEAD:
         jsd_counter_add(r->m_dead, n);
+        break;
+    case RC_FIRST_DUP:
+        jsd_counter_add(r->m_first_dup, n);
         break;
     default:
         break;
@@ -386,6 +420,65 @@ static jsd_status stream_for(jsd_relay *r, const char *subject, char *stream, ch
     return JSD_OK;
 }
 
+/*
+ * The retry horizon must fit the stream's duplicate window (DESIGN 2): a
+ * message stored by an attempt whose PubAck never came is retried at most
+ * publish deadline + backoff cap later, and one stored just before its relay
+ * died is retried when the lease has expired, so deadline + cap + lease
+ * bounds the time between a possible store and the retry that JetStream must
+ * recognise. JSD_OK when it fits; JSD_ERR_CONFIG when it does not (the error
+ * is recorded, logged and the relay stops: it would otherwise store such
+ * effects twice); another status when the stream could not be read (why says
+ * so; the effect is released and tried again).
+ */
+static jsd_status window_fits(jsd_relay *r, const char *stream, char *why, size_t why_cap)
+{
+    int64_t now = jsd__mono_ms();
+    window_check *w = NULL;
+    for (size_t i = 0; i < r->n_windows; i++)
+        if (!strcmp(r->windows[i].stream, stream)) {
+            w = &r->windows[i];
+            break;
+        }
+    if (!w || w->expires_ms <= now) {
+        jsStreamInfo *si = NULL;
+        jsErrCode jerr = 0;
+        natsStatus ns = js_GetStreamInfo(&si, jsd__conn_js(r->conn), stream, NULL, &jerr);
+        if (ns != NATS_OK) {
+            jsd__snprintf(why, why_cap, "reading the duplicate window of stream %s: %s (%d)",
+                          stream, natsStatus_GetText(ns), (int)jerr);
+            return ns == NATS_NOT_FOUND ? JSD_ERR_NOT_FOUND : JSD_ERR_NATS;
+        }
+        int64_t win = si->Config ? si->Config->Duplicates / 1000000 : 0;
+        jsStreamInfo_Destroy(si);
+        if (!w) {
+            if (r->n_windows == WINDOW_CHECKS_MAX)
+                r->n_windows = 0; /* forget them all: they are read again */
+            w = &r->windows[r->n_windows++];
+            jsd__strlcpy(w->stream, stream, sizeof(w->stream));
+        }
+        w->window_ms = win;
+        w->expires_ms = now + STREAM_POS_TTL_MS;
+    }
+    int64_t horizon =
+        (int64_t)r->o.publish_deadline_ms + (int64_t)r->o.backoff_cap_ms + (int64_t)r->o.lease_ms;
+    if (w->window_ms <= 0 || horizon < w->window_ms)
+        return JSD_OK;
+    jsd__snprintf(why, why_cap,
+                  "stream %s keeps message ids for %lld ms (its duplicate window), but this relay "
+                  "may retry an effect up to %lld ms after it was stored (publish deadline %d + "
+                  "backoff cap %d + lease %d ms): such a retry would be stored twice. Lower the "
+                  "deadline, backoff cap or lease, or raise the stream's duplicate window",
+                  stream, (long long)w->window_ms, (long long)horizon, r->o.publish_deadline_ms,
+                  r->o.backoff_cap_ms, r->o.lease_ms);
+    if (r->fatal == JSD_OK) {
+        r->fatal = jsd__err(&r->err, JSD_ERR_CONFIG, "%s", why);
+        JSD_ERROR(COMP, "%s; the relay stops", why);
+    }
+    atomic_store(&r->stop, 1);
+    return JSD_ERR_CONFIG;
+}
+
 /* ---- create / destroy -------------------------------------------------------------- */
 
 jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
@@ -412,6 +505,8 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     r->store = store;
     r->conn = conn;
     r->o = *opts;
+    atomic_store(&r->left_failing, -1);
+    atomic_store(&r->left_dead, -1);
     if (pthread_mutex_init(&r->store_mu, NULL) != 0 || pthread_mutex_init(&r->wq_mu, NULL) != 0 ||
         pthread_cond_init(&r->wq_cv, NULL) != 0 || pthread_cond_init(&r->wq_idle_cv, NULL) != 0) {
         jsd__free(r);
@@ -428,6 +523,13 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
                                  "Outbox effects the relay dead-lettered (attempt budget spent or "
                                  "never publishable).",
                                  NULL, NULL, NULL, 0, &r->m_dead, err);
+        if (s == JSD_OK)
+            s = jsd_metrics_register(reg, JSD_METRIC_COUNTER,
+                                     "jsd_relay_first_attempt_duplicates_total",
+                                     "PubAcks that said duplicate on an effect's first attempt "
+                                     "(another producer's message holds its id); each such "
+                                     "effect is dead-lettered.",
+                                     NULL, NULL, NULL, 0, &r->m_first_dup, err);
         if (s == JSD_OK)
             s = jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_relay_in_flight",
                                      "Relay publications awaiting their PubAck.", NULL, NULL, NULL,
@@ -507,6 +609,24 @@ void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out)
     out->batches = atomic_load(&r->n_batches);
     out->lease_lost = atomic_load(&r->n_lease_lost);
     out->store_errors = atomic_load(&r->n_store_errors);
+    out->first_attempt_duplicates = atomic_load(&r->n_first_dup);
+    out->left_failing = atomic_load(&r->left_failing);
+    out->left_dead_lettered = atomic_load(&r->left_dead);
+}
+
+jsd_status jsd_outbox_trouble_get(jsd_store *s, jsd_outbox_trouble *out)
+{
+    if (!s || !out)
+        return JSD_ERR_INVALID;
+    memset(out, 0, sizeof(*out));
+    jsd__outbox_trouble t;
+    jsd_status rc = jsd__store_outbox_trouble(s, &t);
+    if (rc != JSD_OK)
+        return rc;
+    out->failing = t.failing;
+    out->dead_lettered = t.dead_lettered;
+    out->first_attempt_duplicates = t.first_attempt_duplicates;
+    return JSD_OK;
 }
 
 /* ---- the loop ---------------------------------------------------------------------------- */
@@ -566,10 +686,29 @@ static void slot_fail(slot *sl, slot_fate fate, const char *fmt, ...)
 }
 
 /* Map a publication result onto the slot. */
-static void settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, const char *subject)
+static void settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, const jsd__claimed *e)
 {
+    const char *subject = e->subject;
     switch (res->outcome) {
     case JSD_OUTCOME_ACCEPTED:
+        if (res->receipt.duplicate && e->attempts == 0 && !e->maybe_published) {
+            /* Nothing of ours can have stored it (no failed attempt, no
+             * earlier lease that ended unsettled): the stream holds another
+             * producer's message under this id, and ours is not in it. */
+            slot_fail(sl, FATE_DEAD,
+                      JSD__FIRST_DUP_REASON ": stream %s already held msg id %s at sequence "
+                      "%llu, so this effect's message was not stored (another producer uses "
+                      "the same id: a second store with the same owner and effect id?)",
+                      res->receipt.stream, e->msg_id, (unsigned long long)res->receipt.seq);
+            sl->first_dup = true;
+            count(r, RC_FIRST_DUP, 1);
+            JSD_WARN(COMP,
+                     "effect %s/%s: the broker answered duplicate on its first attempt (stream "
+                     "%s, sequence %llu already holds msg id %s); dead-lettering it",
+                     e->owner, e->effect_id, res->receipt.stream,
+                     (unsigned long long)res->receipt.seq, e->msg_id);
+            return;
+        }
         sl->fate = FATE_RECEIPT;
         sl->state = SLOT_DONE;
         sl->seq = res->receipt.seq;
@@ -586,6 +725,11 @@ static void settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, const 
         slot_fail(sl, FATE_DEAD, "rejected: %s", res->reason);
         return;
     case JSD_OUTCOME_FAILED:
+        if (jsd__js_err_permanent(res->js_err_code)) {
+            slot_fail(sl, FATE_DEAD, "failed permanently: %s (jetstream error %d)", res->reason,
+                      res->js_err_code);
+            return;
+        }
         /* A stream that no longer captures the subject, or another stream now
          * does (10060 wrong expected stream): look it up again next time. */
         scache_forget(&r->cache, subject);
@@ -646,10 +790,30 @@ static int claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
             slot_fail(sl, FATE_RELEASE, "relay stopping");
             continue;
         }
+        if (e->defect[0]) {
+            slot_fail(sl, FATE_DEAD, "cannot be published: %s", e->defect);
+            continue;
+        }
+        jsd_error verr;
+        jsd_error_clear(&verr);
+        if (!jsd__subject_valid_exact(e->subject, &verr)) {
+            slot_fail(sl, FATE_DEAD, "cannot be published: %s", verr.msg);
+            continue;
+        }
         char stream[JSD_STREAM_NAME_MAX + 1], why[256];
         s = stream_for(r, e->subject, stream, why, sizeof(why));
         if (s == JSD_ERR_NOT_FOUND) {
             slot_fail(sl, FATE_FAILURE, "failed: %s", why);
+            continue;
+        }
+        if (s == JSD_ERR_INVALID || s == JSD_ERR_LIMIT) {
+            slot_fail(sl, FATE_DEAD, "cannot be published: %s", why);
+            continue;
+        }
+        if (s == JSD_OK)
+            s = window_fits(r, stream, why, sizeof(why));
+        if (s == JSD_ERR_CONFIG) {
+            slot_fail(sl, FATE_RELEASE, "%s", why);
             continue;
         }
         if (s != JSD_OK) {
@@ -673,7 +837,7 @@ static int claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
             b->pending++;
             r->in_flight++;
         } else {
-            settle(r, sl, &res, e->subject);
+            settle(r, sl, &res, e);
             if (res.outcome == JSD_OUTCOME_UNAVAILABLE)
                 *saw_unavailable = true;
         }
@@ -708,8 +872,11 @@ static void finish_batch(jsd_relay *r, rbatch *b)
             rc[nr].published_at_ms = sl->acked_ms;
             nr++;
             break;
-        case FATE_FAILURE:
         case FATE_DEAD:
+            JSD_WARN(COMP, "dead-lettering effect %s/%s (row %lld): %s", e->owner, e->effect_id,
+                     (long long)e->row_id, sl->reason);
+            /* fall through */
+        case FATE_FAILURE:
             fl[nf].row_id = e->row_id;
             fl[nf].error = sl->reason;
             fl[nf].dead_letter_now = sl->fate == FATE_DEAD;
@@ -906,7 +1073,7 @@ static int drain(jsd_relay *r, int timeout_ms, size_t *collected)
         for (size_t i = 0; i < got; i++) {
             slot *sl = done[i].user;
             rbatch *b = sl->b;
-            settle(r, sl, &done[i].result, b->eb.items[sl->idx].subject);
+            settle(r, sl, &done[i].result, &b->eb.items[sl->idx]);
             b->pending--;
             r->in_flight--;
         }
@@ -1031,6 +1198,27 @@ static void progress(jsd_relay *r, int64_t *last)
              (unsigned long long)atomic_load(&r->n_dead), r->in_flight);
     r->logged_published = pub;
     r->logged_errors = err;
+}
+
+/* After --until-idle: what could not be published is left, counted from the
+ * store, logged at warn and kept for jsd_relay_stats_get. */
+static void idle_report(jsd_relay *r)
+{
+    jsd__outbox_trouble t;
+    if (jsd__store_outbox_trouble(r->store, &t) != JSD_OK) {
+        store_trouble(r, "counting what is left unpublished");
+        atomic_store(&r->left_failing, -1);
+        atomic_store(&r->left_dead, -1);
+        return;
+    }
+    atomic_store(&r->left_failing, t.failing);
+    atomic_store(&r->left_dead, t.dead_lettered);
+    uint64_t dead_now = atomic_load(&r->n_dead);
+    if (t.failing > 0 || dead_now > 0)
+        JSD_WARN(COMP,
+                 "idle, but not everything was published: %lld effect(s) failed and wait for "
+                 "a retry, %llu dead-lettered by this run (%lld dead-lettered in the store)",
+                 (long long)t.failing, (unsigned long long)dead_now, (long long)t.dead_lettered);
 }
 
 static jsd_status run(jsd_relay *r, bool until_idle)
@@ -1161,11 +1349,19 @@ static jsd_status run(jsd_relay *r, bool until_idle)
     jsd_relay_stats_get(r, &st);
     JSD_INFO(COMP,
              "relay stopped: published %llu (duplicates %llu), failed attempts %llu, "
-             "dead-lettered %llu",
+             "dead-lettered %llu (first-attempt duplicates %llu)",
              (unsigned long long)st.published, (unsigned long long)st.duplicates,
-             (unsigned long long)st.errors, (unsigned long long)st.dead_lettered);
+             (unsigned long long)st.errors, (unsigned long long)st.dead_lettered,
+             (unsigned long long)st.first_attempt_duplicates);
+    if (until_idle)
+        idle_report(r);
+    jsd_status rc = r->fatal;
+    if (rc != JSD_OK) {
+        r->fatal = JSD_OK; /* the stop was ours, not the caller's */
+        atomic_store(&r->stop, 0);
+    }
     atomic_store(&r->running, 0);
-    return JSD_OK;
+    return rc;
 }
 
 jsd_status jsd_relay_run(jsd_relay *r)

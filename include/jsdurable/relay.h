@@ -60,9 +60,10 @@ typedef struct jsd_relay_opts {
     int backoff_base_ms;     /* first retry delay after a failure; default 500 */
     /* Longest retry delay; default 60000. An UNKNOWN publication may have
      * been stored: its retry must reach the broker inside the stream's
-     * duplicate window, so keep publish_deadline_ms + backoff_cap_ms +
-     * poll_interval_ms (and lease_ms + poll_interval_ms, for a crash) below
-     * that window (JetStream's default is 2 minutes). */
+     * duplicate window, so publish_deadline_ms + backoff_cap_ms + lease_ms
+     * must stay below that window (JetStream's default is 2 minutes); the
+     * relay reads each target stream's window and refuses to go on when it
+     * does not fit (see jsd_relay_run_until_idle). */
     int backoff_cap_ms;
     int attempt_budget; /* failed attempts before dead-lettering, 1..100000; default 50 */
     /* Optional observer, called after a batch's receipts are committed, once
@@ -75,6 +76,7 @@ typedef struct jsd_relay_opts {
      * jsd_metrics_default(). The relay feeds
      * jsd_relay_published_total, jsd_relay_duplicates_total,
      * jsd_relay_errors_total, jsd_relay_dead_lettered_total,
+     * jsd_relay_first_attempt_duplicates_total,
      * jsd_relay_in_flight, and every 5 s jsd_outbox_backlog and
      * jsd_outbox_oldest_unpublished_age_seconds from its store. */
     jsd_metrics *metrics;
@@ -108,7 +110,17 @@ jsd_status jsd_relay_run(jsd_relay *r);
  * Run until nothing is due and nothing is in flight, then return JSD_OK
  * (also after jsd_relay_stop()). Effects whose not-before time or backoff lies
  * in the future are not waited for. While NATS is down it keeps waiting (a
- * backlog is due work). Useful for batch jobs and tests.
+ * backlog is due work). Useful for batch jobs and tests. What it could not
+ * publish is counted in jsd_relay_stats (left_failing, dead_lettered,
+ * left_dead_lettered) and logged at warn: check them before calling the job
+ * done.
+ *
+ * Both runs return JSD_ERR_CONFIG (jsd_relay_errmsg names the stream and the
+ * figures) when a target stream's duplicate window is shorter than the
+ * relay's retry horizon, publish_deadline_ms + backoff_cap_ms + lease_ms: the
+ * relay checks each stream the first time an effect is bound for it (and
+ * again every minute), releases what it claimed, and stops rather than store
+ * retries twice.
  */
 jsd_status jsd_relay_run_until_idle(jsd_relay *r);
 
@@ -133,10 +145,30 @@ typedef struct jsd_relay_stats {
     uint64_t batches;       /* claims that returned at least one effect */
     uint64_t lease_lost;    /* receipts refused because the lease had been taken over */
     uint64_t store_errors;  /* store calls that failed and were retried */
+    /* PubAcks that said duplicate on an effect's first attempt (no failed
+     * attempt, no earlier lease that could have published it): another
+     * producer's message holds the id. Each such effect is dead-lettered. */
+    uint64_t first_attempt_duplicates;
+    /* Set when a jsd_relay_run_until_idle returns (-1 before, or when the
+     * store could not be read): effects left unpublished that failed at least
+     * once and wait for a retry, and every dead-lettered effect of the store. */
+    int64_t left_failing;
+    int64_t left_dead_lettered;
 } jsd_relay_stats;
 
 /* A snapshot of the counters. Thread-safe. */
 void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out);
+
+/* The outbox's unpublished trouble, read from the store (for `status`). */
+typedef struct jsd_outbox_trouble {
+    int64_t failing;                  /* unpublished, not dead-lettered, failed at least once */
+    int64_t dead_lettered;            /* dead-lettered effects */
+    int64_t first_attempt_duplicates; /* of those, a duplicate PubAck on the first attempt */
+} jsd_outbox_trouble;
+
+/* Count them: scans the outbox, so call it for a report, not in a loop. The
+ * store must have no transaction open. */
+jsd_status jsd_outbox_trouble_get(jsd_store *s, jsd_outbox_trouble *out);
 
 /* Last error text of this handle ("" if none). */
 const char *jsd_relay_errmsg(const jsd_relay *r);

@@ -54,6 +54,7 @@ typedef struct jsd__store_ops {
                            size_t *dead);
     jsd_status (*release)(jsd_store *s, const char *token, const int64_t *ids, size_t n,
                           size_t *released);
+    jsd_status (*trouble)(jsd_store *s, jsd__outbox_trouble *out);
     jsd_status (*requeue)(jsd_store *s, const int64_t *ids, size_t n, int64_t now,
                           size_t *requeued);
     jsd_status (*next_due)(jsd_store *s, bool *found, int64_t *next);

@@ -37,6 +37,7 @@ enum {
     P_RECEIPTS,
     P_FAIL_SEL,
     P_FAIL_UPD,
+    P_TROUBLE,
     P_RELEASE,
     P_REQUEUE,
     P_NEXT_DUE,
@@ -81,7 +82,10 @@ static const char *const sql_text[P__COUNT] = {
      * (FOR UPDATE needs a plain query) and re-checks the row conditions on the
      * newest row version. */
     [P_CLAIM] =
-        "UPDATE @jsd_outbox SET lease_token = $1, lease_expires = $2 WHERE id = ANY(ARRAY("
+        "UPDATE @jsd_outbox SET lease_token = $1, lease_expires = $2, "
+        /* an earlier lease that ended unsettled: maybe published (store.h) */
+        "duplicate = CASE WHEN lease_token IS NOT NULL THEN true ELSE duplicate END "
+        "WHERE id = ANY(ARRAY("
         "SELECT c.id FROM @jsd_outbox c WHERE c.id = ANY(ARRAY("
         "(SELECT u.id FROM @jsd_outbox u WHERE u.order_key IS NULL "
         "AND u.published_at IS NULL AND u.dead_lettered_at IS NULL "
@@ -94,7 +98,7 @@ static const char *const sql_text[P__COUNT] = {
         "AND (k.lease_expires IS NULL OR k.lease_expires <= $3) ORDER BY k.id LIMIT $4))) "
         "AND c.published_at IS NULL AND c.dead_lettered_at IS NULL "
         "AND c.next_attempt_at <= $3 AND (c.lease_expires IS NULL OR c.lease_expires <= $3) "
-        "ORDER BY c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)) RETURNING " OUTBOX_COLS,
+        "ORDER BY c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)) RETURNING " OUTBOX_COLS ", duplicate",
     [P_RECEIPTS] = "UPDATE @jsd_outbox o SET stream = r.stream, stream_seq = r.seq, "
                    "duplicate = r.dup, published_at = r.at, lease_token = NULL, "
                    "lease_expires = NULL "
@@ -110,6 +114,10 @@ static const char *const sql_text[P__COUNT] = {
                    "FROM unnest($2::int8[], $3::int4[], $4::text[], $5::int8[], $6::int8[], "
                    "$7::text[]) AS u(id, attempts, err, next, dead_at, reason) "
                    "WHERE o.id = u.id AND o.lease_token = $1",
+    [P_TROUBLE] = "SELECT (SELECT count(*) FROM @jsd_outbox WHERE " PENDING " AND attempts > 0), "
+                  "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
+                  "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL "
+                  "AND dead_reason LIKE '%" JSD__FIRST_DUP_REASON "%')",
     [P_RELEASE] = "UPDATE @jsd_outbox SET lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ANY($2::int8[]) AND lease_token = $1 AND published_at IS NULL",
     [P_REQUEUE] = "UPDATE @jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
@@ -788,6 +796,9 @@ static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *
         if (rc != JSD_OK)
             jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory; its lease will expire",
                            (long long)get_i64(r, i, 0));
+        else
+            out->items[out->n - 1].maybe_published =
+                !PQgetisnull(r, i, 11) && PQgetvalue(r, i, 11)[0] != 0; /* binary bool */
     }
     PQclear(r);
     return rc;
@@ -986,6 +997,24 @@ static jsd_status pg_requeue(jsd_store *s, const int64_t *ids, size_t n, int64_t
     }
     arr_free(&a, 1);
     return rc;
+}
+
+static jsd_status pg_trouble(jsd_store *s, jsd__outbox_trouble *o)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    PGresult *r =
+        pexec(s, P_TROUBLE, 0, NULL, NULL, NULL, PGRES_TUPLES_OK, "counting failing effects");
+    if (!r)
+        return s->err.status;
+    if (PQntuples(r) == 1) {
+        o->failing = get_i64(r, 0, 0);
+        o->dead_lettered = get_i64(r, 0, 1);
+        o->first_attempt_duplicates = get_i64(r, 0, 2);
+    }
+    PQclear(r);
+    return JSD_OK;
 }
 
 static jsd_status pg_next_due(jsd_store *s, bool *found, int64_t *next)
@@ -1267,6 +1296,7 @@ static const jsd__store_ops pg_ops = {
     .failures = pg_failures,
     .release = pg_release,
     .requeue = pg_requeue,
+    .trouble = pg_trouble,
     .next_due = pg_next_due,
     .wait = pg_wait,
     .inbox_lookup = pg_inbox_lookup,

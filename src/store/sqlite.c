@@ -45,6 +45,7 @@ enum {
     S_RECEIPT,
     S_FAIL_SEL,
     S_FAIL_UPD,
+    S_TROUBLE,
     S_RELEASE_LEASE,
     S_REQUEUE,
     S_NEXT_DUE,
@@ -91,7 +92,9 @@ static const char *const sql_text[S__COUNT] = {
     /* Candidates: unordered due effects in id order, and the head (smallest
      * pending id) of each order key when it is due; see jsd__store_claim. */
     [S_CLAIM] =
-        "UPDATE jsd_outbox SET lease_token = ?1, lease_expires = ?2 WHERE id IN ("
+        "UPDATE jsd_outbox SET lease_token = ?1, lease_expires = ?2, "
+        /* an earlier lease that ended unsettled: maybe published (store.h) */
+        "duplicate = CASE WHEN lease_token IS NOT NULL THEN 1 ELSE duplicate END WHERE id IN ("
         "SELECT id FROM (SELECT c.id AS id FROM jsd_outbox c WHERE c.order_key IS NULL "
         "AND c.published_at IS NULL AND c.dead_lettered_at IS NULL "
         "AND c.next_attempt_at <= ?3 AND (c.lease_expires IS NULL OR c.lease_expires <= ?3) "
@@ -101,7 +104,7 @@ static const char *const sql_text[S__COUNT] = {
         "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key) h "
         "JOIN jsd_outbox c ON c.id = h.hid WHERE c.next_attempt_at <= ?3 "
         "AND (c.lease_expires IS NULL OR c.lease_expires <= ?3) ORDER BY c.id LIMIT ?4) "
-        "ORDER BY id LIMIT ?4) RETURNING " OUTBOX_COLS,
+        "ORDER BY id LIMIT ?4) RETURNING " OUTBOX_COLS ", duplicate",
     [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
                   "published_at = ?6, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
@@ -110,6 +113,10 @@ static const char *const sql_text[S__COUNT] = {
     [S_FAIL_UPD] = "UPDATE jsd_outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, "
                    "dead_lettered_at = ?5, dead_reason = ?6, lease_token = NULL, "
                    "lease_expires = NULL WHERE id = ?1",
+    [S_TROUBLE] = "SELECT (SELECT count(*) FROM jsd_outbox WHERE " PENDING " AND attempts > 0), "
+                  "(SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
+                  "(SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL "
+                  "AND dead_reason LIKE '%" JSD__FIRST_DUP_REASON "%')",
     [S_RELEASE_LEASE] = "UPDATE jsd_outbox SET lease_token = NULL, lease_expires = NULL "
                         "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
     [S_REQUEUE] = "UPDATE jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
@@ -608,6 +615,8 @@ static jsd_status sq_claim_tx(jsd_store *s, int max, int64_t lease_ms, const cha
         if (rc != JSD_OK)
             jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory",
                            (long long)sqlite3_column_int64(st, 0));
+        else
+            out->items[out->n - 1].maybe_published = sqlite3_column_int(st, 11) != 0;
     }
     if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
         rc = sq_fail(s, x, "claim");
@@ -699,6 +708,21 @@ static jsd_status sq_failures(jsd_store *s, const char *token, const jsd__failur
         *dead = d;
     }
     return rc;
+}
+
+static jsd_status sq_trouble(jsd_store *s, jsd__outbox_trouble *o)
+{
+    sqlite3_stmt *st = stmt(s, S_TROUBLE);
+    if (!st)
+        return s->err.status;
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        o->failing = sqlite3_column_int64(st, 0);
+        o->dead_lettered = sqlite3_column_int64(st, 1);
+        o->first_attempt_duplicates = sqlite3_column_int64(st, 2);
+    }
+    done(st);
+    return x == SQLITE_ROW ? JSD_OK : sq_fail(s, x, "counting failing effects");
 }
 
 /* Run one per-id update for each id in one transaction; count changed rows. */
@@ -1072,6 +1096,7 @@ static const jsd__store_ops sqlite_ops = {
     .failures = sq_failures,
     .release = sq_release,
     .requeue = sq_requeue,
+    .trouble = sq_trouble,
     .next_due = sq_next_due,
     .wait = sq_wait,
     .inbox_lookup = sq_inbox_lookup,

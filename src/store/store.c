@@ -565,8 +565,13 @@ jsd_status jsd__batch_add(jsd__effect_batch *b, int64_t row_id, const char *owne
     }
     size_t nh = 0;
     size_t hsz = jsd__headers_decoded_size(headers, headers_len, &nh);
-    if (hsz == SIZE_MAX)
-        return JSD_ERR_INTERNAL;
+    bool bad_headers = hsz == SIZE_MAX;
+    if (bad_headers) {
+        /* Claimed anyway, without headers and marked: the relay dead-letters
+         * it, and the other effects of the claim go on. */
+        hsz = 0;
+        nh = 0;
+    }
     size_t total = hsz + owner_len + 1 + id_len + 1 + subject_len + 1 +
                    (order_key ? order_key_len + 1 : 0) + len;
     char *blk = jsd__malloc(total);
@@ -578,8 +583,13 @@ jsd_status jsd__batch_add(jsd__effect_batch *b, int64_t row_id, const char *owne
     jsd_header *hdrs = (jsd_header *)(void *)p;
     p += nh * sizeof(jsd_header);
     size_t strings = hsz - nh * sizeof(jsd_header);
-    if (nh)
-        jsd__headers_decode(headers, headers_len, hdrs, p);
+    if (nh && !jsd__headers_decode(headers, headers_len, hdrs, p)) {
+        bad_headers = true;
+        nh = 0;
+    }
+    if (bad_headers)
+        jsd__snprintf(c->defect, sizeof(c->defect),
+                      "its headers column (%zu bytes) cannot be decoded", headers_len);
     p += strings;
     c->headers = nh ? hdrs : NULL;
     c->n_headers = nh;
@@ -608,6 +618,10 @@ jsd_status jsd__batch_add(jsd__effect_batch *b, int64_t row_id, const char *owne
     if (msg_id_len < JSD_MSG_ID_MAX) {
         memcpy(c->msg_id, msg_id, msg_id_len);
         c->msg_id[msg_id_len] = '\0';
+    } else if (!c->defect[0]) {
+        jsd__snprintf(c->defect, sizeof(c->defect),
+                      "its msg_id column (%zu bytes) exceeds %d bytes", msg_id_len,
+                      JSD_MSG_ID_MAX - 1);
     }
     ((void **)b->arena)[b->n] = blk;
     b->n++;
@@ -1077,6 +1091,17 @@ jsd_status jsd__store_record_failures(jsd_store *s, const char *lease_token, con
     if (dead_lettered)
         *dead_lettered = d;
     return rc;
+}
+
+jsd_status jsd__store_outbox_trouble(jsd_store *s, jsd__outbox_trouble *out)
+{
+    if (!s || !out)
+        return JSD_ERR_INVALID;
+    memset(out, 0, sizeof(*out));
+    jsd_status rc = need_idle(s, "outbox trouble");
+    if (rc != JSD_OK)
+        return rc;
+    return s->ops->trouble(s, out);
 }
 
 jsd_status jsd__store_release(jsd_store *s, const char *lease_token, const int64_t *row_ids,

@@ -65,6 +65,15 @@ typedef struct jsd__claimed {
     const char *order_key; /* NULL when unordered */
     int64_t created_at_ms;
     int64_t not_before_ms;
+    /* An earlier lease on this effect ended without a receipt, a failure or
+     * a release (a relay crashed or stalled past it): that holder may have
+     * published it, so a duplicate PubAck is an expected outcome of a retry.
+     * Sticky until the receipt. */
+    bool maybe_published;
+    /* Why the stored row cannot be published as it is ("" when it can): the
+     * claim hands such a row over instead of failing the whole claim, and the
+     * relay dead-letters it with this reason. */
+    char defect[160];
 } jsd__claimed;
 
 typedef struct jsd__effect_batch {
@@ -102,6 +111,12 @@ void jsd__effect_batch_free(jsd__effect_batch *b);
  *
  * lease_token: 1..64 characters (use jsd__random_hex). JSD_OK with out->n == 0
  * when nothing is due.
+ *
+ * A row the claim cannot decode (a headers column the decoder refuses) is
+ * still claimed, with its defect named in jsd__claimed.defect, so that one
+ * bad row never fails the claims of the others. The claim also marks, in the
+ * pending row's duplicate column, an effect whose earlier lease expired
+ * unsettled (jsd__claimed.maybe_published); the receipt overwrites it.
  */
 jsd_status jsd__store_claim(jsd_store *s, int max, int64_t lease_ms, const char *lease_token,
                             int64_t now_ms, jsd__effect_batch *out);
@@ -169,6 +184,21 @@ jsd_status jsd__store_record_failures(jsd_store *s, const char *lease_token, con
  * again at once. Only rows still holding lease_token are touched. */
 jsd_status jsd__store_release(jsd_store *s, const char *lease_token, const int64_t *row_ids,
                               size_t n, size_t *released);
+
+/* The dead-letter reason of an effect whose first attempt the broker answered
+ * "duplicate" (its id was already in the stream, from another producer): the
+ * relay writes it, the counts below look for it. */
+#define JSD__FIRST_DUP_REASON "duplicate on first attempt"
+
+/* The outbox's unhappy counts, for `relay --until-idle` and `status`. */
+typedef struct jsd__outbox_trouble {
+    int64_t failing;                  /* unpublished, not dead-lettered, attempts > 0 */
+    int64_t dead_lettered;            /* every dead-lettered effect */
+    int64_t first_attempt_duplicates; /* of those, JSD__FIRST_DUP_REASON */
+} jsd__outbox_trouble;
+
+/* Count them (scans the outbox: for an exit summary or a status, not a loop). */
+jsd_status jsd__store_outbox_trouble(jsd_store *s, jsd__outbox_trouble *out);
 
 /* Give n dead-lettered effects a fresh attempt budget (tools: replay).
  * Clears dead_lettered_at, dead_reason, attempts; due at now_ms. */
