@@ -153,11 +153,24 @@ static void headers_and_expected_stream(void **state)
     ASSERT_OK(jsd_tx_emit(tx, &ef));
     ASSERT_OK(jsd_tx_commit(tx));
 
+    /* The server strips Nats-Expected-Stream before storing; a core
+     * subscriber on the subject sees the headers as the relay sent them. */
+    natsSubscription *wire = NULL;
+    ASSERT_EQ(natsConnection_SubscribeSync(&wire, e.nt.nc, e.subject), NATS_OK);
+    ASSERT_EQ(natsConnection_Flush(e.nt.nc), NATS_OK);
+
     rt_relay t;
     jsd_relay_opts o = fast_opts();
     rt_relay_make(&t, &e.st, e.nats_url, &o);
     ASSERT_OK(jsd_relay_run_until_idle(t.relay));
     natsMsg *m = NULL;
+    const char *sent = NULL;
+    ASSERT_EQ(natsSubscription_NextMsg(&m, wire, 5000), NATS_OK);
+    ASSERT_EQ(natsMsgHeader_Get(m, "Nats-Expected-Stream", &sent), NATS_OK);
+    ASSERT_STREQ(sent, e.stream);
+    natsMsg_Destroy(m);
+    m = NULL;
+    natsSubscription_Destroy(wire);
     jsErrCode jerr = 0;
     ASSERT_EQ(js_GetMsg(&m, e.nt.js, e.stream, 1, NULL, &jerr), NATS_OK);
     const char *v = NULL;
