@@ -235,6 +235,8 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     o.max_in_flight = in_flight;
     o.publish_deadline_ms = 30000;
     o.lease_ms = 60000;
+    /* deadline + backoff cap + lease must fit the stream's 2-minute window */
+    o.backoff_cap_ms = 20000;
     jsd_relay *r = NULL;
     jsd_error err;
     jsd_error_clear(&err);
