@@ -107,6 +107,19 @@ void jsd_test_alloc_failures(const char *child_case, int max_runs, const char *w
     fail_msg("%s still ran out of memory after %d allocations", what, max_runs);
 }
 
+bool jsd_test_file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
 int jsd_test_run(const char *cmd, char *out, size_t cap)
 {
     char full[8192];

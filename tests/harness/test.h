@@ -147,6 +147,10 @@ const char *jsd_test_dir(void);
  * exit status (-1 on a signal death). */
 int jsd_test_run(const char *cmd, char *out, size_t cap);
 
+/* true when the file at path exists and contains needle (a log line a
+ * spawned process wrote, for ASSERT_WAIT). */
+bool jsd_test_file_contains(const char *path, const char *needle);
+
 /* Wait for a child process of this test (retrying on EINTR) and return its
  * wait status; fails the test if it cannot be waited for. */
 int jsd_test_child_wait(int pid);

@@ -237,12 +237,26 @@ static void parse_stats(const char *log, unsigned long long *published,
 static void three_relays_pg(void **state)
 {
     (void)state;
-    enum { N = 20000, R = 3, KEYS = 64 };
+    /* More keys than one claim takes (at most one effect per key is in
+     * flight), and the effects committed only once every relay is up, so
+     * each relay finds heads to claim. */
+    enum { N = 20000, R = 3, KEYS = 1024 };
     crash_env e;
     cenv_up(&e, RT_PG);
     jsd_store *app = rt_open(&e.st);
     char subj[128];
     snprintf(subj, sizeof(subj), "%.*s.s%%d", (int)(strlen(e.subject) - 2), e.subject);
+
+    pid_t pid[R];
+    char logs[R][PATH_MAX];
+    const char *const args[] = {"--batch",    "64",    "--deadline-ms", "30000",
+                                "--lease-ms", "35000", "--stats",       NULL};
+    for (int i = 0; i < R; i++) {
+        snprintf(logs[i], sizeof(logs[i]), "%s/%s.log", jsd_test_dir(), jsd_test_unique("r"));
+        pid[i] = rt_spawn_relay(e.st.url, e.nats_url, NULL, logs[i], args);
+    }
+    for (int i = 0; i < R; i++)
+        ASSERT_WAIT(jsd_test_file_contains(logs[i], "relay started"), 30000);
     rt_enqueue_opts q = {.owner = "many",
                          .n = N,
                          .subject = subj,
@@ -251,15 +265,6 @@ static void three_relays_pg(void **state)
                          .n_keys = KEYS,
                          .per_tx = 500};
     rt_enqueue(app, &q);
-
-    pid_t pid[R];
-    char logs[R][PATH_MAX];
-    const char *const args[] = {"--batch",    "128",   "--deadline-ms", "30000",
-                                "--lease-ms", "35000", "--stats",       NULL};
-    for (int i = 0; i < R; i++) {
-        snprintf(logs[i], sizeof(logs[i]), "%s/%s.log", jsd_test_dir(), jsd_test_unique("r"));
-        pid[i] = rt_spawn_relay(e.st.url, e.nats_url, NULL, logs[i], args);
-    }
     bool ok = WAIT_UNTIL(rt_published(&e.st) == N, 180000);
     for (int i = 0; i < R; i++)
         kill(pid[i], SIGTERM);
@@ -275,8 +280,10 @@ static void three_relays_pg(void **state)
         fprintf(stderr, "relay %d published %llu\n", i, p);
         /* a share each: one relay doing all the work proves nothing about
          * relays sharing a database */
-        if (p == 0)
+        if (p == 0) {
+            rt_dump(logs[i]);
             fail_msg("relay %d published nothing: the others did all the work", i);
+        }
         sum += p;
         dups += d;
         lost += l;
