@@ -85,9 +85,12 @@ typedef struct cli_conn {
 } cli_conn;
 
 void cli_conn_init(cli_conn *c);
-/* Configure logging from JSD_LOG_LEVEL / JSD_LOG_FORMAT (default info, text);
- * 0, or CLI_USAGE after a message naming the bad value. */
+/* Configure logging from JSD_LOG_LEVEL / JSD_LOG_FORMAT (default: the
+ * command's level, text); 0, or CLI_USAGE after a message naming the bad
+ * value. cli_log_default sets the command's level (warn unless a daemon says
+ * info) and applies. */
 int cli_log_apply(void);
+int cli_log_default(jsd_log_level level);
 /* Handle one connection/logging flag; returns 0, or an exit code on error. */
 int cli_conn_flag(cli_conn *c, int opt, const char *arg);
 /* Apply environment fallbacks; CLI_USAGE when no URL is given anywhere. */

@@ -118,6 +118,8 @@ int cmd_relay(int argc, char **argv)
     cli_conn_init(&cc);
     jsd_relay_opts_init(&ro);
     jsd_error_clear(&err);
+    if (cli_log_default(JSD_LOG_INFO) != 0)
+        return CLI_USAGE;
 
     optind = 1;
     int opt;

@@ -167,10 +167,19 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
 
 /* The log settings live in JSD_LOG_LEVEL and JSD_LOG_FORMAT (the flags set
  * them), so --log-level and --log-format combine in any order and a flag wins
- * over the environment it replaces. */
+ * over the environment it replaces. Without either, the command's default
+ * level holds: info for the daemons, warn for one-shot commands. */
+static jsd_log_level log_default = JSD_LOG_WARN;
+
+int cli_log_default(jsd_log_level level)
+{
+    log_default = level;
+    return cli_log_apply();
+}
+
 int cli_log_apply(void)
 {
-    jsd_log_level lv = JSD_LOG_INFO;
+    jsd_log_level lv = log_default;
     const char *level = getenv("JSD_LOG_LEVEL"), *fmt = getenv("JSD_LOG_FORMAT");
     if (level && *level && jsd_log_level_parse(level, &lv) != JSD_OK) {
         fprintf(stderr, "jsdurable: JSD_LOG_LEVEL takes debug, info, warn, error or off\n");
