@@ -11,7 +11,7 @@
 
 static atomic_long fail_after = -2; /* -2: not read yet, -1: never fail */
 
-static bool alloc_allowed(void)
+bool jsd__alloc_allowed(void)
 {
     long v = atomic_load_explicit(&fail_after, memory_order_relaxed);
     if (v == -2) {
@@ -29,17 +29,17 @@ static bool alloc_allowed(void)
 
 void *jsd__malloc(size_t n)
 {
-    return alloc_allowed() ? malloc(n ? n : 1) : NULL;
+    return jsd__alloc_allowed() ? malloc(n ? n : 1) : NULL;
 }
 
 void *jsd__calloc(size_t count, size_t n)
 {
-    return alloc_allowed() ? calloc(count ? count : 1, n ? n : 1) : NULL;
+    return jsd__alloc_allowed() ? calloc(count ? count : 1, n ? n : 1) : NULL;
 }
 
 void *jsd__realloc(void *p, size_t n)
 {
-    return alloc_allowed() ? realloc(p, n ? n : 1) : NULL;
+    return jsd__alloc_allowed() ? realloc(p, n ? n : 1) : NULL;
 }
 
 void jsd__free(void *p)

@@ -24,13 +24,13 @@
 #include "ingress_int.h"
 #include "subject.h"
 
-void jsd_death_msg_id(const char *stream, uint64_t seq, char out[65])
+jsd_status jsd_death_msg_id(const char *stream, uint64_t seq, char out[65])
 {
     char num[24];
     jsd__snprintf(num, sizeof(num), "%" PRIu64, seq);
     const char *parts[] = {"jsd.death", stream ? stream : "", num};
     size_t lens[] = {9, strlen(parts[1]), strlen(num)};
-    jsd__ld_sha256_hex(parts, lens, 3, out);
+    return jsd__ld_sha256_hex(parts, lens, 3, out);
 }
 
 static void rfc3339(int64_t ms, char *out, size_t cap)
@@ -64,7 +64,9 @@ jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dl
     jsd_status st = JSD_OK;
     char id[65], seq[24], dlv[24], when[40], errtext[257];
 
-    jsd_death_msg_id(d->stream, d->stream_seq, id);
+    if ((st = jsd_death_msg_id(d->stream, d->stream_seq, id)) != JSD_OK)
+        return jsd__err(err, st, "cannot derive the death envelope's message id (%s)",
+                        jsd_status_str(st));
     jsd__snprintf(seq, sizeof(seq), "%" PRIu64, d->stream_seq);
     jsd__snprintf(dlv, sizeof(dlv), "%" PRIu64, d->deliveries);
     rfc3339(d->time_ms ? d->time_ms : jsd__now_ms(), when, sizeof(when));
@@ -196,7 +198,11 @@ jsd_status jsd_dlq_replay(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_s
     {
         const char *parts[] = {"jsd.replay", origin};
         size_t lens[] = {10, strlen(origin)};
-        jsd__ld_sha256_hex(parts, lens, 2, id);
+        if ((st = jsd__ld_sha256_hex(parts, lens, 2, id)) != JSD_OK) {
+            st = jsd__err(err, st, "cannot derive the replay's message id (%s)",
+                          jsd_status_str(st));
+            goto done;
+        }
     }
     s = natsMsg_Create(&m, subject, NULL, natsMsg_GetData(dead), natsMsg_GetDataLength(dead));
     if (s == NATS_OK)

@@ -36,6 +36,9 @@ char *jsd__strdup(const char *s); /* NULL stays NULL */
 char *jsd__strndup(const char *s, size_t n);
 void *jsd__memdup(const void *p, size_t n);
 void jsd__free(void *p);
+/* false when the failure injection says the next allocation fails (it counts
+ * as one): for allocations made outside these wrappers (OpenSSL contexts). */
+bool jsd__alloc_allowed(void);
 /* Overwrite then free a secret string. Accepts NULL. */
 void jsd__free_secret(char *s);
 /* Overwrite n bytes so the compiler cannot drop it. */
@@ -82,8 +85,11 @@ bool jsd__random_hex(char *out, size_t nbytes);
 
 /* Length-delimited SHA-256: each part is hashed as its 8-byte big-endian
  * length then its bytes, so ("ab","c") and ("a","bc") differ. out_hex holds
- * 65 bytes. */
-void jsd__ld_sha256_hex(const char *const *parts, const size_t *lens, size_t n, char out_hex[65]);
+ * 65 bytes. lens may be NULL (strlen of each part). JSD_OK, or
+ * JSD_ERR_NOMEM / JSD_ERR_INTERNAL when OpenSSL fails; then out_hex is ""
+ * (never a made-up digest: every id derived from it would collide). */
+jsd_status jsd__ld_sha256_hex(const char *const *parts, const size_t *lens, size_t n,
+                              char out_hex[65]);
 
 /* ---- crash points (crash.c) --------------------------------------------------------
  * JSD_CRASH_AT="<point>:<n>" makes the process SIGKILL itself the n-th time it

@@ -125,29 +125,31 @@ bool jsd__random_hex(char *out, size_t nbytes)
     return true;
 }
 
-void jsd__ld_sha256_hex(const char *const *parts, const size_t *lens, size_t n, char out_hex[65])
+jsd_status jsd__ld_sha256_hex(const char *const *parts, const size_t *lens, size_t n,
+                              char out_hex[65])
 {
     unsigned char md[32];
     unsigned int mdlen = 0;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    /* EVP_MD_CTX_new fails only on allocation failure; fall back to a
-     * one-shot digest of nothing rather than crash, and make it obvious. */
-    if (!ctx) {
-        memset(out_hex, '0', 64);
-        out_hex[64] = '\0';
-        return;
-    }
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    for (size_t i = 0; i < n; i++) {
+    out_hex[0] = '\0';
+    /* The context is an allocation (OpenSSL's own): it answers to the same
+     * failure injection as jsd__malloc, so tests reach this path. */
+    EVP_MD_CTX *ctx = jsd__alloc_allowed() ? EVP_MD_CTX_new() : NULL;
+    if (!ctx)
+        return JSD_ERR_NOMEM;
+    bool ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
+    for (size_t i = 0; ok && i < n; i++) {
         uint64_t len = lens ? lens[i] : (parts[i] ? strlen(parts[i]) : 0);
         unsigned char be[8];
         for (int b = 0; b < 8; b++)
             be[b] = (unsigned char)(len >> (56 - 8 * b));
-        EVP_DigestUpdate(ctx, be, sizeof(be));
-        if (len)
-            EVP_DigestUpdate(ctx, parts[i], (size_t)len);
+        ok = EVP_DigestUpdate(ctx, be, sizeof(be)) == 1;
+        if (ok && len)
+            ok = EVP_DigestUpdate(ctx, parts[i], (size_t)len) == 1;
     }
-    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    ok = ok && EVP_DigestFinal_ex(ctx, md, &mdlen) == 1 && mdlen == 32;
     EVP_MD_CTX_free(ctx);
+    if (!ok)
+        return JSD_ERR_INTERNAL;
     jsd__hex(md, 32, out_hex);
+    return JSD_OK;
 }

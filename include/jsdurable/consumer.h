@@ -244,8 +244,9 @@ const char *jsd_consumer_dlq_stream(const jsd_consumer *c);
 #define JSD_HDR_DLQ_TYPE       "Jsd-Dlq-Type"
 #define JSD_HDR_REPLAY_OF      "Jsd-Replay-Of"
 
-/* The death envelope's Nats-Msg-Id for (stream, seq); out holds 65 bytes. */
-void jsd_death_msg_id(const char *stream, uint64_t seq, char out[65]);
+/* The death envelope's Nats-Msg-Id for (stream, seq); out holds 65 bytes.
+ * JSD_OK, or JSD_ERR_NOMEM / JSD_ERR_INTERNAL (the digest failed; out is ""). */
+jsd_status jsd_death_msg_id(const char *stream, uint64_t seq, char out[65]);
 
 /*
  * Replay one dead letter: fetch message dlq_seq of dlq_stream, republish its
