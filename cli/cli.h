@@ -99,7 +99,8 @@ int cli_conn_finish(cli_conn *c, const char *prog);
 int cli_conn_open(cli_conn *c, jsd_conn **out);
 void cli_conn_free(cli_conn *c);
 
-/* --store URL or $JSD_STORE; NULL when neither. */
+/* --store URL or $JSD_STORE, with "namespace=$JSD_STORE_NAMESPACE" added when
+ * that is set and the URL names no namespace; NULL when no URL is given. */
 const char *cli_store_url(const char *flag);
 
 /* Map a status to an exit code. */

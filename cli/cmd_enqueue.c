@@ -16,8 +16,8 @@
 
 #include "cli.h"
 
-#define MAX_HEADERS 16
-#define PAYLOAD_MAX (1024 * 1024)
+#define MAX_HEADERS JSD_HEADERS_MAX
+#define PAYLOAD_MAX JSD_PAYLOAD_DEFAULT_CAP /* the store's and the relay's payload limit */
 
 static void usage(FILE *f)
 {
@@ -28,11 +28,14 @@ static void usage(FILE *f)
            "       jsdurable enqueue --store URL --jsonl [--batch N] < LINES\n\n"
            "Commit outbox effects to a store; a relay publishes them to JetStream with the\n"
            "Nats-Msg-Id printed here.\n\n"
-           "  --store URL          sqlite:PATH, a file path, or postgres://... (or $JSD_STORE)\n"
+           "  --store URL          sqlite:PATH, a file path, or postgres://... (or $JSD_STORE);\n"
+           "                       ?namespace=NAME (or $JSD_STORE_NAMESPACE) sets the\n"
+           "                       message-id namespace (default: the store id)\n"
            "  --subject SUBJECT    exact subject: [A-Za-z0-9_-] tokens separated by dots\n"
            "  --id ID              effect id, unique per owner (the identity is (owner, id))\n"
            "  --owner OWNER        owner id (default \"\")\n"
-           "  --header NAME:VALUE  a message header (up to 16)\n"
+           "  --header NAME:VALUE  a message header (up to 16; names <= 64 bytes, values <= 256,\n"
+           "                       3840 bytes together on the wire)\n"
            "  --delay-ms N         publish no earlier than N ms from now (a durable timer)\n"
            "  --order-key KEY      publish in commit order with other effects of KEY\n"
            "  --jsonl              read one JSON object per line instead:\n"
@@ -40,7 +43,8 @@ static void usage(FILE *f)
            "                        \"payload\":TEXT, \"delay_ms\":N, \"order_key\":K}\n"
            "  --batch N            effects per transaction with --jsonl (1..10000, default 256)\n\n"
            "Output: one JSON line per committed effect: {\"owner\",\"id\",\"msg_id\"}.\n"
-           "Payloads are at most 1 MiB.\n\n"
+           "Payloads are at most 256 KiB (262144 bytes), what the relay publishes; subjects\n"
+           "starting with the reserved \"_INBOX\" token are refused.\n\n"
            "Exit codes: 0 committed; 65 bad input (over a limit, malformed line, an effect\n"
            "(owner, id) that already exists: nothing of its transaction committed);\n"
            "73 store cannot be opened; 74 store read-only or full; 78 store schema too new.\n\n"
@@ -63,10 +67,11 @@ static int exit_for(jsd_status s)
     return s == JSD_ERR_EXISTS ? CLI_DATAERR : cli_exit_for(s);
 }
 
-static void print_effect(const char *owner, const char *id)
+static void print_effect(jsd_store *store, const char *owner, const char *id)
 {
     char mid[JSD_MSG_ID_MAX];
-    jsd_effect_msg_id(owner, id, mid);
+    if (jsd_effect_msg_id(jsd_store_namespace(store), owner, id, mid) != JSD_OK)
+        mid[0] = '\0'; /* committed: the line still names the effect */
     json_t *o = json_pack("{s:s, s:s, s:s}", "owner", owner, "id", id, "msg_id", mid);
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (line)
@@ -91,7 +96,10 @@ static int enqueue_one(const char *url, jsd_effect *e)
     char *payload = cli_read_all(stdin, PAYLOAD_MAX, &len, &too_big);
     if (!payload) {
         if (too_big)
-            cli_err("enqueue", "payload on standard input is over 1 MiB (1048576 bytes)");
+            cli_err("enqueue",
+                    "payload on standard input is over %d bytes, the payload limit (the "
+                    "largest payload the relay publishes)",
+                    PAYLOAD_MAX);
         else
             cli_err("enqueue", "cannot read the payload from standard input");
         return too_big ? CLI_DATAERR : CLI_IOERR;
@@ -114,7 +122,7 @@ static int enqueue_one(const char *url, jsd_effect *e)
         rc = exit_for(s);
         goto done;
     }
-    print_effect(e->owner ? e->owner : "", e->id);
+    print_effect(store, e->owner ? e->owner : "", e->id);
 done:
     jsd_store_close(store);
     free(payload);
@@ -279,7 +287,7 @@ static int enqueue_jsonl(const char *url, long batch)
                 break;
             }
             for (size_t i = 0; i < n; i++)
-                print_effect(b[i].e.owner ? b[i].e.owner : "", b[i].e.id);
+                print_effect(store, b[i].e.owner ? b[i].e.owner : "", b[i].e.id);
             committed += (long)n;
             free_batch(b, n);
             n = 0;
@@ -296,7 +304,7 @@ static int enqueue_jsonl(const char *url, long batch)
             rc = exit_for(s);
         } else {
             for (size_t i = 0; i < n; i++)
-                print_effect(b[i].e.owner ? b[i].e.owner : "", b[i].e.id);
+                print_effect(store, b[i].e.owner ? b[i].e.owner : "", b[i].e.id);
             committed += (long)n;
         }
     }

@@ -247,10 +247,24 @@ void cli_conn_free(cli_conn *c)
 
 const char *cli_store_url(const char *flag)
 {
-    if (flag && *flag)
-        return flag;
-    const char *e = getenv("JSD_STORE");
-    return e && *e ? e : NULL;
+    const char *url = flag && *flag ? flag : getenv("JSD_STORE");
+    if (!url || !*url)
+        return NULL;
+    /* $JSD_STORE_NAMESPACE reaches every command that opens a store as the
+     * URL's namespace parameter; a namespace the URL names wins. The library
+     * validates it when the store opens. */
+    const char *ns = getenv("JSD_STORE_NAMESPACE");
+    if (!ns || !*ns || strstr(url, "namespace="))
+        return url;
+    static char *joined;
+    size_t n = strlen(url) + strlen(ns) + 16;
+    char *j = realloc(joined, n);
+    if (!j)
+        return url;
+    joined = j;
+    bool pg = !strncmp(url, "postgres://", 11) || !strncmp(url, "postgresql://", 13);
+    snprintf(joined, n, "%s%snamespace=%s", url, pg && strchr(url, '?') ? "&" : "?", ns);
+    return joined;
 }
 
 int cli_exit_for(jsd_status s)

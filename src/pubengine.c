@@ -563,7 +563,7 @@ static bool msg_id_valid(const char *id, jsd_publish_result *res)
 
 static size_t hdr_bytes(const char *name, size_t vlen)
 {
-    return strlen(name) + 2 + vlen + 2;
+    return jsd__header_wire_size(strlen(name), vlen);
 }
 
 /* Validate everything that can be checked without I/O; fill res (REJECTED)
@@ -573,7 +573,7 @@ static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, char *lss_b
                      jsd_publish_result *res)
 {
     jsd_error ve;
-    if (!jsd__subject_valid_exact(r->subject, &ve)) {
+    if (!jsd__subject_valid_publish(r->subject, &ve)) {
         set_reason(res, "%s", ve.msg);
         return false;
     }
@@ -600,7 +600,7 @@ static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, char *lss_b
         set_reason(res, "%zu headers given as NULL", r->n_headers);
         return false;
     }
-    size_t total = 10 + 2; /* "NATS/1.0\r\n" ... "\r\n" */
+    size_t total = JSD__HEADERS_FRAME_BYTES;
     total += hdr_bytes("Nats-Msg-Id", strlen(r->msg_id));
     total += hdr_bytes("Nats-Expected-Stream", strlen(r->expected_stream));
     if (r->has_expected_last_subject_seq) {

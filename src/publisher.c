@@ -60,7 +60,7 @@ static jsd_status check_opts(const jsd_publisher_opts *o, jsd_error *err)
 {
     if (!jsd__stream_name_valid(o->stream, err))
         return JSD_ERR_INVALID;
-    if (!jsd__subject_valid_exact(o->subject, err))
+    if (!jsd__subject_valid_publish(o->subject, err))
         return JSD_ERR_INVALID;
     if (o->admission < 1 || o->admission > JSD_ADMISSION_MAX)
         return jsd__err(err, JSD_ERR_INVALID, "admission %d is outside 1..%d", o->admission,

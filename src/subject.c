@@ -119,6 +119,16 @@ bool jsd__subject_valid_exact(const char *subject, jsd_error *err)
 
 bool jsd__subject_valid_tenant(const char *subject, jsd_error *err)
 {
+    return jsd__subject_valid_publish(subject, err);
+}
+
+size_t jsd__header_wire_size(size_t name_len, size_t value_len)
+{
+    return name_len + 2 + value_len + 2;
+}
+
+bool jsd__subject_valid_publish(const char *subject, jsd_error *err)
+{
     if (subject && subject[0] == '$') {
         char shown[64];
         jsd__printable(subject, strlen(subject), shown, sizeof(shown));
@@ -264,6 +274,9 @@ jsd_status jsd_idempotency_id(const char *ns, const char *tenant, const char *to
             return jsd__err(err, JSD_ERR_LIMIT, "idempotency %s is %zu bytes; the limit is %d",
                             names[i], lens[i], JSD_KEY_MAX);
     }
-    jsd__ld_sha256_hex(parts, lens, 4, out);
+    jsd_status st = jsd__ld_sha256_hex(parts, lens, 4, out);
+    if (st != JSD_OK)
+        return jsd__err(err, st, "idempotency id: the SHA-256 digest failed (%s)",
+                        jsd_status_str(st));
     return JSD_OK;
 }

@@ -24,8 +24,8 @@
 #include "jsd_int.h"
 
 #define JSD_STREAM_NAME_MAX 128
-#define JSD_SUBJECT_MAX     256
-#define JSD_HEADER_NAME_MAX 64 /* for user attributes; reserved names are shorter */
+/* JSD_SUBJECT_MAX, JSD_HEADER_NAME_MAX and the other limits of a message are
+ * public, in include/jsdurable/store.h. */
 
 /* One token [A-Za-z0-9_-]+ of 1..128 bytes. */
 bool jsd__stream_name_valid(const char *name, jsd_error *err);
@@ -37,6 +37,16 @@ bool jsd__subject_valid_exact(const char *subject, jsd_error *err);
 /* An exact subject that is also acceptable as a tenant's logical topic or
  * mapped subject: no "$" system prefix and no "_INBOX" first token. */
 bool jsd__subject_valid_tenant(const char *subject, jsd_error *err);
+
+/* The subject of a message this project publishes (an outbox effect, a
+ * publication, a relayed message): the same rule as a tenant subject, so
+ * jsd_tx_emit refuses what the relay could not publish. */
+bool jsd__subject_valid_publish(const char *subject, jsd_error *err);
+
+/* Bytes a header "Name: value\r\n" takes on the wire (JSD_HEADERS_MAX_BYTES
+ * counts these plus "NATS/1.0\r\n" and the final "\r\n"). */
+size_t jsd__header_wire_size(size_t name_len, size_t value_len);
+#define JSD__HEADERS_FRAME_BYTES 12 /* "NATS/1.0\r\n" + "\r\n" */
 
 /* A stream's filter subject as the server may hold it: non-empty tokens
  * separated by dots, "*" as a whole token, ">" only as the last whole token.

@@ -46,15 +46,15 @@ typedef enum jsd_outcome {
 const char *jsd_outcome_str(jsd_outcome o);
 
 /* ---- limits (PUB-2, PUB-6) ------------------------------------------------ */
-#define JSD_ADMISSION_MAX       1024
-#define JSD_DEADLINE_MAX_MS     300000
-#define JSD_PAYLOAD_DEFAULT_CAP (256 * 1024) /* default payload cap, bytes */
-#define JSD_KEY_MAX             256          /* message id, idempotency key */
-#define JSD_ATTRS_MAX           16           /* attributes per publication */
-#define JSD_ATTR_NAME_MAX       64
-#define JSD_ATTR_VALUE_MAX      256
-#define JSD_HEADERS_MAX_BYTES   4096 /* all headers, as encoded on the wire */
-#define JSD_JSON_DEPTH_MAX      8
+#define JSD_ADMISSION_MAX   1024
+#define JSD_DEADLINE_MAX_MS 300000
+/* JSD_PAYLOAD_DEFAULT_CAP and JSD_HEADERS_MAX_BYTES come from store.h: one
+ * set of limits for the store, the relay and the publisher. */
+#define JSD_KEY_MAX        256             /* message id, idempotency key */
+#define JSD_ATTRS_MAX      JSD_HEADERS_MAX /* attributes per publication */
+#define JSD_ATTR_NAME_MAX  JSD_HEADER_NAME_MAX
+#define JSD_ATTR_VALUE_MAX JSD_HEADER_VALUE_MAX
+#define JSD_JSON_DEPTH_MAX 8
 /* Attributes travel as headers named JSD_ATTR_PREFIX + name. */
 #define JSD_ATTR_PREFIX "Jsd-Attr-"
 /* 64 hex characters and a NUL. */

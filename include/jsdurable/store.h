@@ -24,6 +24,35 @@ struct pg_conn; /* libpq's PGconn */
 
 typedef enum jsd_store_backend { JSD_STORE_SQLITE = 1, JSD_STORE_POSTGRES = 2 } jsd_store_backend;
 
+/* ---- limits ------------------------------------------------------------------
+ * One set of limits for every path to the broker: jsd_tx_emit checks them when
+ * an effect is committed, the relay and jsd_publish check the same constants
+ * before they publish, and the CLI reads its input up to them. An effect the
+ * store accepts is one the relay can publish (a server configured with a
+ * max_payload under JSD_PAYLOAD_DEFAULT_CAP + JSD_HEADERS_MAX_BYTES is the one
+ * exception: the relay refuses such a message as permanent). */
+#define JSD_SUBJECT_MAX      256 /* bytes of an exact subject */
+#define JSD_IDENT_MAX        256 /* bytes of an effect's owner, id and order key */
+#define JSD_HEADERS_MAX      16  /* application headers (attributes) per message */
+#define JSD_HEADER_NAME_MAX  64  /* bytes of an application header name */
+#define JSD_HEADER_VALUE_MAX 256 /* bytes of an application header value */
+/* All headers as encoded on the wire: "NATS/1.0\r\n", "Name: value\r\n" for
+ * each, "\r\n". */
+#define JSD_HEADERS_MAX_BYTES 4096
+/* Of those, what the relay adds to every effect: the status line and final
+ * CRLF, Nats-Msg-Id (64 hex) and Nats-Expected-Stream (a stream name of up to
+ * 128 bytes): 243 bytes, rounded up. An effect's own headers may take
+ * JSD_HEADERS_MAX_BYTES - JSD_HEADERS_RESERVED_BYTES (3840) bytes. */
+#define JSD_HEADERS_RESERVED_BYTES 256
+/* The payload cap: the publisher's default (PUB-6) and the largest payload the
+ * relay publishes, so the store's payload_max may be lower, never higher.
+ * With the headers it stays under nats-server's default max_payload (1 MiB,
+ * which counts headers and payload together). */
+#define JSD_PAYLOAD_DEFAULT_CAP (256 * 1024)
+
+/* Message-id namespace: 1..64 bytes of [A-Za-z0-9._-]. */
+#define JSD_NAMESPACE_MAX 64
+
 typedef struct jsd_store_opts {
     /* "sqlite:PATH", a plain file path, or "postgres://..." / "postgresql://...". */
     const char *url;
@@ -32,7 +61,19 @@ typedef struct jsd_store_opts {
      * else "public". 1..63 of [A-Za-z0-9_], not starting with a digit. */
     const char *pg_schema;
     int busy_timeout_ms; /* SQLite busy timeout; default 5000 */
-    size_t payload_max;  /* largest effect payload accepted; default 1 MiB (0: default) */
+    /* Largest effect payload accepted; default and ceiling
+     * JSD_PAYLOAD_DEFAULT_CAP (256 KiB), 0: default. */
+    size_t payload_max;
+    /* The namespace of the Nats-Msg-Ids of the effects this handle emits
+     * (see jsd_effect_msg_id). NULL: the URL's "namespace=NAME" query
+     * parameter (removed before the back end sees the URL), else the store
+     * id, a random 128-bit id (32 hex digits) created with the schema and kept
+     * in its jsd_meta table. 1..JSD_NAMESPACE_MAX bytes of [A-Za-z0-9._-].
+     * Every producer writing into one stream needs its own namespace: two
+     * producers sharing one would have their equal (owner, id) effects taken
+     * for duplicates. Rows already in the outbox keep the id they were
+     * committed with. */
+    const char *id_namespace;
 } jsd_store_opts;
 
 void jsd_store_opts_init(jsd_store_opts *o);
@@ -52,6 +93,11 @@ const jsd_error *jsd_store_error(const jsd_store *s);
 jsd_store_backend jsd_store_backend_of(const jsd_store *s);
 /* The store's URL with any password replaced by "***", for output and logs. */
 const char *jsd_store_url(const jsd_store *s);
+/* The message-id namespace in force for this handle (the operator's, or the
+ * store id), and the store id created with the schema (32 hex digits). Valid
+ * while the store is open; "" for NULL. */
+const char *jsd_store_namespace(const jsd_store *s);
+const char *jsd_store_id(const jsd_store *s);
 
 /* ---- application transactions ------------------------------------------------ */
 typedef struct jsd_header {
@@ -77,13 +123,16 @@ jsd_status jsd_tx_begin(jsd_store *s, jsd_tx **out);
 struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx);
 struct pg_conn *jsd_tx_pg(jsd_tx *tx);
 /* Add an outbox effect to the transaction. Emitting the same (owner, id)
- * twice is JSD_ERR_EXISTS, and the transaction stays usable. Limits (JSD_ERR_LIMIT
- * when crossed, JSD_ERR_INVALID for malformed input): subject <= 256 bytes, an
- * exact subject of [A-Za-z0-9_-] tokens separated by dots; owner, id and
- * order_key <= 256 bytes of UTF-8 text; headers <= 16 with names <= 64 bytes
- * of printable ASCII without ':' (names starting "Nats-" are reserved) and
- * values <= 256 bytes without CR/LF; payload <= payload_max (1 MiB). Errors are
- * read with jsd_store_errmsg() on the transaction's store. */
+ * twice is JSD_ERR_EXISTS, and the transaction stays usable. Limits (the
+ * constants above; JSD_ERR_LIMIT when crossed, JSD_ERR_INVALID for malformed
+ * input): subject <= 256 bytes, an exact subject of [A-Za-z0-9_-] tokens
+ * separated by dots, not starting with the reserved "_INBOX" token ("$" is
+ * outside the character set); owner, id and order_key <= 256 bytes of UTF-8
+ * text; headers <= 16 with names <= 64 bytes of printable ASCII without ':'
+ * (names starting "Nats-" are reserved), values <= 256 bytes without CR/LF,
+ * and <= 3840 bytes together as encoded on the wire; payload <= payload_max
+ * (256 KiB). Errors name the field and the limit and are read with
+ * jsd_store_errmsg() on the transaction's store. */
 jsd_status jsd_tx_emit(jsd_tx *tx, const jsd_effect *e);
 /* Emit n effects at once (one multi-row INSERT on PostgreSQL). All or none:
  * on failure no effect of the batch remains in the transaction and *bad_index
@@ -97,10 +146,17 @@ jsd_status jsd_tx_commit(jsd_tx *tx);
 /* Roll back and free tx. Accepts NULL. */
 void jsd_tx_rollback(jsd_tx *tx);
 
-/* The Nats-Msg-Id an effect carries: a stable hex digest of (owner, id). out
- * must hold JSD_MSG_ID_MAX bytes. */
+/* The Nats-Msg-Id of an effect emitted under namespace ns (jsd_store_namespace
+ * of the emitting store): the lower-case hex SHA-256 of the length-delimited
+ * parts ("jsdurable.effect.v2", ns, owner, id), each part hashed as its 8-byte
+ * big-endian length then its bytes. NULL owner counts as "". out must hold
+ * JSD_MSG_ID_MAX bytes. JSD_ERR_INVALID (no id, or ns not a valid
+ * namespace), JSD_ERR_NOMEM / JSD_ERR_INTERNAL (the digest failed; out is "").
+ * Effects committed before the store had a namespace keep the id stored with
+ * them (docs/ARCHITECTURE.md, "Identity"). */
 #define JSD_MSG_ID_MAX 65
-jsd_status jsd_effect_msg_id(const char *owner, const char *id, char out[JSD_MSG_ID_MAX]);
+jsd_status jsd_effect_msg_id(const char *ns, const char *owner, const char *id,
+                             char out[JSD_MSG_ID_MAX]);
 
 /* ---- status and retention -------------------------------------------------- */
 typedef struct jsd_store_stats {

@@ -12,7 +12,10 @@
 #include "store/store.h"
 
 /* Current schema version (see the migration lists in sqlite.c / postgres.c). */
-#define JSD__SCHEMA_VERSION 1
+#define JSD__SCHEMA_VERSION 2
+
+/* The jsd_meta key of the store id (migration 2). */
+#define JSD__META_STORE_ID "store_id"
 
 /* A validated, encoded effect ready for insertion. */
 typedef struct jsd__row {
@@ -89,8 +92,10 @@ struct jsd_store {
     char url_safe[512]; /* the URL with its password redacted, for messages */
     size_t payload_max;
     int busy_timeout_ms;
-    struct jsd_tx tx; /* one transaction at a time per store */
-    void *be;         /* the back end's state */
+    char store_id[33];              /* jsd_meta store_id, read at open */
+    char ns[JSD_NAMESPACE_MAX + 1]; /* the operator's namespace, or store_id */
+    struct jsd_tx tx;               /* one transaction at a time per store */
+    void *be;                       /* the back end's state */
 };
 
 /* ---- helpers from store.c for the back ends ------------------------------------ */
@@ -120,6 +125,12 @@ void jsd__batch_sort(jsd__effect_batch *b);
 
 /* The dead-letter reason text for a failure. */
 void jsd__dead_reason(char *out, size_t cap, const jsd__failure *f, int attempts, int budget);
+
+/* The store id a new schema records (migration 2): 32 random hex digits. */
+jsd_status jsd__store_new_id(jsd_store *s, char out[33]);
+/* After migrating, with the store id the back end read from jsd_meta (NULL
+ * when the row is missing): set the namespace in force. */
+jsd_status jsd__store_set_identity(jsd_store *s, const char *store_id);
 
 /* Back ends. */
 jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err);

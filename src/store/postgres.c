@@ -227,7 +227,11 @@ static const char *const migration_1[] = {
     " UNIQUE (stream, consumer, stream_seq))",
     NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1};
+/* 2: the store's identity (the default message-id namespace); see sqlite.c. */
+static const char *const migration_2[] = {
+    "CREATE TABLE @jsd_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)", NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2};
 
 /* Type OIDs of the binary array elements we send. */
 #define OID_BOOL  16
@@ -1381,6 +1385,16 @@ static jsd_status migrate(jsd_store *s)
         int64_t v = (int64_t)m + 1;
         for (const char *const *q = MIGRATIONS[m]; *q && rc == JSD_OK; q++)
             rc = run_schema_sql(s, *q, "applying a schema migration");
+        if (rc == JSD_OK && v == 2) {
+            char id[33], ins[160];
+            if ((rc = jsd__store_new_id(s, id)) == JSD_OK) {
+                jsd__snprintf(ins, sizeof(ins),
+                              "INSERT INTO @jsd_meta (key, value) VALUES ('" JSD__META_STORE_ID
+                              "', '%s')",
+                              id);
+                rc = run_schema_sql(s, ins, "recording the store id");
+            }
+        }
         if (rc == JSD_OK) {
             char ins[160];
             jsd__snprintf(ins, sizeof(ins),
@@ -1389,6 +1403,18 @@ static jsd_status migrate(jsd_store *s)
                           (long long)v, (long long)jsd__now_ms());
             rc = run_schema_sql(s, ins, "recording the schema version");
         }
+    }
+    if (rc == JSD_OK) {
+        char *q =
+            with_schema(s, "SELECT value FROM @jsd_meta WHERE key = '" JSD__META_STORE_ID "'");
+        r = q ? PQexecParams(p->conn, q, 0, NULL, NULL, NULL, NULL, 0) : NULL;
+        jsd__free(q);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK)
+            rc = jsd__store_set_identity(s, PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : NULL);
+        else
+            rc = r ? pg_fail(s, r, "reading the store id")
+                   : jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading the store id");
+        PQclear(r);
     }
     if (rc == JSD_OK)
         return pg_tx(s, JSD__TX_COMMIT);

@@ -220,7 +220,13 @@ static const char *const migration_1[] = {
     " UNIQUE (stream, consumer, stream_seq))",
     NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1};
+/* 2: the store's identity (the default message-id namespace). The store_id
+ * row itself is inserted by migrate() with a random value drawn in C. Rows
+ * already in jsd_outbox keep the msg_id they were committed with. */
+static const char *const migration_2[] = {
+    "CREATE TABLE jsd_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)", NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2};
 
 /* ---- the wake-up registry ----------------------------------------------------------- */
 
@@ -1145,6 +1151,16 @@ static jsd_status migrate(jsd_store *s)
         int64_t v = (int64_t)m + 1;
         for (const char *const *q = MIGRATIONS[m]; *q && rc == JSD_OK; q++)
             rc = exec_sql(s, *q, "applying a schema migration");
+        if (rc == JSD_OK && v == 2) {
+            char id[33], ins[160];
+            if ((rc = jsd__store_new_id(s, id)) == JSD_OK) {
+                jsd__snprintf(ins, sizeof(ins),
+                              "INSERT INTO jsd_meta (key, value) VALUES ('" JSD__META_STORE_ID
+                              "', '%s')",
+                              id);
+                rc = exec_sql(s, ins, "recording the store id");
+            }
+        }
         if (rc == JSD_OK) {
             char ins[128];
             jsd__snprintf(
@@ -1153,6 +1169,19 @@ static jsd_status migrate(jsd_store *s)
                 (long long)v, (long long)jsd__now_ms());
             rc = exec_sql(s, ins, "recording the schema version");
         }
+    }
+    if (rc == JSD_OK) {
+        sqlite3_stmt *st = NULL;
+        int x = sqlite3_prepare_v2(
+            SQ(s)->db, "SELECT value FROM jsd_meta WHERE key = '" JSD__META_STORE_ID "'", -1, &st,
+            NULL);
+        if (x == SQLITE_OK && (x = sqlite3_step(st)) == SQLITE_ROW)
+            rc = jsd__store_set_identity(s, (const char *)sqlite3_column_text(st, 0));
+        else if (x == SQLITE_DONE)
+            rc = jsd__store_set_identity(s, NULL);
+        else
+            rc = sq_fail(s, x, "reading the store id");
+        sqlite3_finalize(st);
     }
     if (rc == JSD_OK)
         return exec_sql(s, "COMMIT", "committing the schema migration");

@@ -152,11 +152,15 @@ static bool schema_name_valid(const char *s)
     return true;
 }
 
-/* Remove "schema=NAME" from a postgres URL's query into *schema (owned). */
-static jsd_status split_pg_schema(const char *url, char **conninfo, char **schema)
+/* Remove the parameters named in keys (e.g. "schema") from a URL's query into
+ * vals[i] (owned, NULL when absent; the last one given wins), and the rest of
+ * the URL into *rest (owned). */
+static jsd_status split_params(const char *url, const char *const *keys, char **vals, size_t nkeys,
+                               char **rest)
 {
-    *conninfo = NULL;
-    *schema = NULL;
+    *rest = NULL;
+    for (size_t k = 0; k < nkeys; k++)
+        vals[k] = NULL;
     const char *q = strchr(url, '?');
     size_t ulen = strlen(url);
     char *ci = jsd__malloc(ulen + 1);
@@ -164,7 +168,7 @@ static jsd_status split_pg_schema(const char *url, char **conninfo, char **schem
         return JSD_ERR_NOMEM;
     if (!q) {
         memcpy(ci, url, ulen + 1);
-        *conninfo = ci;
+        *rest = ci;
         return JSD_OK;
     }
     size_t o = (size_t)(q - url);
@@ -173,10 +177,21 @@ static jsd_status split_pg_schema(const char *url, char **conninfo, char **schem
     const char *p = q + 1;
     while (*p) {
         size_t len = strcspn(p, "&");
-        if (len > 7 && strncmp(p, "schema=", 7) == 0) {
-            jsd__free(*schema);
-            *schema = jsd__strndup(p + 7, len - 7);
-            if (!*schema) {
+        size_t k = 0;
+        for (; k < nkeys; k++) {
+            size_t kl = strlen(keys[k]);
+            if (len > kl && strncmp(p, keys[k], kl) == 0 && p[kl] == '=')
+                break;
+        }
+        if (k < nkeys) {
+            size_t kl = strlen(keys[k]) + 1;
+            jsd__free(vals[k]);
+            vals[k] = jsd__strndup(p + kl, len - kl);
+            if (!vals[k]) {
+                for (size_t j = 0; j < nkeys; j++) {
+                    jsd__free(vals[j]);
+                    vals[j] = NULL;
+                }
                 jsd__free(ci);
                 return JSD_ERR_NOMEM;
             }
@@ -191,8 +206,78 @@ static jsd_status split_pg_schema(const char *url, char **conninfo, char **schem
             p++;
     }
     ci[o] = '\0';
-    *conninfo = ci;
+    *rest = ci;
     return JSD_OK;
+}
+
+bool jsd__namespace_valid(const char *ns, jsd_error *err)
+{
+    size_t n = ns ? strlen(ns) : 0;
+    char shown[64];
+    jsd__printable(ns, n, shown, sizeof(shown));
+    if (n == 0 || n > JSD_NAMESPACE_MAX) {
+        jsd__err(err, JSD_ERR_CONFIG,
+                 "message-id namespace \"%s\" is %zu bytes; it takes 1..%d bytes of "
+                 "[A-Za-z0-9._-] (unset, the store id is used)",
+                 shown, n, JSD_NAMESPACE_MAX);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = ns[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-')) {
+            jsd__err(err, JSD_ERR_CONFIG,
+                     "message-id namespace \"%s\" has byte 0x%02x at %zu; it takes 1..%d bytes "
+                     "of [A-Za-z0-9._-]",
+                     shown, (unsigned char)c, i, JSD_NAMESPACE_MAX);
+            return false;
+        }
+    }
+    return true;
+}
+
+jsd_status jsd__store_new_id(jsd_store *s, char out[33])
+{
+    if (!jsd__random_hex(out, 16))
+        return jsd__store_err(s, JSD_ERR_INTERNAL,
+                              "cannot draw a random store id (the system's random source failed)");
+    return JSD_OK;
+}
+
+jsd_status jsd__store_set_identity(jsd_store *s, const char *store_id)
+{
+    bool hex = store_id && strlen(store_id) == 32;
+    for (size_t i = 0; hex && i < 32; i++)
+        hex = (store_id[i] >= '0' && store_id[i] <= '9') ||
+              (store_id[i] >= 'a' && store_id[i] <= 'f');
+    if (store_id && !hex)
+        return jsd__store_err(s, JSD_ERR_SCHEMA,
+                              "store \"%s\" has a jsd_meta store_id that is not 32 hex digits "
+                              "(changed by hand?): restore it from a backup",
+                              s->url_safe);
+    s->store_id[0] = '\0';
+    if (store_id)
+        jsd__strlcpy(s->store_id, store_id, sizeof(s->store_id));
+    if (s->ns[0])
+        return JSD_OK; /* the operator's namespace */
+    if (!store_id)
+        return jsd__store_err(s, JSD_ERR_SCHEMA,
+                              "store \"%s\" has no store_id in jsd_meta (deleted by hand?): "
+                              "restore it from a backup, or give the namespace its effects were "
+                              "emitted under (namespace=NAME)",
+                              s->url_safe);
+    jsd__strlcpy(s->ns, store_id, sizeof(s->ns));
+    return JSD_OK;
+}
+
+const char *jsd_store_namespace(const jsd_store *s)
+{
+    return s ? s->ns : "";
+}
+
+const char *jsd_store_id(const jsd_store *s)
+{
+    return s ? s->store_id : "";
 }
 
 void jsd_store_opts_init(jsd_store_opts *o)
@@ -201,7 +286,7 @@ void jsd_store_opts_init(jsd_store_opts *o)
         return;
     memset(o, 0, sizeof(*o));
     o->busy_timeout_ms = 5000;
-    o->payload_max = JSD__PAYLOAD_MAX_DEFAULT;
+    o->payload_max = JSD_PAYLOAD_DEFAULT_CAP;
 }
 
 jsd_status jsd_store_open(jsd_store **out, const char *url, jsd_error *err)
@@ -228,23 +313,51 @@ jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_err
                         "\"postgres://...\"");
     if (o->busy_timeout_ms < 0)
         return jsd__err(err, JSD_ERR_CONFIG, "busy_timeout_ms %d is negative", o->busy_timeout_ms);
-    if (o->payload_max > 64u * 1024 * 1024)
-        return jsd__err(err, JSD_ERR_CONFIG, "payload_max %zu is over the 64 MiB ceiling",
-                        o->payload_max);
+    if (o->payload_max > JSD_PAYLOAD_DEFAULT_CAP)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "payload_max %zu bytes is over %d, the largest payload the relay "
+                        "publishes (JSD_PAYLOAD_DEFAULT_CAP): lower it",
+                        o->payload_max, JSD_PAYLOAD_DEFAULT_CAP);
+    if (o->id_namespace && !jsd__namespace_valid(o->id_namespace, err))
+        return JSD_ERR_CONFIG;
     s = jsd__calloc(1, sizeof(*s));
     if (!s)
         return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening the store");
-    s->payload_max = o->payload_max ? o->payload_max : JSD__PAYLOAD_MAX_DEFAULT;
+    s->payload_max = o->payload_max ? o->payload_max : JSD_PAYLOAD_DEFAULT_CAP;
     s->busy_timeout_ms = o->busy_timeout_ms;
     s->tx.store = s;
     jsd__store_redact_url(url, s->url_safe, sizeof(s->url_safe));
 
-    if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0) {
-        rc = split_pg_schema(url, &conninfo, &schema);
-        if (rc != JSD_OK) {
-            jsd__err(err, rc, "out of memory opening the store");
+    bool is_pg = strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0;
+    /* PostgreSQL URLs lend their query to libpq: take ours out of it. A
+     * SQLite path is the rest of the text, so there only a trailing
+     * "?namespace=NAME" is a parameter. */
+    static const char *const keys[] = {"namespace", "schema"};
+    char *vals[2] = {NULL, NULL};
+    const char *q = strrchr(url, '?');
+    if (is_pg || (q && strncmp(q, "?namespace=", 11) == 0 && !strchr(q, '&')))
+        rc = split_params(url, keys, vals, is_pg ? 2 : 1, &conninfo);
+    else
+        rc = (conninfo = jsd__strdup(url)) ? JSD_OK : JSD_ERR_NOMEM;
+    if (rc != JSD_OK) {
+        jsd__err(err, rc, "out of memory opening the store");
+        goto fail;
+    }
+    schema = vals[1];
+    {
+        const char *ns = o->id_namespace ? o->id_namespace : vals[0];
+        bool ok = !ns || jsd__namespace_valid(ns, err);
+        if (ok && ns)
+            jsd__strlcpy(s->ns, ns, sizeof(s->ns));
+        jsd__free(vals[0]);
+        if (!ok) {
+            rc = JSD_ERR_CONFIG;
             goto fail;
         }
+    }
+    url = conninfo;
+
+    if (is_pg) {
         const char *sch = o->pg_schema && *o->pg_schema ? o->pg_schema : schema;
         if (!sch || !*sch)
             sch = "public";
@@ -311,10 +424,10 @@ void jsd_store_close(jsd_store *s)
 jsd_status jsd__store_check_subject(const char *subject, jsd_error *err)
 {
     size_t n = subject ? strlen(subject) : 0;
-    if (n > JSD__SUBJECT_MAX)
+    if (n > JSD_SUBJECT_MAX)
         return jsd__err(err, JSD_ERR_LIMIT, "subject is %zu bytes; the limit is %d", n,
-                        JSD__SUBJECT_MAX);
-    if (!jsd__subject_valid_exact(subject, err))
+                        JSD_SUBJECT_MAX);
+    if (!jsd__subject_valid_publish(subject, err))
         return err ? err->status : JSD_ERR_INVALID;
     return JSD_OK;
 }
@@ -371,9 +484,9 @@ static jsd_status check_ident(const char *what, const char *v, bool required, js
     size_t n = strlen(v);
     if (n == 0 && required)
         return jsd__err(err, JSD_ERR_INVALID, "effect %s is empty", what);
-    if (n > JSD__IDENT_MAX)
+    if (n > JSD_IDENT_MAX)
         return jsd__err(err, JSD_ERR_LIMIT, "effect %s is %zu bytes; the limit is %d", what, n,
-                        JSD__IDENT_MAX);
+                        JSD_IDENT_MAX);
     if (!text_ok(v, n))
         return jsd__err(err, JSD_ERR_INVALID,
                         "effect %s is not valid UTF-8 text (control characters are refused)", what);
@@ -387,10 +500,10 @@ static jsd_status check_header(const jsd_header *h, size_t i, jsd_error *err)
     size_t nl = strlen(h->name), vl = strlen(h->value);
     if (nl == 0)
         return jsd__err(err, JSD_ERR_INVALID, "header %zu has an empty name", i);
-    if (nl > JSD__HEADER_NAME_MAX)
+    if (nl > JSD_HEADER_NAME_MAX)
         return jsd__err(err, JSD_ERR_LIMIT,
                         "header name \"%.32s...\" is %zu bytes; the limit is %d", h->name, nl,
-                        JSD__HEADER_NAME_MAX);
+                        JSD_HEADER_NAME_MAX);
     for (size_t k = 0; k < nl; k++) {
         unsigned char c = (unsigned char)h->name[k];
         if (c <= 0x20 || c >= 0x7f || c == ':')
@@ -404,9 +517,9 @@ static jsd_status check_header(const jsd_header *h, size_t i, jsd_error *err)
                         "header name \"%s\" is reserved: names starting with \"Nats-\" are set by "
                         "jsdurable and the server",
                         h->name);
-    if (vl > JSD__HEADER_VALUE_MAX)
+    if (vl > JSD_HEADER_VALUE_MAX)
         return jsd__err(err, JSD_ERR_LIMIT, "header \"%s\" value is %zu bytes; the limit is %d",
-                        h->name, vl, JSD__HEADER_VALUE_MAX);
+                        h->name, vl, JSD_HEADER_VALUE_MAX);
     for (size_t k = 0; k < vl; k++) {
         char c = h->value[k];
         if (c == '\r' || c == '\n')
@@ -507,13 +620,19 @@ bool jsd__headers_decode(const unsigned char *enc, size_t len, jsd_header *out, 
 
 /* ---- message ids -------------------------------------------------------------------- */
 
-jsd_status jsd_effect_msg_id(const char *owner, const char *id, char out[JSD_MSG_ID_MAX])
+/* v1 ("jsdurable.effect.v1", owner, id) had no namespace: two stores
+ * committing the same (owner, id) into one stream collided in its duplicate
+ * window. Rows emitted under v1 keep their stored id; nothing derives v1
+ * any more. */
+jsd_status jsd_effect_msg_id(const char *ns, const char *owner, const char *id,
+                             char out[JSD_MSG_ID_MAX])
 {
-    if (!id || !out)
+    if (out)
+        out[0] = '\0';
+    if (!id || !out || !jsd__namespace_valid(ns, NULL))
         return JSD_ERR_INVALID;
-    const char *parts[3] = {"jsdurable.effect.v1", owner ? owner : "", id};
-    jsd__ld_sha256_hex(parts, NULL, 3, out);
-    return JSD_OK;
+    const char *parts[4] = {"jsdurable.effect.v2", ns, owner ? owner : "", id};
+    return jsd__ld_sha256_hex(parts, NULL, 4, out);
 }
 
 /* ---- batches ------------------------------------------------------------------------ */
@@ -780,20 +899,31 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     if (e->order_key && !*e->order_key)
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "effect order_key is empty: use NULL for an unordered effect");
-    if (e->n_headers > JSD__HEADERS_MAX)
+    if (e->n_headers > JSD_HEADERS_MAX)
         return jsd__store_err(s, JSD_ERR_LIMIT, "effect has %zu headers; the limit is %d",
-                              e->n_headers, JSD__HEADERS_MAX);
+                              e->n_headers, JSD_HEADERS_MAX);
     if (e->n_headers && !e->headers)
         return jsd__store_err(s, JSD_ERR_INVALID, "effect n_headers is %zu but headers is NULL",
                               e->n_headers);
-    for (size_t i = 0; i < e->n_headers; i++)
+    size_t wire = JSD_HEADERS_RESERVED_BYTES;
+    for (size_t i = 0; i < e->n_headers; i++) {
         if ((rc = check_header(&e->headers[i], i, &err)) != JSD_OK)
             return front_err(s, rc, &err);
+        wire += jsd__header_wire_size(strlen(e->headers[i].name), strlen(e->headers[i].value));
+    }
+    if (wire > JSD_HEADERS_MAX_BYTES)
+        return jsd__store_err(s, JSD_ERR_LIMIT,
+                              "effect headers are %zu bytes as encoded on the wire; the limit is "
+                              "%d (%d of the %d-byte header limit are kept for the relay's own)",
+                              wire - JSD_HEADERS_RESERVED_BYTES,
+                              JSD_HEADERS_MAX_BYTES - JSD_HEADERS_RESERVED_BYTES,
+                              JSD_HEADERS_RESERVED_BYTES, JSD_HEADERS_MAX_BYTES);
     if (e->len && !e->payload)
         return jsd__store_err(s, JSD_ERR_INVALID, "effect len is %zu but payload is NULL", e->len);
     if (e->len > s->payload_max)
-        return jsd__store_err(s, JSD_ERR_LIMIT, "effect payload is %zu bytes; the limit is %zu",
-                              e->len, s->payload_max);
+        return jsd__store_err(s, JSD_ERR_LIMIT,
+                              "effect payload is %zu bytes; the limit is %zu (payload_max)", e->len,
+                              s->payload_max);
     if (e->not_before_ms < 0)
         return jsd__store_err(s, JSD_ERR_INVALID, "effect not_before_ms %lld is negative",
                               (long long)e->not_before_ms);
@@ -806,7 +936,9 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     row->order_key = e->order_key;
     row->created_at = now;
     row->not_before = e->not_before_ms ? e->not_before_ms : now;
-    jsd_effect_msg_id(row->owner, row->effect_id, row->msg_id);
+    if ((rc = jsd_effect_msg_id(s->ns, row->owner, row->effect_id, row->msg_id)) != JSD_OK)
+        return jsd__store_err(s, rc, "cannot derive the effect's message id (%s)",
+                              jsd_status_str(rc));
     if (e->n_headers) {
         row->headers_len = jsd__headers_encoded_size(e->headers, e->n_headers);
         *enc = jsd__malloc(row->headers_len);

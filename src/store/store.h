@@ -32,16 +32,14 @@
 
 #include "jsd_int.h"
 
-/* ---- limits enforced by jsd_tx_emit (JSD_ERR_LIMIT / JSD_ERR_INVALID) ------- */
-#define JSD__SUBJECT_MAX         256
-#define JSD__IDENT_MAX           256 /* owner, effect id, order key */
-#define JSD__HEADERS_MAX         16
-#define JSD__HEADER_NAME_MAX     64
-#define JSD__HEADER_VALUE_MAX    256
-#define JSD__PAYLOAD_MAX_DEFAULT (1024 * 1024)
-#define JSD__ERROR_TEXT_MAX      1024 /* last_error / dead_reason are cut to this */
-#define JSD__LEASE_TOKEN_MAX     65   /* 64 characters + NUL */
-#define JSD__DEFAULT_BUDGET      50   /* attempts before an effect is dead-lettered */
+/* ---- limits: jsd_tx_emit enforces the public ones of jsdurable/store.h ------- */
+
+/* A message-id namespace: 1..JSD_NAMESPACE_MAX of [A-Za-z0-9._-]; otherwise
+ * false with err (may be NULL) set to JSD_ERR_CONFIG naming the rule. */
+bool jsd__namespace_valid(const char *ns, jsd_error *err);
+#define JSD__ERROR_TEXT_MAX  1024 /* last_error / dead_reason are cut to this */
+#define JSD__LEASE_TOKEN_MAX 65   /* 64 characters + NUL */
+#define JSD__DEFAULT_BUDGET  50   /* attempts before an effect is dead-lettered */
 
 /* The channel the PostgreSQL back end NOTIFYs once per committing transaction
  * that emitted at least one effect. */
@@ -55,7 +53,7 @@ typedef struct jsd__claimed {
     int64_t row_id;    /* jsd_outbox.id: commit (insert) order */
     const char *owner; /* "" when the application gave none */
     const char *effect_id;
-    char msg_id[JSD_MSG_ID_MAX]; /* jsd_effect_msg_id(owner, effect_id) */
+    char msg_id[JSD_MSG_ID_MAX]; /* as stored at emit (jsd_effect_msg_id) */
     const char *subject;
     const jsd_header *headers; /* decoded application headers */
     size_t n_headers;

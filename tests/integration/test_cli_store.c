@@ -32,7 +32,7 @@ static void make_url(void **state, char *url, size_t cap)
 /* Run "jsdurable ARGS" with a shell prefix (stdin redirection etc.). */
 static int run(const char *prefix, const char *args)
 {
-    char cmd[4096];
+    char cmd[8000];
     snprintf(cmd, sizeof(cmd), "%s '%s' %s", prefix ? prefix : "", jsd_fx_bin("jsdurable"), args);
     return jsd_test_run(cmd, out, sizeof(out));
 }
@@ -55,12 +55,13 @@ static void enqueue_one_effect(void **state)
              "--header X-Trace:t1 --header 'Content-Type:application/json' --order-key order-42",
              url);
     ASSERT_EQ(run("printf '{\"order\":42}' |", args), 0);
-    ASSERT_OK(jsd_effect_msg_id("order-42", "created", mid));
+    jsd_store *s = open_url(url);
+    ASSERT_EQ(strlen(jsd_store_namespace(s)), 32); /* the store id */
+    ASSERT_OK(jsd_effect_msg_id(jsd_store_namespace(s), "order-42", "created", mid));
     snprintf(want, sizeof(want), "{\"owner\":\"order-42\",\"id\":\"created\",\"msg_id\":\"%s\"}",
              mid);
     ASSERT_CONTAINS(out, want);
 
-    jsd_store *s = open_url(url);
     jsd__effect_batch b;
     jsd__effect_batch_init(&b);
     ASSERT_OK(jsd__store_claim(s, 10, 1000, "t", jsd__now_ms(), &b));
@@ -108,9 +109,9 @@ static void enqueue_refuses_bad_input(void **state)
     snprintf(args, sizeof(args), "enqueue --store '%s' --subject a.b --id x --header novalue", url);
     ASSERT_EQ(run("printf x |", args), 64);
     snprintf(args, sizeof(args), "enqueue --store '%s' --subject a.b --id big", url);
-    ASSERT_EQ(run("head -c 1048577 /dev/zero |", args), 65);
-    ASSERT_CONTAINS(out, "over 1 MiB");
-    ASSERT_EQ(run("head -c 1048576 /dev/zero |", args), 0);
+    ASSERT_EQ(run("head -c 262145 /dev/zero |", args), 65);
+    ASSERT_CONTAINS(out, "over 262144 bytes, the payload limit");
+    ASSERT_EQ(run("head -c 262144 /dev/zero |", args), 0);
     ASSERT_EQ(run("printf x |", "enqueue --subject a.b --id x"), 64); /* no store */
     ASSERT_EQ(run(NULL, "enqueue --store sqlite:/nonexistent/x.db --subject a.b --id x </dev/null"),
               74);
@@ -118,6 +119,111 @@ static void enqueue_refuses_bad_input(void **state)
     jsd_store_stats st;
     ASSERT_OK(jsd_store_stats_get(s, &st));
     ASSERT_EQ(st.backlog, 1);
+    jsd_store_close(s);
+}
+
+/* Every limit of an effect, crossed by one through `jsdurable enqueue`: the
+ * CLI holds no limits of its own, the library's emit checks answer. */
+static void enqueue_limits_match_the_relay(void **state)
+{
+    char url[512], args[6000], hdrs[4500], v[300];
+    make_url(state, url, sizeof(url));
+    /* a reserved subject prefix */
+    snprintf(args, sizeof(args), "enqueue --store '%s' --subject _INBOX.x --id x", url);
+    ASSERT_EQ(run("printf x |", args), 65);
+    ASSERT_CONTAINS(out, "reserved \"_INBOX\" prefix");
+    snprintf(args, sizeof(args), "enqueue --store '%s' --subject _INBOXES.x --id x", url);
+    ASSERT_EQ(run("printf x |", args), 0);
+    /* 17 headers; 16 pass */
+    size_t o = 0;
+    for (int i = 0; i < 17; i++)
+        o += (size_t)snprintf(hdrs + o, sizeof(hdrs) - o, " --header X-H%d:v", i);
+    snprintf(args, sizeof(args), "enqueue --store '%s' --subject a.b --id h17%s", url, hdrs);
+    ASSERT_EQ(run("printf x |", args), 65);
+    ASSERT_CONTAINS(out, "more than 16");
+    /* header name of 65 bytes; 64 pass */
+    char name[80];
+    memset(name, 'N', 65);
+    name[65] = '\0';
+    snprintf(args, sizeof(args), "enqueue --store '%s' --subject a.b --id n65 --header %s:v", url,
+             name);
+    ASSERT_EQ(run("printf x |", args), 65);
+    ASSERT_CONTAINS(out, "is 65 bytes; the limit is 64");
+    name[64] = '\0';
+    snprintf(args, sizeof(args), "enqueue --store '%s' --subject a.b --id n64 --header %s:v", url,
+             name);
+    ASSERT_EQ(run("printf x |", args), 0);
+    /* header value of 257 bytes; 256 pass */
+    memset(v, 'v', 257);
+    v[257] = '\0';
+    snprintf(args, sizeof(args), "enqueue --store '%s' --subject a.b --id v257 --header X-V:%s",
+             url, v);
+    ASSERT_EQ(run("printf x |", args), 65);
+    ASSERT_CONTAINS(out, "value is 257 bytes; the limit is 256");
+    /* encoded headers: 3840 bytes pass, 3841 do not. 14 headers
+     * "X-Hnn: <256 v>\r\n" take 5 + 2 + 256 + 2 = 265 bytes each (3710); a 15th
+     * "X-Hzz: <121 w>\r\n" takes 130: 3840. */
+    memset(v, 'v', 256);
+    v[256] = '\0';
+    o = 0;
+    for (int i = 0; i < 14; i++)
+        o += (size_t)snprintf(hdrs + o, sizeof(hdrs) - o, " --header X-H%02d:%s", i, v);
+    char last[200];
+    memset(last, 'w', 121);
+    last[121] = '\0';
+    snprintf(args, sizeof(args),
+             "enqueue --store '%s' --subject a.b --id w3840%s --header X-Hzz:%s", url, hdrs, last);
+    ASSERT_EQ(run("printf x |", args), 0);
+    last[121] = 'w';
+    last[122] = '\0';
+    snprintf(args, sizeof(args),
+             "enqueue --store '%s' --subject a.b --id w3841%s --header X-Hzz:%s", url, hdrs, last);
+    ASSERT_EQ(run("printf x |", args), 65);
+    ASSERT_CONTAINS(out, "headers are 3841 bytes as encoded on the wire; the limit is 3840");
+    /* the same through --jsonl */
+    snprintf(args, sizeof(args), "enqueue --store '%s' --jsonl", url);
+    ASSERT_EQ(run("printf '{\"subject\":\"_INBOX.y\",\"id\":\"j\"}\\n' |", args), 65);
+    ASSERT_CONTAINS(out, "line 1: ");
+    ASSERT_CONTAINS(out, "_INBOX");
+    jsd_store *s = open_url(url);
+    jsd_store_stats st;
+    ASSERT_OK(jsd_store_stats_get(s, &st));
+    ASSERT_EQ(st.backlog, 3); /* _INBOXES.x, n64, w3840 */
+    jsd_store_close(s);
+}
+
+/* The message-id namespace through the CLI: the URL's namespace parameter,
+ * $JSD_STORE_NAMESPACE, and a clear refusal of a bad one. */
+static void enqueue_namespace(void **state)
+{
+    char url[512], args[2048], want[200], mid[JSD_MSG_ID_MAX], prefix[800];
+    make_url(state, url, sizeof(url));
+    const char *sep = strchr(url, '?') ? "&" : "?";
+    snprintf(args, sizeof(args), "enqueue --store '%s%snamespace=shop-a' --subject a.b --id k1",
+             url, sep);
+    ASSERT_EQ(run("printf x |", args), 0);
+    ASSERT_OK(jsd_effect_msg_id("shop-a", "", "k1", mid));
+    snprintf(want, sizeof(want), "\"msg_id\":\"%s\"", mid);
+    ASSERT_CONTAINS(out, want);
+    snprintf(prefix, sizeof(prefix), "printf x | JSD_STORE_NAMESPACE=shop-b JSD_STORE='%s'", url);
+    ASSERT_EQ(run(prefix, "enqueue --subject a.b --id k2"), 0);
+    ASSERT_OK(jsd_effect_msg_id("shop-b", "", "k2", mid));
+    snprintf(want, sizeof(want), "\"msg_id\":\"%s\"", mid);
+    ASSERT_CONTAINS(out, want);
+    snprintf(prefix, sizeof(prefix), "printf x | JSD_STORE_NAMESPACE='bad ns' JSD_STORE='%s'", url);
+    ASSERT_EQ(run(prefix, "enqueue --subject a.b --id k3"), 78);
+    ASSERT_CONTAINS(out, "message-id namespace \"bad ns\" has byte 0x20");
+    /* the rows keep what they were committed with */
+    jsd_store *s = open_url(url);
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 1000, "t", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 2);
+    ASSERT_OK(jsd_effect_msg_id("shop-a", "", "k1", mid));
+    ASSERT_STREQ(b.items[0].msg_id, mid);
+    ASSERT_OK(jsd_effect_msg_id("shop-b", "", "k2", mid));
+    ASSERT_STREQ(b.items[1].msg_id, mid);
+    jsd__effect_batch_free(&b);
     jsd_store_close(s);
 }
 
@@ -252,5 +358,6 @@ static void help_and_secrets(void **state)
 }
 
 JSD_TEST_MAIN(BOTH(enqueue_one_effect), BOTH(enqueue_refuses_bad_input),
+              BOTH(enqueue_limits_match_the_relay), BOTH(enqueue_namespace),
               BOTH(enqueue_jsonl_in_batches), BOTH(status_and_gc),
               cmocka_unit_test(help_and_secrets))

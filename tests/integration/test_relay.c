@@ -110,7 +110,7 @@ static void publishes_every_effect_once(rt_backend kind)
     ASSERT_TRUE(natsMsg_GetDataLength(m) == 32 && !memcmp(natsMsg_GetData(m), "e7x", 3));
     natsMsg_Destroy(m);
 
-    rt_assert_exactly_once(&e.nt, e.stream, "order", "e", 0, 1000);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "order", "e", 0, 1000);
     /* a second run finds nothing to do */
     ASSERT_OK(jsd_relay_run_until_idle(t.relay));
     jsd_relay_stats_get(t.relay, &rs);
@@ -174,8 +174,9 @@ static void headers_and_expected_stream(void **state)
     jsErrCode jerr = 0;
     ASSERT_EQ(js_GetMsg(&m, e.nt.js, e.stream, 1, NULL, &jerr), NATS_OK);
     const char *v = NULL;
-    char want[JSD_MSG_ID_MAX];
-    ASSERT_OK(jsd_effect_msg_id("o", "h1", want));
+    char want[JSD_MSG_ID_MAX], ns[JSD_NAMESPACE_MAX + 1];
+    rt_ns(&e.st, ns);
+    ASSERT_OK(jsd_effect_msg_id(ns, "o", "h1", want));
     ASSERT_EQ(natsMsgHeader_Get(m, "Nats-Msg-Id", &v), NATS_OK);
     ASSERT_STREQ(v, want);
     ASSERT_EQ(natsMsgHeader_Get(m, "Trace-Id", &v), NATS_OK);
@@ -505,7 +506,7 @@ static void stop_settles_in_flight(void **state)
     ASSERT_OK(jsd_relay_run_until_idle(t2.relay));
     ASSERT_EQ(rt_published(&e.st), 20000);
     ASSERT_LE(rt_q(&e.st, RT_SQL_DUPLICATES), unknown);
-    rt_assert_exactly_once(&e.nt, e.stream, "o", "e", 0, 20000);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "o", "e", 0, 20000);
     rt_relay_finish(&t2);
     jsd_store_close(app);
     env_down(&e);
@@ -607,7 +608,7 @@ static void broker_down(rt_backend kind)
     rt_relay_finish(&t);
     rt_nats_close(&e.nt);
     rt_nats_open(&e.nt, fx.url);
-    rt_assert_exactly_once(&e.nt, e.stream, "o", "e", 0, 2000);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "o", "e", 0, 2000);
     jsd_store_close(app);
     env_down(&e);
 }
@@ -662,7 +663,7 @@ static void dropped_puback(rt_backend kind)
     ASSERT_EQ(rs.duplicates, 1);
     ASSERT_EQ(rs.errors, 1);
     rt_relay_finish(&t);
-    rt_assert_exactly_once(&e.nt, e.stream, "px", "e", 0, 1);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "px", "e", 0, 1);
     rt_assert_receipts_match(&e.st, &e.nt, e.stream);
     jsd_fx_proxy_stop(&px);
     jsd_store_close(app);
@@ -729,7 +730,7 @@ static void cli_flags_and_until_idle(void **state)
     ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
     ASSERT_CONTAINS(out, "{\"published\":300,\"duplicates\":0,\"errors\":0");
     ASSERT_EQ(rt_published(&e.st), 300);
-    rt_assert_exactly_once(&e.nt, e.stream, "cli", "e", 0, 300);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "cli", "e", 0, 300);
     jsd_store_close(app);
     env_down(&e);
 }

@@ -133,6 +133,13 @@ static RT_UNUSED void rt_qs(rt_store *st, const char *sql, char *out, size_t cap
     }
 }
 
+/* The store's message-id namespace: its store id (no test here overrides it). */
+static RT_UNUSED void rt_ns(rt_store *st, char out[JSD_NAMESPACE_MAX + 1])
+{
+    rt_qs(st, "SELECT value FROM jsd_meta WHERE key = 'store_id'", out, JSD_NAMESPACE_MAX + 1);
+    ASSERT_EQ(strlen(out), 32);
+}
+
 /* Call fn for every row of a query, with its columns as text (NULL for SQL
  * NULL). */
 typedef void (*rt_row_fn)(int ncols, const char *const *cols, void *user);
@@ -355,11 +362,14 @@ static int rt_cmp_str(const void *a, const void *b)
 /*
  * The stream holds exactly one message for each effect (owner, <prefix><i>),
  * i in [first, first+n), and nothing else: count, distinct Nats-Msg-Ids and
- * the ids equal to jsd_effect_msg_id of each effect.
+ * the ids equal to jsd_effect_msg_id of each effect under the store's namespace.
  */
-static RT_UNUSED void rt_assert_exactly_once(rt_nats *nt, const char *stream, const char *owner,
-                                             const char *prefix, int first, int n)
+static RT_UNUSED void rt_assert_exactly_once(rt_store *st, rt_nats *nt, const char *stream,
+                                             const char *owner, const char *prefix, int first,
+                                             int n)
 {
+    char ns[JSD_NAMESPACE_MAX + 1];
+    rt_ns(st, ns);
     size_t count = 0;
     rt_msg *msgs = rt_stream_read(nt, stream, &count);
     ASSERT_EQ(count, n);
@@ -372,7 +382,7 @@ static RT_UNUSED void rt_assert_exactly_once(rt_nats *nt, const char *stream, co
     for (int i = 0; i < n; i++) {
         char id[64];
         snprintf(id, sizeof(id), "%s%d", prefix, first + i);
-        ASSERT_OK(jsd_effect_msg_id(owner, id, want[i]));
+        ASSERT_OK(jsd_effect_msg_id(ns, owner, id, want[i]));
         wantp[i] = want[i];
     }
     qsort(got, count, sizeof(char *), rt_cmp_str);
@@ -390,12 +400,13 @@ static RT_UNUSED void rt_assert_exactly_once(rt_nats *nt, const char *stream, co
 
 /* Every receipt names the message stored under the effect's own Nats-Msg-Id:
  * for each row with a receipt, the stream's message at stream_seq carries
- * jsd_effect_msg_id(owner, effect_id). Also: no two rows share a sequence. */
+ * jsd_effect_msg_id(namespace, owner, effect_id). Also: no two rows share a sequence. */
 typedef struct rt_receipt_check {
     rt_msg *msgs;
     size_t n;
     const char *stream;
     size_t checked;
+    char ns[JSD_NAMESPACE_MAX + 1];
 } rt_receipt_check;
 
 static void rt_receipt_row(int nc, const char *const *c, void *user)
@@ -406,7 +417,7 @@ static void rt_receipt_row(int nc, const char *const *c, void *user)
     ASSERT_STREQ(c[3], k->stream);
     uint64_t seq = strtoull(c[2], NULL, 10);
     char want[JSD_MSG_ID_MAX];
-    ASSERT_OK(jsd_effect_msg_id(c[0] ? c[0] : "", c[1], want));
+    ASSERT_OK(jsd_effect_msg_id(k->ns, c[0] ? c[0] : "", c[1], want));
     size_t lo = 0, hi = k->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -427,6 +438,7 @@ static void rt_receipt_row(int nc, const char *const *c, void *user)
 static RT_UNUSED void rt_assert_receipts_match(rt_store *st, rt_nats *nt, const char *stream)
 {
     rt_receipt_check k = {.stream = stream};
+    rt_ns(st, k.ns);
     k.msgs = rt_stream_read(nt, stream, &k.n);
     rt_rows(st,
             "SELECT owner, effect_id, stream_seq, stream FROM jsd_outbox "

@@ -24,6 +24,7 @@
 #include "fixture.h"
 #include "store/store.h"
 #include "test.h"
+#include "test_relay_util.h"
 
 enum { BE_SQLITE = 1, BE_PG = 2 };
 static int be_sqlite = BE_SQLITE, be_pg = BE_PG;
@@ -377,6 +378,19 @@ static void limits_are_enforced(void **state)
     }
     e.subject = NULL;
     ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    /* reserved prefixes, refused as the publisher refuses them ("$" is outside
+     * the character set); a longer first token is not reserved */
+    e.subject = "_INBOX.x";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "reserved \"_INBOX\" prefix");
+    e.subject = "_INBOX";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    e.subject = "$JS.API.x";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    e.subject = "_INBOXES.x";
+    e.id = "inboxes";
+    ASSERT_OK_E(emit_status(s, &e), jsd_store_errmsg(s));
+    ok++;
     e.subject = "orders.ok";
 
     /* owner / id: 256 pass, 257 do not; an id is required */
@@ -451,22 +465,50 @@ static void limits_are_enforced(void **state)
     one.name = "X-Ok";
     one.value = "line\r\nInjected: 1";
     ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    /* headers on the wire: 3840 bytes pass (with the relay's 256 under
+     * JSD_HEADERS_MAX_BYTES), 3841 do not. 14 headers "hNN: <256 v>\r\n" take
+     * 3 + 2 + 256 + 2 = 263 bytes each (3682); a 15th "hzz: <v>\r\n" of 151
+     * bytes of value takes 158 more: 3840. */
+    static char vals[15][300];
+    static char hn[15][8];
+    jsd_header wh[15];
+    for (int i = 0; i < 15; i++) {
+        snprintf(hn[i], sizeof(hn[i]), i < 14 ? "h%02d" : "hzz", i);
+        memset(vals[i], 'v', 256);
+        vals[i][i < 14 ? 256 : 151] = '\0';
+        wh[i].name = hn[i];
+        wh[i].value = vals[i];
+    }
+    e.headers = wh;
+    e.n_headers = 15;
+    e.id = "w3840";
+    ASSERT_OK_E(emit_status(s, &e), jsd_store_errmsg(s));
+    ok++;
+    vals[14][151] = 'v';
+    vals[14][152] = '\0';
+    e.id = "w3841";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(jsd_store_errmsg(s),
+                    "headers are 3841 bytes as encoded on the wire; the limit is 3840");
+    /* 16 headers of the largest name and value (the old limits) do not fit */
     e.headers = NULL;
     e.n_headers = 0;
 
-    /* payload: 1 MiB passes, 1 MiB + 1 does not */
-    size_t mib = 1024 * 1024;
-    char *payload = calloc(1, mib + 1);
+    /* payload: 256 KiB (what the relay publishes) passes, one more byte does not */
+    size_t cap = JSD_PAYLOAD_DEFAULT_CAP;
+    ASSERT_EQ(cap, 262144);
+    char *payload = calloc(1, cap + 1);
     assert_non_null(payload);
     e.payload = payload;
-    e.len = mib;
-    e.id = "p1m";
+    e.len = cap;
+    e.id = "p256k";
     ASSERT_OK(emit_status(s, &e));
     ok++;
-    e.len = mib + 1;
-    e.id = "p1m1";
+    e.len = cap + 1;
+    e.id = "p256k1";
     ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
-    ASSERT_CONTAINS(jsd_store_errmsg(s), "1048577");
+    ASSERT_CONTAINS(jsd_store_errmsg(s),
+                    "payload is 262145 bytes; the limit is 262144 (payload_max)");
     free(payload);
     e.payload = NULL;
     e.len = 5;
@@ -517,7 +559,7 @@ static void claim_returns_effects_in_order(void **state)
     ASSERT_STREQ(c->effect_id, "created");
     ASSERT_STREQ(c->subject, "orders.created");
     char want[JSD_MSG_ID_MAX];
-    ASSERT_OK(jsd_effect_msg_id("order-1", "created", want));
+    ASSERT_OK(jsd_effect_msg_id(jsd_store_namespace(s), "order-1", "created", want));
     ASSERT_STREQ(c->msg_id, want);
     ASSERT_EQ(strlen(c->msg_id), 64);
     ASSERT_EQ(c->len, sizeof(bin));
@@ -537,8 +579,8 @@ static void claim_returns_effects_in_order(void **state)
     ASSERT_STREQ(b.items[2].order_key, "order-2");
     /* The msg id differs between (owner, id) pairs that concatenate alike. */
     char a1[JSD_MSG_ID_MAX], a2[JSD_MSG_ID_MAX];
-    jsd_effect_msg_id("ab", "c", a1);
-    jsd_effect_msg_id("a", "bc", a2);
+    ASSERT_OK(jsd_effect_msg_id(jsd_store_namespace(s), "ab", "c", a1));
+    ASSERT_OK(jsd_effect_msg_id(jsd_store_namespace(s), "a", "bc", a2));
     assert_string_not_equal(a1, a2);
 
     /* Leased: a second relay gets nothing. */
@@ -1204,8 +1246,197 @@ static void schema_from_the_future_is_refused(void **state)
     }
     s2 = open_url(url);
     ASSERT_EQ(stats(s2).backlog, 1);
-    ASSERT_EQ(q_i64(s2, "SELECT count(*) FROM jsd_schema_version"), 1);
+    ASSERT_EQ(q_i64(s2, "SELECT count(*) FROM jsd_schema_version"), 2);
     jsd_store_close(s2);
+}
+
+/* ---- identity: the message-id namespace ------------------------------------------------- */
+
+/* A store id is created with the schema (32 hex digits, kept across opens,
+ * different per store) and is the default namespace of the ids it emits; the
+ * operator's namespace (option, URL parameter) replaces it; bad ones are
+ * refused naming the rule. */
+static void namespace_identity(void **state)
+{
+    char url[512], url2[512], nsurl[600], sid[40], mid[JSD_MSG_ID_MAX];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    snprintf(sid, sizeof(sid), "%s", jsd_store_id(s));
+    ASSERT_EQ(strlen(sid), 32);
+    ASSERT_EQ(strspn(sid, "0123456789abcdef"), 32);
+    ASSERT_STREQ(jsd_store_namespace(s), sid);
+    char stored[64];
+    q_text(s, "SELECT value FROM jsd_meta WHERE key = 'store_id'", stored, sizeof(stored));
+    ASSERT_STREQ(stored, sid);
+    jsd_store_close(s);
+    s = open_url(url); /* kept */
+    ASSERT_STREQ(jsd_store_id(s), sid);
+    jsd_store *other = open_new(state, url2, sizeof(url2));
+    ASSERT_TRUE(strcmp(jsd_store_id(other), sid) != 0);
+    jsd_store_close(other);
+    emit1(s, "order-1", "created", "orders.created");
+    jsd_store_close(s);
+
+    /* the option */
+    jsd_store_opts o;
+    jsd_store_opts_init(&o);
+    o.url = url;
+    o.id_namespace = "shop.eu-1";
+    jsd_error e;
+    ASSERT_OK_E(jsd_store_open_opts(&s, &o, &e), e.msg);
+    ASSERT_STREQ(jsd_store_namespace(s), "shop.eu-1");
+    ASSERT_STREQ(jsd_store_id(s), sid);
+    emit1(s, "order-1", "updated", "orders.updated");
+    jsd_store_close(s);
+    /* the URL parameter (the option wins over it) */
+    snprintf(nsurl, sizeof(nsurl), "%s%snamespace=from-url", url, strchr(url, '?') ? "&" : "?");
+    s = open_url(nsurl);
+    ASSERT_STREQ(jsd_store_namespace(s), "from-url");
+    emit1(s, "order-1", "shipped", "orders.shipped");
+    jsd_store_close(s);
+    o.url = nsurl;
+    ASSERT_OK_E(jsd_store_open_opts(&s, &o, &e), e.msg);
+    ASSERT_STREQ(jsd_store_namespace(s), "shop.eu-1");
+
+    /* each row carries the id of the namespace it was emitted under */
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 1000, "t", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 3);
+    ASSERT_OK(jsd_effect_msg_id(sid, "order-1", "created", mid));
+    ASSERT_STREQ(b.items[0].msg_id, mid);
+    ASSERT_OK(jsd_effect_msg_id("shop.eu-1", "order-1", "updated", mid));
+    ASSERT_STREQ(b.items[1].msg_id, mid);
+    ASSERT_OK(jsd_effect_msg_id("from-url", "order-1", "shipped", mid));
+    ASSERT_STREQ(b.items[2].msg_id, mid);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+
+    /* refused, naming the rule */
+    static const char *const bad[] = {"", "a b", "a/b", "ns\n"};
+    for (size_t i = 0; i < JSD_ARRAY_LEN(bad); i++) {
+        o.url = url;
+        o.id_namespace = bad[i];
+        s = NULL;
+        ASSERT_STATUS(jsd_store_open_opts(&s, &o, &e), JSD_ERR_CONFIG);
+        assert_null(s);
+        ASSERT_CONTAINS(e.msg, "message-id namespace");
+        ASSERT_CONTAINS(e.msg, "[A-Za-z0-9._-]");
+    }
+    char longns[80];
+    memset(longns, 'n', 65);
+    longns[65] = '\0';
+    o.id_namespace = longns;
+    ASSERT_STATUS(jsd_store_open_opts(&s, &o, &e), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "is 65 bytes; it takes 1..64 bytes");
+    longns[64] = '\0';
+    ASSERT_OK_E(jsd_store_open_opts(&s, &o, &e), e.msg);
+    jsd_store_close(s);
+    snprintf(nsurl, sizeof(nsurl), "%s%snamespace=a%%20b", url, strchr(url, '?') ? "&" : "?");
+    ASSERT_STATUS(jsd_store_open(&s, nsurl, &e), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "message-id namespace \"a%20b\"");
+}
+
+/* A store made before namespaces (schema 1): migrating it records a store id,
+ * the effect already in the outbox keeps its v1 id (so a retry after a crash
+ * still collapses with its first publication in the duplicate window), and
+ * only new effects get the namespaced v2 id. */
+static void migration_keeps_stored_msg_ids(void **state)
+{
+    /* v1 of ("order-1", "created"): the id jsdurable derived before. */
+    static const char v1[] = "a019263d54a81f54eef0f5393f628fb5c142c467f469dd0a1790c4122ac79cc6";
+    char url[512], mid[JSD_MSG_ID_MAX], sql[300];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    emit1(s, "order-1", "created", "orders.created");
+    /* Turn it back into a schema-1 store holding a schema-1 row. */
+    snprintf(sql, sizeof(sql), "UPDATE jsd_outbox SET msg_id = '%s'", v1);
+    app_sql(s, sql);
+    app_sql(s, "DROP TABLE jsd_meta");
+    app_sql(s, "DELETE FROM jsd_schema_version WHERE version = 2");
+    jsd_store_close(s);
+
+    s = open_url(url);
+    ASSERT_EQ(q_i64(s, "SELECT max(version) FROM jsd_schema_version"), 2);
+    ASSERT_EQ(strlen(jsd_store_id(s)), 32);
+    emit1(s, "order-1", "updated", "orders.updated");
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 1000, "t", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 2);
+    ASSERT_STREQ(b.items[0].effect_id, "created");
+    ASSERT_STREQ(b.items[0].msg_id, v1);
+    ASSERT_OK(jsd_effect_msg_id(jsd_store_namespace(s), "order-1", "updated", mid));
+    ASSERT_STREQ(b.items[1].msg_id, mid);
+    jsd__effect_batch_free(&b);
+    /* a store id deleted by hand is refused rather than silently replaced
+     * (that would change the id of every later effect) */
+    app_sql(s, "DELETE FROM jsd_meta");
+    jsd_store_close(s);
+    jsd_error e;
+    s = NULL;
+    ASSERT_STATUS(jsd_store_open(&s, url, &e), JSD_ERR_SCHEMA);
+    ASSERT_CONTAINS(e.msg, "no store_id in jsd_meta");
+    ASSERT_CONTAINS(e.msg, "namespace=NAME");
+    jsd_store_opts o;
+    jsd_store_opts_init(&o);
+    o.url = url;
+    o.id_namespace = "restored";
+    ASSERT_OK_E(jsd_store_open_opts(&s, &o, &e), e.msg);
+    jsd_store_close(s);
+}
+
+/* Defect 2: two producers with the same (owner, id) into one stream. Each
+ * SQLite store has its own store id, so its effect's Nats-Msg-Id differs and
+ * JetStream keeps both messages; one relay per store. */
+static void two_stores_one_stream_keep_both(void **state)
+{
+    (void)state;
+    rt_store a, b;
+    rt_nats nt;
+    rt_store_new(&a, RT_SQLITE);
+    rt_store_new(&b, RT_SQLITE);
+    const char *url = jsd_fx_shared_nats_url();
+    char stream[64], filter[80];
+    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("TWO"));
+    const char *root = jsd_test_unique("two");
+    snprintf(filter, sizeof(filter), "%s.>", root);
+    char subject[100];
+    snprintf(subject, sizeof(subject), "%s.created", root);
+    rt_nats_open(&nt, url);
+    rt_stream_add(&nt, stream, filter);
+    rt_store *stores[2] = {&a, &b};
+    for (int i = 0; i < 2; i++) {
+        jsd_store *s = rt_open(stores[i]);
+        emit1(s, "order-1", "created", subject);
+        jsd_store_close(s);
+    }
+    for (int i = 0; i < 2; i++) {
+        rt_relay t;
+        jsd_relay_opts o;
+        jsd_relay_opts_init(&o);
+        o.publish_deadline_ms = 30000;
+        o.lease_ms = 35000;
+        rt_relay_make(&t, stores[i], url, &o);
+        ASSERT_OK(jsd_relay_run_until_idle(t.relay));
+        jsd_relay_stats rs;
+        jsd_relay_stats_get(t.relay, &rs);
+        ASSERT_EQ(rs.published, 1);
+        ASSERT_EQ(rs.duplicates, 0);
+        rt_relay_finish(&t);
+    }
+    size_t n = 0;
+    rt_msg *msgs = rt_stream_read(&nt, stream, &n);
+    ASSERT_EQ(n, 2);
+    ASSERT_TRUE(strcmp(msgs[0].msg_id, msgs[1].msg_id) != 0);
+    char ns[2][JSD_NAMESPACE_MAX + 1], want[JSD_MSG_ID_MAX];
+    for (int i = 0; i < 2; i++) {
+        rt_ns(stores[i], ns[i]);
+        ASSERT_OK(jsd_effect_msg_id(ns[i], "order-1", "created", want));
+        ASSERT_STREQ(msgs[i].msg_id, want);
+    }
+    free(msgs);
+    rt_nats_close(&nt);
+    rt_store_close(&a);
+    rt_store_close(&b);
 }
 
 /* ---- RELAY-3: wake-ups ------------------------------------------------------------------ */
@@ -1581,7 +1812,8 @@ static void pg_concurrent_open(void **state)
     for (int i = 0; i < 4; i++)
         jsd_test_child_ok(pids[i], "a migrating process");
     jsd_store *s = open_url(url);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_schema_version"), 1);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_schema_version"), 2);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_meta"), 1); /* one store id */
     jsd_store_close(s);
 }
 
@@ -1712,6 +1944,14 @@ static void sqlite_options_payload_cap_and_busy(void **state)
     o.busy_timeout_ms = -1;
     jsd_store *c = NULL;
     ASSERT_STATUS(jsd_store_open_opts(&c, &o, &e), JSD_ERR_CONFIG);
+    /* payload_max: the relay's cap at most */
+    o.busy_timeout_ms = 100;
+    o.payload_max = JSD_PAYLOAD_DEFAULT_CAP + 1;
+    ASSERT_STATUS(jsd_store_open_opts(&c, &o, &e), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "payload_max 262145 bytes is over 262144");
+    o.payload_max = JSD_PAYLOAD_DEFAULT_CAP;
+    ASSERT_OK_E(jsd_store_open_opts(&c, &o, &e), e.msg);
+    jsd_store_close(c);
     jsd_store_close(a);
     jsd_store_close(b);
 }
@@ -1732,7 +1972,7 @@ static void sqlite_settings(void **state)
     jsd_store_close(s);
     /* A plain path works too, and reopening applies no migration twice. */
     s = open_url(url + 7);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_schema_version"), 1);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_schema_version"), 2);
     /* One transaction at a time per store. */
     jsd_tx *tx, *tx2;
     ASSERT_OK(jsd_tx_begin(s, &tx));
@@ -1755,6 +1995,8 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               BOTH(savepoint_per_delivery), BOTH(poison_records_keep_the_evidence),
               BOTH(retention_in_bounded_batches), BOTH(schema_from_the_future_is_refused),
               BOTH(wakeups_follow_commits), BOTH(stats_count_what_they_name),
+              BOTH(namespace_identity), BOTH(migration_keeps_stored_msg_ids),
+              cmocka_unit_test(two_stores_one_stream_keep_both),
               cmocka_unit_test(url_errors_are_clear_and_secret_free),
               cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
               cmocka_unit_test(sqlite_settings),

@@ -127,7 +127,7 @@ static void crash_at(rt_backend kind, const char *point)
     run_to_completion(&e, N_EFFECTS);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_TOTAL), N_EFFECTS);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
-    rt_assert_exactly_once(&e.nt, e.stream, "crash", "e", 0, N_EFFECTS);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "crash", "e", 0, N_EFFECTS);
     rt_assert_receipts_match(&e.st, &e.nt, e.stream);
     /* Every message stored before the restart without a receipt was published
      * again with the same id and absorbed by the broker: duplicate=true. (An
@@ -176,7 +176,7 @@ static void order_across_crash(rt_backend kind)
     rt_enqueue(app, &q);
     run_to_crash(&e, "relay.before_receipt_commit:3");
     run_to_completion(&e, 2000);
-    rt_assert_exactly_once(&e.nt, e.stream, "ord", "e", 0, 2000);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "ord", "e", 0, 2000);
     rt_assert_receipts_match(&e.st, &e.nt, e.stream);
     size_t n = 0;
     rt_msg *m = rt_stream_read(&e.nt, e.stream, &n);
@@ -296,7 +296,7 @@ static void three_relays_pg(void **state)
     ASSERT_EQ(lost, 0);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 0);
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), N);
-    rt_assert_exactly_once(&e.nt, e.stream, "many", "e", 0, N);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "many", "e", 0, N);
     rt_assert_receipts_match(&e.st, &e.nt, e.stream);
     /* per-key order across the relays: within a key, stream sequences grow
      * with the effect ids (commit order) */

@@ -67,16 +67,18 @@ static void msg_ids_are_stable_and_delimited(void **state)
 {
     (void)state;
     char a[JSD_MSG_ID_MAX], b[JSD_MSG_ID_MAX];
-    ASSERT_OK(jsd_effect_msg_id("order-42", "created", a));
-    ASSERT_OK(jsd_effect_msg_id("order-42", "created", b));
+    ASSERT_OK(jsd_effect_msg_id("ns", "order-42", "created", a));
+    ASSERT_OK(jsd_effect_msg_id("ns", "order-42", "created", b));
     ASSERT_STREQ(a, b);
     ASSERT_EQ(strlen(a), 64);
-    ASSERT_OK(jsd_effect_msg_id("order-4", "2created", b));
+    ASSERT_OK(jsd_effect_msg_id("ns", "order-4", "2created", b));
     assert_string_not_equal(a, b);
-    ASSERT_OK(jsd_effect_msg_id(NULL, "x", a));
-    ASSERT_OK(jsd_effect_msg_id("", "x", b));
+    ASSERT_OK(jsd_effect_msg_id("nso", "rder-42", "created", b)); /* namespace delimited too */
+    assert_string_not_equal(a, b);
+    ASSERT_OK(jsd_effect_msg_id("ns", NULL, "x", a));
+    ASSERT_OK(jsd_effect_msg_id("ns", "", "x", b));
     ASSERT_STREQ(a, b);
-    ASSERT_STATUS(jsd_effect_msg_id("o", NULL, a), JSD_ERR_INVALID);
+    ASSERT_STATUS(jsd_effect_msg_id("ns", "o", NULL, a), JSD_ERR_INVALID);
 }
 
 static void backoff_schedule(void **state)

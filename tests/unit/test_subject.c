@@ -2,6 +2,9 @@
  * Unit tests for name/subject/header validation and idempotency ids
  * (PUB-1, PUB-5, PUB-6, SEC-1): each rule is crossed by one input.
  */
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "test.h"
 #include "subject.h"
 
@@ -149,11 +152,12 @@ static void idempotency_ids(void **state)
     ASSERT_TRUE(strcmp(a, b) != 0);
     ASSERT_OK(jsd_idempotency_id("ns", "tenan", "torders", "k1", b, NULL));
     ASSERT_TRUE(strcmp(a, b) != 0);
-    /* a known vector: sha256(be64(2)"ns" be64(1)"t" be64(1)"o" be64(1)"k") */
+    /* A known vector: sha256(be64(2)"ns" be64(1)"t" be64(1)"o" be64(1)"k"),
+     * computed outside this code base with
+     *   python3 -c 'import hashlib,struct; print(hashlib.sha256(b"".join(
+     *     struct.pack(">Q",len(x))+x for x in [b"ns",b"t",b"o",b"k"])).hexdigest())' */
     ASSERT_OK(jsd_idempotency_id("ns", "t", "o", "k", a, NULL));
-    const char *parts[] = {"ns", "t", "o", "k"};
-    jsd__ld_sha256_hex(parts, NULL, 4, b);
-    ASSERT_STREQ(a, b);
+    ASSERT_STREQ(a, "b8e161be37c9f7237eacb9e2e5888972951369a37c9f933dc9b6d8310c598797");
     /* limits */
     ASSERT_STATUS(jsd_idempotency_id("ns", "t", "o", "", a, &e), JSD_ERR_INVALID);
     ASSERT_STATUS(jsd_idempotency_id("ns", "t", "o", NULL, a, &e), JSD_ERR_INVALID);
@@ -166,6 +170,86 @@ static void idempotency_ids(void **state)
     ASSERT_CONTAINS(e.msg, "key is 257 bytes");
 }
 
+/* Effect message ids, pinned to vectors computed outside this code base (the
+ * python3 one-liner above, with the parts listed):
+ *   v2 ("jsdurable.effect.v2", "ns-1", "order-1", "created")
+ *   v1 ("jsdurable.effect.v1", "order-1", "created"), the id effects emitted
+ *      before namespaces carry; they keep it in the outbox, so the digest
+ *      primitive must keep producing it. */
+static void effect_msg_id_vectors(void **state)
+{
+    (void)state;
+    char a[JSD_MSG_ID_MAX], b[JSD_MSG_ID_MAX];
+    ASSERT_OK(jsd_effect_msg_id("ns-1", "order-1", "created", a));
+    ASSERT_STREQ(a, "9b249320bc437c6f5cc478fcec377c25b9b14ee26fe466380f12c44eb1e94d6c");
+    ASSERT_OK(jsd_effect_msg_id("ns-1", NULL, "x", a));
+    ASSERT_STREQ(a, "7817522a0944c0723b12f601b586faeee029cafcc863b4229c69dd8460253be0");
+    const char *v1[] = {"jsdurable.effect.v1", "order-1", "created"};
+    ASSERT_OK(jsd__ld_sha256_hex(v1, NULL, 3, a));
+    ASSERT_STREQ(a, "a019263d54a81f54eef0f5393f628fb5c142c467f469dd0a1790c4122ac79cc6");
+    /* the namespace separates producers: same (owner, id), other namespace */
+    ASSERT_OK(jsd_effect_msg_id("ns-1", "order-1", "created", a));
+    ASSERT_OK(jsd_effect_msg_id("ns-2", "order-1", "created", b));
+    assert_string_not_equal(a, b);
+    /* and is required and validated */
+    ASSERT_STATUS(jsd_effect_msg_id(NULL, "order-1", "created", a), JSD_ERR_INVALID);
+    ASSERT_STREQ(a, "");
+    ASSERT_STATUS(jsd_effect_msg_id("", "order-1", "created", a), JSD_ERR_INVALID);
+    ASSERT_STATUS(jsd_effect_msg_id("a b", "order-1", "created", a), JSD_ERR_INVALID);
+    char ns[70];
+    memset(ns, 'n', 64);
+    ns[64] = '\0';
+    ASSERT_OK(jsd_effect_msg_id(ns, "o", "k", a));
+    ns[64] = 'n';
+    ns[65] = '\0';
+    ASSERT_STATUS(jsd_effect_msg_id(ns, "o", "k", a), JSD_ERR_INVALID);
+}
+
+/* Run by digest_failure_is_an_error with JSD_FAIL_ALLOC_AFTER=0, so the first
+ * allocation — the digest's context — fails; alone every call succeeds. */
+static void digest_oom_child(void **state)
+{
+    (void)state;
+    char a[JSD_IDEMPOTENCY_ID_SIZE];
+    const char *which = getenv("JSD_TEST_DIGEST");
+    jsd_error e;
+    jsd_error_clear(&e);
+    jsd_status st = which && !strcmp(which, "effect")
+                        ? jsd_effect_msg_id("ns-1", "order-1", "created", a)
+                        : jsd_idempotency_id("ns", "t", "o", "k", a, &e);
+    printf("status=%s id=\"%s\" msg=%s\n", jsd_status_name(st), a, e.msg);
+    if (st == JSD_OK)
+        ASSERT_EQ(strlen(a), 64);
+    else
+        ASSERT_STREQ(a, "");
+    ASSERT_TRUE(strspn(a, "0") < 64 || !*a);
+}
+
+/* A digest that cannot be computed is an error, never an all-zero id that
+ * every effect would share. */
+static void digest_failure_is_an_error(void **state)
+{
+    (void)state;
+    char self[512], cmd[700], out[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    ASSERT_TRUE(n > 0);
+    self[n] = '\0';
+    snprintf(cmd, sizeof(cmd), "JSD_FAIL_ALLOC_AFTER=0 %s digest_oom_child", self);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "status=JSD_ERR_NOMEM id=\"\"");
+    ASSERT_CONTAINS(out, "SHA-256 digest failed");
+    snprintf(cmd, sizeof(cmd), "JSD_TEST_DIGEST=effect JSD_FAIL_ALLOC_AFTER=0 %s digest_oom_child",
+             self);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "status=JSD_ERR_NOMEM id=\"\"");
+    /* and the primitive itself */
+    snprintf(cmd, sizeof(cmd), "%s digest_oom_child", self);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "status=JSD_OK id=\"b8e161be");
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(stream_names), cmocka_unit_test(exact_subjects),
               cmocka_unit_test(tenant_subjects), cmocka_unit_test(filters_and_matching),
-              cmocka_unit_test(header_names_and_values), cmocka_unit_test(idempotency_ids))
+              cmocka_unit_test(header_names_and_values), cmocka_unit_test(idempotency_ids),
+              cmocka_unit_test(effect_msg_id_vectors), cmocka_unit_test(digest_oom_child),
+              cmocka_unit_test(digest_failure_is_an_error))
