@@ -1424,6 +1424,31 @@ static jsd_status migrate(jsd_store *s)
     return rc;
 }
 
+/* libpq's notices (RAISE WARNING / NOTICE from the application's SQL or a
+ * server-side WARNING) go through the project's logger, not raw to stderr:
+ * they follow --log-format and the application's sink, at their severity,
+ * with the URL password scrubbed like every other libpq text. */
+static void pg_notice(void *arg, const PGresult *res)
+{
+    jsd_store *s = arg;
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *text = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (!text)
+        text = PQresultErrorMessage(res);
+    jsd_log_level lv = JSD_LOG_INFO;
+    if (sev && !strncmp(sev, "DEBUG", 5))
+        lv = JSD_LOG_DEBUG;
+    else if (sev && !strcmp(sev, "WARNING"))
+        lv = JSD_LOG_WARN;
+    if (!jsd__log_enabled(lv))
+        return;
+    char clean[600];
+    clean_msg(s, text, clean, sizeof(clean));
+    jsd__log(lv, "store", "PostgreSQL %s on store \"%s\": %s (SQLSTATE %s)", sev ? sev : "NOTICE",
+             s->url_safe, clean, state ? state : "none");
+}
+
 /* The password in a postgres URL (user:PASSWORD@ or password=PASSWORD), or NULL. */
 static char *url_password(const char *url)
 {
@@ -1494,6 +1519,7 @@ jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, 
                             s->url_safe, clean);
         goto fail;
     }
+    PQsetNoticeReceiver(p->conn, pg_notice, s);
     /* Session settings the library relies on. */
     if ((rc = simple(s, "SET client_min_messages = warning", "configuring the session")) !=
             JSD_OK ||

@@ -1439,6 +1439,86 @@ static void two_stores_one_stream_keep_both(void **state)
     rt_store_close(&b);
 }
 
+/* ---- PostgreSQL notices ------------------------------------------------------------------ */
+
+typedef struct notice_log {
+    char lines[8][1024];
+    jsd_log_level level[8];
+    int n;
+} notice_log;
+
+static void notice_sink(jsd_log_level level, const char *component, const char *line, void *user)
+{
+    notice_log *l = user;
+    if (strcmp(component, "store") != 0 || l->n == 8)
+        return;
+    snprintf(l->lines[l->n], sizeof(l->lines[0]), "%s", line);
+    l->level[l->n++] = level;
+}
+
+static void read_file(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+/* libpq's notices reach the project's logger at their severity (WARNING at
+ * warn, NOTICE at info), with the URL password scrubbed, and never go raw to
+ * stderr: with the default sink and JSON format, stderr holds only JSON. */
+static void pg_notices_go_through_the_logger(void **state)
+{
+    (void)state;
+    char base[512], url[600], errpath[600], text[8192];
+    assert_int_equal(jsd_fx_pg_database(base, sizeof(base)), 0);
+    /* the fixture trusts loopback: the password is carried, not checked */
+    snprintf(url, sizeof(url), "%s%spassword=s3cr3t-pw", base, strchr(base, '?') ? "&" : "?");
+    jsd_store *s = open_url(url);
+    notice_log l = {0};
+    jsd_log_configure(JSD_LOG_INFO, JSD_LOG_TEXT, notice_sink, &l);
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    tx_sql(tx, "DO $$ BEGIN RAISE WARNING 'leaky s3cr3t-pw here'; END $$");
+    tx_sql(tx, "SET LOCAL client_min_messages = notice");
+    tx_sql(tx, "DO $$ BEGIN RAISE NOTICE 'just a notice'; END $$");
+    jsd_tx_rollback(tx);
+    ASSERT_EQ(l.n, 2);
+    ASSERT_EQ(l.level[0], JSD_LOG_WARN);
+    ASSERT_CONTAINS(l.lines[0], "PostgreSQL WARNING");
+    ASSERT_CONTAINS(l.lines[0], "leaky *** here");
+    ASSERT_CONTAINS(l.lines[0], "SQLSTATE 01000");
+    ASSERT_NOT_CONTAINS(l.lines[0], "s3cr3t-pw");
+    ASSERT_EQ(l.level[1], JSD_LOG_INFO);
+    ASSERT_CONTAINS(l.lines[1], "PostgreSQL NOTICE");
+    ASSERT_CONTAINS(l.lines[1], "just a notice");
+
+    /* the default sink, JSON: stderr has the JSON line and no raw notice */
+    snprintf(errpath, sizeof(errpath), "%s/stderr.txt", jsd_test_dir());
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_JSON, NULL, NULL);
+    ASSERT_OK(jsd_tx_begin(s, &tx));
+    tx_sql(tx, "DO $$ BEGIN RAISE WARNING 'to stderr s3cr3t-pw'; END $$");
+    jsd_tx_rollback(tx);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, NULL, NULL);
+    read_file(errpath, text, sizeof(text));
+    ASSERT_CONTAINS(text, "\"level\":\"warn\"");
+    ASSERT_CONTAINS(text, "\"component\":\"store\"");
+    ASSERT_CONTAINS(text, "to stderr ***");
+    ASSERT_NOT_CONTAINS(text, "WARNING:  ");
+    ASSERT_NOT_CONTAINS(text, "s3cr3t-pw");
+    jsd_store_close(s);
+}
+
 /* ---- RELAY-3: wake-ups ------------------------------------------------------------------ */
 
 static void wakeups_follow_commits(void **state)
@@ -1997,6 +2077,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               BOTH(wakeups_follow_commits), BOTH(stats_count_what_they_name),
               BOTH(namespace_identity), BOTH(migration_keeps_stored_msg_ids),
               cmocka_unit_test(two_stores_one_stream_keep_both),
+              cmocka_unit_test(pg_notices_go_through_the_logger),
               cmocka_unit_test(url_errors_are_clear_and_secret_free),
               cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
               cmocka_unit_test(sqlite_settings),
