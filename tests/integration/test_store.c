@@ -1439,6 +1439,79 @@ static void two_stores_one_stream_keep_both(void **state)
     rt_store_close(&b);
 }
 
+/* Run by emit_allocation_failures with JSD_FAIL_ALLOC_AFTER=k: open a fresh
+ * SQLite store, emit one effect and commit. Every allocation that fails —
+ * the message-id digest's among them — ends in JSD_ERR_NOMEM with nothing
+ * committed; success stores the effect's real id, never a placeholder. */
+static void emit_oom_child(void **state)
+{
+    (void)state;
+    const char *path = getenv("JSD_TEST_OOM_DB");
+    char url[600];
+    if (path) {
+        unlink(path);
+        snprintf(url, sizeof(url), "sqlite:%s", path);
+    } else {
+        jsd_fx_sqlite_url(url, sizeof(url));
+    }
+    jsd_store *st = NULL;
+    jsd_error e;
+    jsd_status rc = jsd_store_open(&st, url, &e);
+    if (rc == JSD_OK) {
+        jsd_tx *tx = NULL;
+        rc = jsd_tx_begin(st, &tx);
+        jsd_effect ef = {.owner = "order-1", .id = "created", .subject = "orders.created"};
+        if (rc == JSD_OK && (rc = jsd_tx_emit(tx, &ef)) != JSD_OK)
+            jsd_tx_rollback(tx);
+        else if (rc == JSD_OK)
+            rc = jsd_tx_commit(tx);
+        printf("error=%s\n", rc == JSD_OK ? "" : jsd_store_errmsg(st));
+        char stored[100] = "", want[JSD_MSG_ID_MAX];
+        q_text(st, "SELECT coalesce(max(msg_id), '') FROM jsd_outbox", stored, sizeof(stored));
+        if (rc == JSD_OK) {
+            /* the one injected failure may land on this check's own digest */
+            jsd_status w = jsd_effect_msg_id(jsd_store_namespace(st), "order-1", "created", want);
+            if (w == JSD_ERR_NOMEM)
+                w = jsd_effect_msg_id(jsd_store_namespace(st), "order-1", "created", want);
+            ASSERT_OK(w);
+            ASSERT_STREQ(stored, want);
+        } else {
+            ASSERT_STREQ(stored, "");
+        }
+        jsd_store_close(st);
+    }
+    printf("status=%s\n", jsd_status_name(rc));
+    if (rc != JSD_OK)
+        ASSERT_EQ(rc, JSD_ERR_NOMEM);
+}
+
+static void emit_allocation_failures(void **state)
+{
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof(path), "%s/oom.db", jsd_test_dir());
+    setenv("JSD_TEST_OOM_DB", path, 1);
+    /* Not jsd_test_alloc_failures: open tolerates some failed allocations (the
+     * wake-up registry falls back to polling), so an early run succeeds before
+     * the emit's own allocations are reached. Fail each of the first 60. */
+    char self[512], cmd[700], out[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    ASSERT_TRUE(n > 0);
+    self[n] = '\0';
+    int digest_failures = 0;
+    for (int k = 0; k < 60; k++) {
+        snprintf(cmd, sizeof(cmd), "JSD_FAIL_ALLOC_AFTER=%d %s emit_oom_child", k, self);
+        int rc = jsd_test_run(cmd, out, sizeof(out));
+        if (rc != 0)
+            fail_msg("with JSD_FAIL_ALLOC_AFTER=%d the emit failed (exit %d):\n%s", k, rc, out);
+        if (!strstr(out, "status=JSD_OK"))
+            ASSERT_CONTAINS(out, "status=JSD_ERR_NOMEM");
+        if (strstr(out, "cannot derive the effect's message id"))
+            digest_failures++;
+    }
+    ASSERT_EQ(digest_failures, 1);
+}
+
 /* ---- PostgreSQL notices ------------------------------------------------------------------ */
 
 typedef struct notice_log {
@@ -2077,7 +2150,8 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               BOTH(wakeups_follow_commits), BOTH(stats_count_what_they_name),
               BOTH(namespace_identity), BOTH(migration_keeps_stored_msg_ids),
               cmocka_unit_test(two_stores_one_stream_keep_both),
-              cmocka_unit_test(pg_notices_go_through_the_logger),
+              cmocka_unit_test(pg_notices_go_through_the_logger), cmocka_unit_test(emit_oom_child),
+              cmocka_unit_test(emit_allocation_failures),
               cmocka_unit_test(url_errors_are_clear_and_secret_free),
               cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
               cmocka_unit_test(sqlite_settings),
