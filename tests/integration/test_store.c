@@ -470,10 +470,13 @@ static void limits_are_enforced(void **state)
      * 3 + 2 + 256 + 2 = 263 bytes each (3682); a 15th "hzz: <v>\r\n" of 151
      * bytes of value takes 158 more: 3840. */
     static char vals[15][300];
-    static char hn[15][8];
+    static char hn[15][16];
     jsd_header wh[15];
     for (int i = 0; i < 15; i++) {
-        snprintf(hn[i], sizeof(hn[i]), i < 14 ? "h%02d" : "hzz", i);
+        if (i < 14)
+            snprintf(hn[i], sizeof(hn[i]), "h%02d", i);
+        else
+            snprintf(hn[i], sizeof(hn[i]), "hzz");
         memset(vals[i], 'v', 256);
         vals[i][i < 14 ? 256 : 151] = '\0';
         wh[i].name = hn[i];
