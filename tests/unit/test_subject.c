@@ -170,6 +170,29 @@ static void idempotency_ids(void **state)
     ASSERT_CONTAINS(e.msg, "key is 257 bytes");
 }
 
+/* The one rule for what this project publishes (effects at emit, the relay,
+ * jsd_publish): reserved prefixes refused, and the wire size of a header. */
+static void publish_subjects_and_header_sizes(void **state)
+{
+    (void)state;
+    jsd_error e;
+    ASSERT_TRUE(jsd__subject_valid_publish("orders.created", NULL));
+    ASSERT_TRUE(jsd__subject_valid_publish("_INBOXES.x", NULL));
+    ASSERT_TRUE(!jsd__subject_valid_publish("_INBOX.x", &e));
+    ASSERT_CONTAINS(e.msg, "reserved \"_INBOX\" prefix");
+    ASSERT_TRUE(!jsd__subject_valid_publish("_INBOX", &e));
+    ASSERT_TRUE(!jsd__subject_valid_publish("$JS.API.INFO", &e));
+    ASSERT_CONTAINS(e.msg, "reserved \"$\" system prefix");
+    /* "X-A: 1\r\n" */
+    ASSERT_EQ(jsd__header_wire_size(3, 1), 8);
+    ASSERT_EQ(JSD__HEADERS_FRAME_BYTES, strlen("NATS/1.0\r\n\r\n"));
+    /* what the relay adds fits the reservation: frame, Nats-Msg-Id (64 hex),
+     * Nats-Expected-Stream (<= 128) */
+    ASSERT_LE(JSD__HEADERS_FRAME_BYTES + jsd__header_wire_size(strlen("Nats-Msg-Id"), 64) +
+                  jsd__header_wire_size(strlen("Nats-Expected-Stream"), JSD_STREAM_NAME_MAX),
+              JSD_HEADERS_RESERVED_BYTES);
+}
+
 /* Effect message ids, pinned to vectors computed outside this code base (the
  * python3 one-liner above, with the parts listed):
  *   v2 ("jsdurable.effect.v2", "ns-1", "order-1", "created")
@@ -251,5 +274,6 @@ static void digest_failure_is_an_error(void **state)
 JSD_TEST_MAIN(cmocka_unit_test(stream_names), cmocka_unit_test(exact_subjects),
               cmocka_unit_test(tenant_subjects), cmocka_unit_test(filters_and_matching),
               cmocka_unit_test(header_names_and_values), cmocka_unit_test(idempotency_ids),
-              cmocka_unit_test(effect_msg_id_vectors), cmocka_unit_test(digest_oom_child),
-              cmocka_unit_test(digest_failure_is_an_error))
+              cmocka_unit_test(effect_msg_id_vectors),
+              cmocka_unit_test(publish_subjects_and_header_sizes),
+              cmocka_unit_test(digest_oom_child), cmocka_unit_test(digest_failure_is_an_error))
