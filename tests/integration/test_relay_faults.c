@@ -262,30 +262,46 @@ static void permanent_error_pg(void **state)
 
 /* ---- defect 2: a duplicate on the first attempt is its own outcome --------------------- */
 
+/* The store at in->url, opened under the operator's namespace "shared-ns"
+ * (out has no native reader: read through in). Two stores given one
+ * namespace is the operator's mistake that still makes ids collide. */
+static void shared_namespace(const rt_store *in, rt_store *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->kind = in->kind;
+    int n = snprintf(out->url, sizeof(out->url), "%s%snamespace=shared-ns", in->url,
+                     strchr(in->url, '?') ? "&" : "?");
+    if (n < 0 || (size_t)n >= sizeof(out->url))
+        fail_msg("store URL too long for a namespace parameter");
+}
+
 static void first_attempt_duplicate(rt_backend kind)
 {
     fx_env e;
     env_up(&e, kind, 600000, 0);
-    /* Store A publishes order-1/created first. */
-    rt_store a;
+    /* Store A publishes order-1/created first; both stores are given the
+     * same namespace, so their ids for it are equal. */
+    rt_store a, a_ns, b_ns;
     rt_store_new(&a, RT_SQLITE);
-    jsd_store *sa = rt_open(&a);
+    shared_namespace(&a, &a_ns);
+    shared_namespace(&e.st, &b_ns);
+    jsd_store *sa = rt_open(&a_ns);
     emit1(sa, "order-1", "created", e.subject, NULL, "from-a", 6);
     jsd_relay_opts o = quick_opts();
     rt_relay t;
-    rt_relay_make(&t, &a, e.nats_url, &o);
+    rt_relay_make(&t, &a_ns, e.nats_url, &o);
     ASSERT_OK(run_idle_within(&t, 30000));
     rt_relay_finish(&t);
     ASSERT_EQ(rt_published(&a), 1);
 
     /* Store B (the case's back end) holds the same (owner, id): its message is
      * not in the stream, and the relay says so. */
-    jsd_store *sb = rt_open(&e.st);
+    jsd_store *sb = rt_open(&b_ns);
     emit1(sb, "order-1", "created", e.subject, NULL, "from-b", 6);
     jsd_metrics *mx = NULL;
     ASSERT_OK(jsd_metrics_create(&mx, NULL));
     o.metrics = mx;
-    rt_relay_make(&t, &e.st, e.nats_url, &o);
+    rt_relay_make(&t, &b_ns, e.nats_url, &o);
     ASSERT_OK(run_idle_within(&t, 30000));
     jsd_relay_stats rs;
     jsd_relay_stats_get(t.relay, &rs);
@@ -315,7 +331,7 @@ static void first_attempt_duplicate(rt_backend kind)
     mx = NULL;
     ASSERT_OK(jsd_metrics_create(&mx, NULL));
     o.metrics = mx;
-    rt_relay_make(&t, &e.st, e.nats_url, &o);
+    rt_relay_make(&t, &b_ns, e.nats_url, &o);
     ASSERT_OK(run_idle_within(&t, 30000));
     jsd_relay_stats_get(t.relay, &rs);
     ASSERT_EQ(rs.first_attempt_duplicates, 0);
