@@ -303,7 +303,9 @@ static int fx_cluster_probe(const jsd_fx_cluster *c, char *why, size_t cap)
     if (s == NATS_OK)
         s = natsConnection_JetStream(&js, nc, NULL);
     jsErrCode jerr = 0;
-    int64_t end = jsd_test_mono_ms() + 30000;
+    /* Placement waits for the meta leader to see all three peers, which took
+     * over 30 s on a loaded 2-core runner. */
+    int64_t end = jsd_test_mono_ms() + 90000;
     while (s == NATS_OK) {
         jsStreamConfig cfg;
         jsStreamInfo *si = NULL;
