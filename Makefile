@@ -7,7 +7,7 @@
 # Sources are found by pattern so a new module or test needs no Makefile edit:
 #   src/*.c src/store/*.c     -> libjsdurable.{a,so}
 #   cli/*.c                   -> jsdurable
-#   tests/{unit,integration,slow}/*.c -> one test binary per file
+#   tests/{unit,integration,slow,chaos}/*.c -> one test binary per file
 #   tests/tools/*.c           -> helper programs used by tests (fault proxy, ...)
 #   bench/*.c                 -> benchmark programs
 #   examples/*.c              -> example programs (built and run by `make check`)
@@ -43,6 +43,7 @@ HARN_SRC  := $(sort $(wildcard tests/harness/*.c))
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRC := $(sort $(wildcard tests/integration/*.c))
 SLOW_SRC  := $(sort $(wildcard tests/slow/*.c))
+CHAOS_SRC := $(sort $(wildcard tests/chaos/*.c))
 TOOL_SRC  := $(sort $(wildcard tests/tools/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 EX_SRC    := $(sort $(wildcard examples/*.c))
@@ -50,7 +51,8 @@ EX_SRC    := $(sort $(wildcard examples/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 HARN_OBJ := $(HARN_SRC:%.c=$(BUILD)/obj/%.o)
-TEST_BIN := $(UNIT_SRC:%.c=$(BUILD)/%) $(INTEG_SRC:%.c=$(BUILD)/%) $(SLOW_SRC:%.c=$(BUILD)/%)
+TEST_BIN := $(UNIT_SRC:%.c=$(BUILD)/%) $(INTEG_SRC:%.c=$(BUILD)/%) $(SLOW_SRC:%.c=$(BUILD)/%) \
+            $(CHAOS_SRC:%.c=$(BUILD)/%)
 TOOL_BIN := $(TOOL_SRC:%.c=$(BUILD)/%)
 BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
 EX_BIN   := $(EX_SRC:%.c=$(BUILD)/%)
