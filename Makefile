@@ -67,7 +67,7 @@ PCFILE := $(BUILD)/jsdurable.pc
 .SECONDARY:
 
 .PHONY: all deps lib cli tests check check-unit check-asan check-valgrind check-tsan \
-        demo bench install uninstall clean format lint fuzz
+        chaos demo bench install uninstall clean format lint fuzz
 
 all: lib cli $(PCFILE)
 
@@ -112,9 +112,10 @@ $(PCFILE): Makefile
 	  'Cflags: -I$${includedir}' > $@
 
 # ---- tests -----------------------------------------------------------------
-# JSD_TEST_GROUPS selects groups (unit integration slow); JSD_TEST_FILTER a
-# substring of "group/binary/case".
-JSD_TEST_GROUPS ?= unit integration slow
+# JSD_TEST_GROUPS selects groups (unit integration slow chaos); JSD_TEST_FILTER
+# a substring of "group/binary/case". The chaos group is the CI-sized form of
+# the chaos suite (docs/CHAOS.md): fixed seeds plus one random seed, printed.
+JSD_TEST_GROUPS ?= unit integration slow chaos
 
 check: deps
 	@$(MAKE) --no-print-directory tests
@@ -140,6 +141,30 @@ check-valgrind:
 	@$(MAKE) --no-print-directory tests
 	@BUILD=$(BUILD) JSD_TEST_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$(CURDIR)/tests/valgrind.supp" \
 	  JSD_TEST_TIMEOUT_SCALE=5 bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
+
+# `make chaos`: the long form of the chaos suite, one seeded run, parameters
+# on the command line (docs/CHAOS.md), e.g.
+#   make chaos CHAOS_SEED=42 CHAOS_MESSAGES=100000 CHAOS_FAULTS=50 CHAOS_STORE=pg
+# CHAOS_KINDS=relay-kill,pg-outage,... selects fault kinds (default: all the
+# variant supports); CHAOS_CLUSTER=1 runs on a 3-node cluster (leader-kill).
+CHAOS_SEED      ?=
+CHAOS_MESSAGES  ?= 100000
+CHAOS_FAULTS    ?= 50
+CHAOS_STORE     ?= random
+CHAOS_KINDS     ?=
+CHAOS_CLUSTER   ?= 0
+CHAOS_RELAYS    ?= 3
+CHAOS_CONSUMERS ?= 3
+CHAOS_DRAIN_S   ?= 600
+CHAOS_LIMIT     ?= 14400
+chaos: deps
+	@$(MAKE) --no-print-directory tests
+	@BUILD=$(BUILD) CHAOS_LONG=1 CHAOS_SEED='$(CHAOS_SEED)' CHAOS_MESSAGES='$(CHAOS_MESSAGES)' \
+	  CHAOS_FAULTS='$(CHAOS_FAULTS)' CHAOS_STORE='$(CHAOS_STORE)' CHAOS_KINDS='$(CHAOS_KINDS)' \
+	  CHAOS_CLUSTER='$(CHAOS_CLUSTER)' CHAOS_RELAYS='$(CHAOS_RELAYS)' \
+	  CHAOS_CONSUMERS='$(CHAOS_CONSUMERS)' CHAOS_DRAIN_S='$(CHAOS_DRAIN_S)' \
+	  JSD_CHAOS_CASE_LIMIT='$(CHAOS_LIMIT)' JSD_TEST_VERBOSE=1 \
+	  JSD_TEST_FILTER=chaos/test_chaos/long_run bash scripts/run-tests.sh chaos
 
 # ---- demo, bench -------------------------------------------------------------
 demo: deps

@@ -202,8 +202,8 @@ typedef struct run {
     jsd_fx_cluster cl;
     jsd_fx_proxy px;
     bool have_proxy;
-    jsd_fx_pg pg;
-    bool pg_down;
+    jsd_fx_pg pg[2];  /* [0] the producer's server, [1] the sink's */
+    bool pg_down[2];
     char src_url[512], sink_url[512];
     char daemon_nats[900]; /* URL(s) the daemons use (through the proxy if any) */
     char direct_nats[900]; /* URL(s) the checker uses */
@@ -362,8 +362,11 @@ static void chaos_cleanup(void)
         pthread_join(R->prod, NULL);
         R->prod_started = false;
     }
-    if (R->pg_down)
-        jsd_fx_pg_restart(&R->pg); /* so the fixture's exit handler can drop it */
+    for (int i = 0; i < 2; i++)
+        if (R->pg_down[i]) {
+            R->pg_down[i] = false;
+            jsd_fx_pg_restart(&R->pg[i]); /* so the fixture's exit handler can drop it */
+        }
     if (R->mounted) {
         umount2(R->mnt, MNT_DETACH);
         R->mounted = false;
@@ -803,22 +806,26 @@ static void apply_fault(run *R, int kind, int nth)
         jsd_fx_nats_resume(&R->nats);
         break;
     case F_PG_RESTART:
+        i = rng_range(&R->r, 0, 1);
         ms = rng_range(&R->r, 0, 1000);
-        SAY(R, "%s (SIGKILL, restart after %d ms)", tag, ms);
-        jsd_fx_pg_kill(&R->pg);
-        R->pg_down = true;
+        SAY(R, "%s of the %s's server (SIGKILL, restart after %d ms)", tag,
+            i ? "sink" : "producer", ms);
+        R->pg_down[i] = true;
+        jsd_fx_pg_kill(&R->pg[i]);
         hold(R, ms);
-        jsd_fx_pg_restart(&R->pg);
-        R->pg_down = false;
+        jsd_fx_pg_restart(&R->pg[i]);
+        R->pg_down[i] = false;
         break;
     case F_PG_OUTAGE:
+        /* the consumers' store: messages keep arriving while it is down */
         ms = SCHEDULE_MS + rng_range(&R->r, 3000, 8000);
-        SAY(R, "%s for %d ms (redelivery schedule %d ms)", tag, ms, SCHEDULE_MS);
-        jsd_fx_pg_stop(&R->pg);
-        R->pg_down = true;
+        SAY(R, "%s of the sink's server for %d ms (redelivery schedule %d ms)", tag, ms,
+            SCHEDULE_MS);
+        R->pg_down[1] = true;
+        jsd_fx_pg_stop(&R->pg[1]);
         hold(R, ms);
-        jsd_fx_pg_restart(&R->pg);
-        R->pg_down = false;
+        jsd_fx_pg_restart(&R->pg[1]);
+        R->pg_down[1] = false;
         break;
     case F_DISK_FULL: {
         char filler[PATH_MAX + 16];
@@ -1081,6 +1088,20 @@ static int check(run *R)
     if (!read_stream(R, &t, &stored, why, sizeof(why)))
         fail_msg("checker: cannot read stream %s: %s", STREAM, why);
     uint64_t dlq = stream_msgs(R->direct_nats, DLQ_STREAM);
+    char durable[256] = "unknown";
+    nconn dn;
+    if (nconn_open(&dn, R->direct_nats)) {
+        jsConsumerInfo *ci = NULL;
+        jsErrCode jerr = 0;
+        if (js_GetConsumerInfo(&ci, dn.js, STREAM, DURABLE, NULL, &jerr) == NATS_OK)
+            snprintf(durable, sizeof(durable),
+                     "pending %" PRIu64 ", ack pending %" PRId64 ", redelivered %" PRId64
+                     ", delivered %" PRIu64,
+                     ci->NumPending, ci->NumAckPending, ci->NumRedelivered,
+                     ci->Delivered.Consumer);
+        jsConsumerInfo_Destroy(ci);
+        nconn_close(&dn);
+    }
 
     /* classes of violation, with up to 8 example ids each */
     enum {
@@ -1151,9 +1172,9 @@ static int check(run *R)
             "  producer: %d of %d committed (%lld failed attempts retried); outbox rows %d\n"
             "  stream %s: %" PRIu64 " messages; sink: %d applications of %d distinct ids; "
             "expected %d\n"
-            "  consumer dead letters (%s): %" PRIu64 "\n",
+            "  consumer dead letters (%s): %" PRIu64 "; durable %s: %s\n",
             atomic_load(&R->prod_committed), n, (long long)atomic_load(&R->prod_errors), in_outbox,
-            STREAM, stored, sink_rows, applied, expected, DLQ_STREAM, dlq);
+            STREAM, stored, sink_rows, applied, expected, DLQ_STREAM, dlq, DURABLE, durable);
     for (int k = 0; k < V_N; k++) {
         if (!cnt[k])
             continue;
@@ -1203,17 +1224,34 @@ static int check(run *R)
 
 /* ---- one run ----------------------------------------------------------------------------- */
 
-static bool drained(run *R)
+/* 1: everything is applied and nothing is pending; -1: it never will be (the
+ * relays are done, the durable has nothing pending or unacknowledged, and the
+ * sink has not grown for three ack waits); 0: not yet. */
+static int drained(run *R, long long *last_applied, int64_t *since)
 {
     int want = atomic_load(&R->prod_committed);
     long long unpub = q_once(R->src_url, "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NULL "
                                          "AND dead_lettered_at IS NULL");
-    if (unpub != 0)
-        return false;
     long long applied = q_once(R->sink_url, "SELECT count(DISTINCT msg_id) FROM chaos_sink");
-    if (applied < want)
-        return false;
-    return durable_backlog(R->direct_nats) == 0;
+    long long backlog = durable_backlog(R->direct_nats);
+    if (applied != *last_applied) {
+        *last_applied = applied;
+        *since = jsd_test_mono_ms();
+    }
+    if (unpub == 0 && applied >= want && backlog == 0)
+        return 1;
+    if (unpub == 0 && backlog == 0 && applied >= 0 &&
+        jsd_test_mono_ms() - *since > 3 * ACK_WAIT_MS)
+        return -1;
+    return 0;
+}
+
+static void tail_log(const char *path, int lines)
+{
+    char cmd[PATH_MAX + 64], out[4096];
+    snprintf(cmd, sizeof(cmd), "tail -n %d '%s'", lines, path);
+    if (jsd_test_run(cmd, out, sizeof(out)) == 0 && out[0])
+        fprintf(stderr, "  --- %s (last %d lines)\n%s", path, lines, out);
 }
 
 static void setup_services(run *R)
@@ -1230,9 +1268,12 @@ static void setup_services(run *R)
         snprintf(R->daemon_nats, sizeof(R->daemon_nats), "%s", R->px.url);
     }
     if (R->c.pg) {
-        jsd_fx_pg_start(&R->pg);
-        if (jsd_fx_pg_database_on(R->pg.url, R->src_url, sizeof(R->src_url)) != 0 ||
-            jsd_fx_pg_database_on(R->pg.url, R->sink_url, sizeof(R->sink_url)) != 0)
+        /* two servers, so that an outage of the sink's leaves the producer and the
+         * relays working: messages keep arriving for consumers that cannot apply */
+        jsd_fx_pg_start(&R->pg[0]);
+        jsd_fx_pg_start(&R->pg[1]);
+        if (jsd_fx_pg_database_on(R->pg[0].url, R->src_url, sizeof(R->src_url)) != 0 ||
+            jsd_fx_pg_database_on(R->pg[1].url, R->sink_url, sizeof(R->sink_url)) != 0)
             fail_msg("cannot create the PostgreSQL databases");
     } else {
         snprintf(R->mnt, sizeof(R->mnt), "%s/disk", jsd_test_dir());
@@ -1247,7 +1288,9 @@ static void setup_services(run *R)
                 R->c.kind_on[F_DISK_FULL] = false;
             }
         }
-        snprintf(R->src_url, sizeof(R->src_url), "sqlite:%s/producer.db", R->mnt);
+        /* the sink alone on the small disk: the relays keep publishing while the
+         * consumers' store is full */
+        snprintf(R->src_url, sizeof(R->src_url), "sqlite:%s/producer.db", jsd_test_dir());
         snprintf(R->sink_url, sizeof(R->sink_url), "sqlite:%s/sink.db", R->mnt);
     }
     /* schemas: the library's, then the application's tables */
@@ -1318,8 +1361,8 @@ static void chaos_run(chaos_cfg *c)
         }
     SAY(R, "fault kinds: %s", on[0] ? on : "(none)");
 
-    /* pace the producer over the fault phase: ~3.5 s per fault on average */
-    int64_t phase_ms = (int64_t)c->faults * 3500 + 2000;
+    /* pace the producer over the fault phase: ~5 s per fault on average */
+    int64_t phase_ms = (int64_t)c->faults * 5000 + 2000;
     R->rate = (int)((int64_t)c->messages * 1000 / phase_ms);
     if (R->rate < 50)
         R->rate = 50;
@@ -1346,10 +1389,14 @@ static void chaos_run(chaos_cfg *c)
     SAY(R, "producer done: %d committed; draining (up to %d s)", atomic_load(&R->prod_committed),
         c->drain_s);
     int64_t drain_end = jsd_test_mono_ms() + (int64_t)c->drain_s * 1000;
-    bool ok = false;
-    while (!(ok = drained(R)) && jsd_test_mono_ms() < drain_end)
+    int dr = 0;
+    long long last_applied = -2;
+    int64_t since = jsd_test_mono_ms();
+    while ((dr = drained(R, &last_applied, &since)) == 0 && jsd_test_mono_ms() < drain_end)
         hold(R, 250);
-    SAY(R, ok ? "drained" : "drain deadline passed; checking what is there");
+    SAY(R, "%s", dr == 1 ? "drained"
+                 : dr == -1 ? "settled incomplete: nothing pending anywhere, sink not growing"
+                            : "drain deadline passed; checking what is there");
 
     /* graceful stop: each daemon must exit 0 on SIGTERM */
     R->stopping = true;
@@ -1384,7 +1431,15 @@ static void chaos_run(chaos_cfg *c)
     fprintf(stderr, "  daemons that ended by themselves (restarted): %d; not exiting 0 on SIGTERM: "
                     "%d; run took %.1f s\n", self_exits, bad_exit, el(R));
     if (v)
-        fprintf(stderr, "  logs: %s\n", jsd_test_dir());
+        for (int i = 0; i < MAX_PROCS; i++) {
+            char log[PATH_MAX];
+            snprintf(log, sizeof(log), "%s/relay-%d.log", jsd_test_dir(), i);
+            if (i < c->relays)
+                tail_log(log, 6);
+            snprintf(log, sizeof(log), "%s/consume-%d.log", jsd_test_dir(), i);
+            if (i < c->consumers)
+                tail_log(log, 6);
+        }
     chaos_cleanup();
     free(R->committed);
     free(R->key_of);
