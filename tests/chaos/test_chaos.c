@@ -134,6 +134,7 @@ typedef struct chaos_cfg {
     uint64_t seed;
     int messages, faults, relays, consumers, keys, drain_s;
     bool pg, cluster;
+    bool tamper; /* the checker's own test: falsify the history, expect each class */
     bool kind_on[F_N];
     char kinds[256]; /* as given, for the reproduce line */
 } chaos_cfg;
@@ -627,12 +628,28 @@ static bool nconn_open(nconn *n, const char *urls)
     memset(n, 0, sizeof(*n));
     if (natsOptions_Create(&o) != NATS_OK)
         return false;
-    natsOptions_SetServers(o, NULL, 0);
-    natsOptions_SetURL(o, urls);
+    char list[900];
+    const char *servers[8];
+    int ns = 0;
+    snprintf(list, sizeof(list), "%s", urls);
+    for (char *t = list, *next; t && *t && ns < 8; t = next) {
+        next = strchr(t, ',');
+        if (next)
+            *next++ = '\0';
+        servers[ns++] = t;
+    }
+    natsOptions_SetServers(o, servers, ns);
     natsOptions_SetTimeout(o, 3000);
     natsOptions_SetMaxReconnect(o, -1);
     natsOptions_SetReconnectWait(o, 100);
-    natsStatus s = natsConnection_Connect(&n->nc, o);
+    natsOptions_SetRetryOnFailedConnect(o, false, NULL, NULL);
+    natsStatus s = NATS_ERR;
+    /* bounded: a node being restarted refuses for a moment */
+    for (int tries = 0; tries < 20; tries++) {
+        if ((s = natsConnection_Connect(&n->nc, o)) == NATS_OK)
+            break;
+        jsd_test_sleep_ms(250);
+    }
     natsOptions_Destroy(o);
     if (s != NATS_OK)
         return false;
@@ -1051,9 +1068,28 @@ static void list_ids(const char *what, const int *idx, int n)
     fprintf(stderr, "%s\n", n > 8 ? " ..." : "");
 }
 
+enum {
+    V_COMMIT_LOST, /* commit returned OK, no outbox row */
+    V_ATOMIC,      /* outbox row without its app row or the reverse */
+    V_STREAM_LOST, /* committed, not in the stream */
+    V_STREAM_DUP,  /* more than one message in the stream */
+    V_SINK_LOST,   /* committed, never applied */
+    V_SINK_DUP,    /* applied more than once */
+    V_RELAY_DEAD,  /* dead-lettered by the relay */
+    V_UNPUBLISHED, /* no receipt at the end */
+    V_N
+};
+
+typedef struct verdict {
+    int total;
+    int cnt[V_N];
+    int stream_unexpected, sink_unexpected, order, mismatch;
+} verdict;
+
 /* Compare what was committed with what the stream and the sink hold. Returns
- * the number of violations (0: the run passed). */
-static int check(run *R)
+ * the number of violations (0: the run passed); *out (may be NULL) receives
+ * them by class. */
+static int check(run *R, verdict *out)
 {
     int n = R->c.messages;
     tally t = {.n = n};
@@ -1104,17 +1140,6 @@ static int check(run *R)
     }
 
     /* classes of violation, with up to 8 example ids each */
-    enum {
-        V_COMMIT_LOST,  /* commit returned OK, no outbox row */
-        V_ATOMIC,       /* outbox row without its app row or the reverse */
-        V_STREAM_LOST,  /* committed, not in the stream */
-        V_STREAM_DUP,   /* more than one message in the stream */
-        V_SINK_LOST,    /* committed, never applied */
-        V_SINK_DUP,     /* applied more than once */
-        V_RELAY_DEAD,   /* dead-lettered by the relay */
-        V_UNPUBLISHED,  /* no receipt at the end */
-        V_N
-    };
     static const char *vname[V_N] = {
         "lost at commit (commit OK, no outbox row)", "outbox/app rows disagree",
         "lost in the stream",                        "duplicated in the stream",
@@ -1211,6 +1236,15 @@ static int check(run *R)
             "CHAOS_KINDS=%s\n\n",
             R->c.seed, n, R->c.faults, R->c.pg ? "pg" : "sqlite", R->c.cluster ? 1 : 0, R->c.relays,
             R->c.consumers, R->c.kinds);
+    if (out) {
+        memset(out, 0, sizeof(*out));
+        out->total = violations;
+        memcpy(out->cnt, cnt, sizeof(cnt));
+        out->stream_unexpected = t.stream_unexpected;
+        out->sink_unexpected = t.sink_unexpected;
+        out->order = t.order_violations;
+        out->mismatch = t.msgid_mismatch;
+    }
     free(t.stream_count);
     free(t.sink_count);
     free(t.outbox);
@@ -1220,6 +1254,86 @@ static int check(run *R)
     free(t.last_in_key);
     free(ex);
     return violations;
+}
+
+/* The checker's own test: after a clean run, falsify the history in known
+ * ways and require the checker to report exactly those violations. */
+static void sink_exec(run *R, const char *sql)
+{
+    db d;
+    ASSERT_TRUE(db_open(&d, R->sink_url));
+    db_exec(&d, sql);
+    db_close(&d);
+}
+
+static void tamper_and_recheck(run *R)
+{
+    int n = atomic_load(&R->prod_committed), last = -1, early = -1;
+    for (int i = n - 1; i >= 0 && last < 0; i--)
+        if (R->key_of[i] >= 0 && i != 5 && i != 7)
+            last = i;
+    for (int i = 0; i < n && early < 0; i++) {
+        if (R->key_of[i] < 0 || i == 5 || i == 7 || i == last)
+            continue;
+        for (int j = i + 1; j < n; j++)
+            if (R->key_of[j] == R->key_of[i]) {
+                early = i;
+                break;
+            }
+    }
+    ASSERT_TRUE(n > 20 && last > 7 && early >= 0);
+    char sql[256], body[64], id[16];
+    /* sink: c0000005 applied twice, c0000007 never */
+    sink_exec(R, "INSERT INTO chaos_sink(msg_id, seq, payload, deliveries) SELECT msg_id, seq, "
+                 "payload, deliveries FROM chaos_sink WHERE CAST(payload AS TEXT) LIKE 'c0000005 %'");
+    sink_exec(R, "DELETE FROM chaos_sink WHERE CAST(payload AS TEXT) LIKE 'c0000007 %'");
+    sink_exec(R, "INSERT INTO chaos_sink(msg_id, seq, payload, deliveries) VALUES ('x', 0, 'zzz', 1)");
+    /* stream: the last keyed effect a second time under another Nats-Msg-Id; an
+     * early keyed one deleted and stored again at the end without its id
+     * (out of its key's order); a message that is none of ours */
+    db d;
+    long long early_seq = -1;
+    ASSERT_TRUE(db_open(&d, R->sink_url));
+    char why[256];
+    snprintf(sql, sizeof(sql), "SELECT seq FROM chaos_sink WHERE CAST(payload AS TEXT) LIKE 'c%07d %%'", early);
+    ASSERT_TRUE(db_rows(&d, sql, one_ll, &early_seq, why, sizeof(why)));
+    db_close(&d);
+    ASSERT_TRUE(early_seq > 0);
+    nconn nn;
+    ASSERT_TRUE(nconn_open(&nn, R->direct_nats));
+    jsErrCode jerr = 0;
+    ASSERT_EQ(js_DeleteMsg(nn.js, STREAM, (uint64_t)early_seq, NULL, &jerr), NATS_OK);
+    jsPubOptions po;
+    jsPubAck *pa = NULL;
+    fmt_id(id, sizeof(id), last);
+    snprintf(body, sizeof(body), "%s k%d", id, R->key_of[last]);
+    jsPubOptions_Init(&po);
+    po.MsgId = "tampered-1";
+    ASSERT_EQ(js_Publish(&pa, nn.js, "chaos.keyed", body, (int)strlen(body), &po, &jerr), NATS_OK);
+    jsPubAck_Destroy(pa);
+    pa = NULL;
+    fmt_id(id, sizeof(id), early);
+    snprintf(body, sizeof(body), "%s k%d", id, R->key_of[early]);
+    ASSERT_EQ(js_Publish(&pa, nn.js, "chaos.keyed", body, (int)strlen(body), NULL, &jerr), NATS_OK);
+    jsPubAck_Destroy(pa);
+    pa = NULL;
+    ASSERT_EQ(js_Publish(&pa, nn.js, "chaos.free", "zzz", 3, NULL, &jerr), NATS_OK);
+    jsPubAck_Destroy(pa);
+    nconn_close(&nn);
+    SAY(R, "tampered: sink c0000005 twice, c0000007 removed, one foreign row; stream c%07d twice, c%07d moved "
+           "to the end without its id, one foreign message; checking again",
+        last, early);
+    verdict v;
+    check(R, &v);
+    ASSERT_EQ(v.cnt[V_SINK_DUP], 1);
+    ASSERT_EQ(v.cnt[V_SINK_LOST], 1);
+    ASSERT_EQ(v.cnt[V_STREAM_DUP], 1);
+    ASSERT_EQ(v.cnt[V_STREAM_LOST], 0);
+    ASSERT_EQ(v.stream_unexpected, 1);
+    ASSERT_EQ(v.mismatch, 2);
+    ASSERT_EQ(v.order, 1);
+    ASSERT_EQ(v.sink_unexpected, 1);
+    ASSERT_EQ(v.total, 8);
 }
 
 /* ---- one run ----------------------------------------------------------------------------- */
@@ -1427,7 +1541,9 @@ static void chaos_run(chaos_cfg *c)
         self_exits += R->relay[i].self_exits + R->cons[i].self_exits;
     pthread_join(R->prod, NULL);
     R->prod_started = false;
-    int v = check(R);
+    int v = check(R, NULL);
+    if (v == 0 && c->tamper)
+        tamper_and_recheck(R);
     fprintf(stderr, "  daemons that ended by themselves (restarted): %d; not exiting 0 on SIGTERM: "
                     "%d; run took %.1f s\n", self_exits, bad_exit, el(R));
     if (v)
@@ -1486,6 +1602,17 @@ static void ci_cluster(void **state)
     (void)state;
     chaos_cfg c;
     ci_cfg(&c, 3, true, true, 2000, 5);
+    cfg_kinds(&c, "leader-kill,relay-kill,consumer-kill,pg-restart");
+    chaos_run(&c);
+}
+
+/* The checker itself: a short clean run, then a falsified history. */
+static void ci_checker(void **state)
+{
+    (void)state;
+    chaos_cfg c;
+    ci_cfg(&c, 4, false, false, 300, 0);
+    c.tamper = true;
     chaos_run(&c);
 }
 
@@ -1534,5 +1661,5 @@ static void long_run(void **state)
     chaos_run(&c);
 }
 
-JSD_TEST_MAIN(cmocka_unit_test(ci_sqlite), cmocka_unit_test(ci_pg), cmocka_unit_test(ci_cluster),
+JSD_TEST_MAIN(cmocka_unit_test(ci_checker), cmocka_unit_test(ci_sqlite), cmocka_unit_test(ci_pg), cmocka_unit_test(ci_cluster),
               cmocka_unit_test(ci_random), cmocka_unit_test(long_run))
