@@ -57,6 +57,16 @@ if [ $needs_services = 1 ]; then
   fi
 fi
 
+# the chaos group's ci_random case: a fresh seed unless one is given, printed
+# so that a failure can be replayed (CHAOS_SEED=N)
+for g in "${groups[@]}"; do
+  if [ "$g" = chaos ] && [ "${CHAOS_LONG:-0}" != 1 ]; then
+    CHAOS_SEED=${CHAOS_SEED:-$(( (RANDOM << 15) | RANDOM ))}
+    export CHAOS_SEED
+    echo "chaos: ci_random uses seed $CHAOS_SEED (replay: CHAOS_SEED=$CHAOS_SEED make check JSD_TEST_GROUPS=chaos)"
+  fi
+done
+
 passed=0 failed=0 skipped=0
 failures=()
 for g in "${groups[@]}"; do
