@@ -321,6 +321,8 @@ static void start_consumer(run *R, int i)
     p->stopped = p->held_down = false;
 }
 
+static void tail_log(const char *path, int lines);
+
 /* Reap a process of ours that ended without being asked to; restart it
  * (restarts are not findings: a daemon may give up on a dependency that
  * stays down past its start-up budget, and its supervisor restarts it). */
@@ -342,6 +344,12 @@ static void supervise(run *R)
             SAY(R, "%s#%d ended by itself (%s %d); restarting", kind ? "consumer" : "relay", i,
                 WIFSIGNALED(st) ? "signal" : "exit",
                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            if (WIFSIGNALED(st)) { /* a crash, not a give-up: show why */
+                char log[PATH_MAX];
+                snprintf(log, sizeof(log), "%s/%s-%d.log", jsd_test_dir(),
+                         kind ? "consume" : "relay", i);
+                tail_log(log, 20);
+            }
             if (!R->stopping)
                 kind ? start_consumer(R, i) : start_relay(R, i);
         }
