@@ -26,7 +26,8 @@ static void usage(FILE *f)
             "Counts: backlog (unpublished, not dead-lettered effects), due (of those, due\n"
             "now), oldest_due_age_ms (how long the oldest due effect has waited), published\n"
             "(effects with a receipt, until gc removes them), dead_lettered (attempt budget\n"
-            "spent or permanent failure), inbox_rows, poison_records. Relay: failing\n"
+            "spent or permanent failure), inbox_rows, poison_records, poison_unpublished (of\n"
+            "those, not yet published to the dead-letter stream). Relay: failing\n"
             "(unpublished effects that failed at least once), first_attempt_duplicates\n"
             "(dead-lettered: the stream already held another producer's message with\n"
             "their id).\n\n"
@@ -242,6 +243,9 @@ int cmd_status(int argc, char **argv)
                           "published", (json_int_t)x.published, "dead_lettered",
                           (json_int_t)x.dead_lettered, "inbox_rows", (json_int_t)x.inbox_rows,
                           "poison_records", (json_int_t)x.poison_records));
+        if (s)
+            json_object_set_new(json_object_get(root, "store"), "poison_unpublished",
+                                json_integer((json_int_t)x.poison_unpublished));
         if (want_nats)
             json_object_set_new(root, "nats", nats_json(states, n_states));
         char *text = json_dumps(root, JSON_COMPACT);
@@ -263,6 +267,10 @@ int cmd_status(int argc, char **argv)
                    (long long)trouble.failing);
             printf("inbox rows       %lld\n", (long long)x.inbox_rows);
             printf("poison records   %lld\n", (long long)x.poison_records);
+            printf("  unpublished    %lld%s\n", (long long)x.poison_unpublished,
+                   x.poison_unpublished ? " (not in the dead-letter stream yet: a consumer on "
+                                          "their durable republishes them)"
+                                        : "");
         }
         if (want_nats)
             nats_text(states, n_states);

@@ -167,6 +167,7 @@ typedef struct jsd_store_stats {
     int64_t dead_lettered;     /* effects whose attempt budget was spent */
     int64_t inbox_rows;
     int64_t poison_records;
+    int64_t poison_unpublished; /* of those, not (yet) in the dead-letter stream */
 } jsd_store_stats;
 
 jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out);

@@ -70,7 +70,8 @@ typedef struct jsd__store_ops {
     jsd_status (*poison_insert)(jsd_store *s, const jsd__poison *p, int64_t now, bool *inserted);
     jsd_status (*poison_mark)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                               const char *dlq_stream, uint64_t dlq_seq);
-    /* stream NULL: list after_id/max; else get one (max 1). */
+    /* stream NULL: list after_id/max; seq 0: the unpublished records of
+     * (stream, consumer) after_id/max; else get one (max 1). */
     jsd_status (*poison_read)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                               int64_t after_id, size_t max, jsd__poison_record **out, size_t *n);
     jsd_status (*gc_step)(jsd_store *s, int64_t cutoff, int batch, int64_t *removed);

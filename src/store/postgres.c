@@ -48,6 +48,7 @@ enum {
     P_POISON_MARK,
     P_POISON_GET,
     P_POISON_LIST,
+    P_POISON_UNPUB,
     P_GC,
     P_STATS,
     P_BACKLOG,
@@ -149,6 +150,8 @@ static const char *const sql_text[P__COUNT] = {
                      "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3",
     [P_POISON_LIST] = "SELECT " POISON_COLS " FROM @jsd_poison WHERE id > $1 ORDER BY id "
                       "LIMIT $2",
+    [P_POISON_UNPUB] = "SELECT " POISON_COLS " FROM @jsd_poison WHERE stream = $1 AND "
+                       "consumer = $2 AND dlq_seq IS NULL AND id > $3 ORDER BY id LIMIT $4",
     [P_GC] = "WITH o AS (DELETE FROM @jsd_outbox WHERE id IN (SELECT id FROM @jsd_outbox "
              "WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at "
              "LIMIT $2) RETURNING 1), "
@@ -163,7 +166,8 @@ static const char *const sql_text[P__COUNT] = {
         "(SELECT count(*) FROM @jsd_outbox WHERE published_at IS NOT NULL), "
         "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
         "(SELECT count(*) FROM @jsd_inbox), "
-        "(SELECT count(*) FROM @jsd_poison)",
+        "(SELECT count(*) FROM @jsd_poison), "
+        "(SELECT count(*) FROM @jsd_poison WHERE dlq_seq IS NULL)",
     [P_BACKLOG] =
         "SELECT count(*), count(*) FILTER (WHERE next_attempt_at <= $1), "
         "min(not_before) FILTER (WHERE next_attempt_at <= $1) FROM @jsd_outbox WHERE " PENDING,
@@ -1205,13 +1209,16 @@ static jsd_status pg_poison_read(jsd_store *s, const char *stream, const char *c
     if (stream) {
         p_text(&p, stream);
         p_text(&p, consumer);
+    }
+    if (stream && seq) {
         p_i64(&p, (int64_t)seq);
     } else {
         p_i64(&p, after_id);
         p_i64(&p, (int64_t)max);
     }
-    PGresult *r = pexec(s, stream ? P_POISON_GET : P_POISON_LIST, p.n, p.v, p.len, p.fmt,
-                        PGRES_TUPLES_OK, "reading poison records");
+    /* seq 0 (never a stream sequence): the unpublished records of (stream, consumer). */
+    PGresult *r = pexec(s, !stream ? P_POISON_LIST : seq ? P_POISON_GET : P_POISON_UNPUB, p.n, p.v,
+                        p.len, p.fmt, PGRES_TUPLES_OK, "reading poison records");
     if (!r)
         return s->err.status;
     size_t k = (size_t)PQntuples(r);
@@ -1286,6 +1293,7 @@ static jsd_status pg_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_sto
         o->dead_lettered = get_i64(r, 0, 4);
         o->inbox_rows = get_i64(r, 0, 5);
         o->poison_records = get_i64(r, 0, 6);
+        o->poison_unpublished = get_i64(r, 0, 7);
     }
     PQclear(r);
     return JSD_OK;

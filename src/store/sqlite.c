@@ -56,6 +56,7 @@ enum {
     S_POISON_MARK,
     S_POISON_GET,
     S_POISON_LIST,
+    S_POISON_UNPUB,
     S_GC_OUT,
     S_GC_IN,
     S_STATS_PENDING,
@@ -63,6 +64,7 @@ enum {
     S_STATS_PUBLISHED,
     S_STATS_INBOX,
     S_STATS_POISON,
+    S_STATS_POISON_UNPUB,
     S_DATA_VERSION,
     S__COUNT
 };
@@ -146,6 +148,8 @@ static const char *const sql_text[S__COUNT] = {
     [S_POISON_GET] = "SELECT " POISON_COLS " FROM jsd_poison "
                      "WHERE stream = ?1 AND consumer = ?2 AND stream_seq = ?3",
     [S_POISON_LIST] = "SELECT " POISON_COLS " FROM jsd_poison WHERE id > ?1 ORDER BY id LIMIT ?2",
+    [S_POISON_UNPUB] = "SELECT " POISON_COLS " FROM jsd_poison WHERE stream = ?1 AND consumer = ?2 "
+                       "AND dlq_seq IS NULL AND id > ?3 ORDER BY id LIMIT ?4",
     [S_GC_OUT] = "DELETE FROM jsd_outbox WHERE id IN (SELECT id FROM jsd_outbox "
                  "WHERE published_at IS NOT NULL AND published_at < ?1 "
                  "ORDER BY published_at LIMIT ?2)",
@@ -158,6 +162,7 @@ static const char *const sql_text[S__COUNT] = {
     [S_STATS_PUBLISHED] = "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL",
     [S_STATS_INBOX] = "SELECT count(*) FROM jsd_inbox",
     [S_STATS_POISON] = "SELECT count(*) FROM jsd_poison",
+    [S_STATS_POISON_UNPUB] = "SELECT count(*) FROM jsd_poison WHERE dlq_seq IS NULL",
     [S_DATA_VERSION] = "PRAGMA data_version",
 };
 
@@ -956,10 +961,16 @@ static jsd_status sq_poison_read(jsd_store *s, const char *stream, const char *c
                                  uint64_t seq, int64_t after_id, size_t max,
                                  jsd__poison_record **out, size_t *n)
 {
-    sqlite3_stmt *st = stmt(s, stream ? S_POISON_GET : S_POISON_LIST);
+    /* seq 0 (never a stream sequence): the unpublished records of (stream, consumer). */
+    sqlite3_stmt *st = stmt(s, !stream ? S_POISON_LIST : seq ? S_POISON_GET : S_POISON_UNPUB);
     if (!st)
         return s->err.status;
-    if (stream) {
+    if (stream && !seq) {
+        bind_text(st, 1, stream);
+        bind_text(st, 2, consumer);
+        sqlite3_bind_int64(st, 3, after_id);
+        sqlite3_bind_int64(st, 4, (int64_t)max);
+    } else if (stream) {
         bind_text(st, 1, stream);
         bind_text(st, 2, consumer);
         sqlite3_bind_int64(st, 3, (int64_t)seq);
@@ -1083,7 +1094,8 @@ static jsd_status sq_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_sto
     if ((rc = count1(s, S_STATS_DEAD, &o->dead_lettered)) != JSD_OK ||
         (rc = count1(s, S_STATS_PUBLISHED, &o->published)) != JSD_OK ||
         (rc = count1(s, S_STATS_INBOX, &o->inbox_rows)) != JSD_OK ||
-        (rc = count1(s, S_STATS_POISON, &o->poison_records)) != JSD_OK)
+        (rc = count1(s, S_STATS_POISON, &o->poison_records)) != JSD_OK ||
+        (rc = count1(s, S_STATS_POISON_UNPUB, &o->poison_unpublished)) != JSD_OK)
         goto out;
 out:;
     jsd_error keep = s->err;

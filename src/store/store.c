@@ -1495,6 +1495,23 @@ jsd_status jsd__store_poison_list(jsd_store *s, int64_t after_id, size_t max,
     return s->ops->poison_read(s, NULL, NULL, 0, after_id, max, out, n);
 }
 
+jsd_status jsd__store_poison_unpublished(jsd_store *s, const char *stream, const char *consumer,
+                                         int64_t after_id, size_t max, jsd__poison_record **out,
+                                         size_t *n)
+{
+    if (!s || !stream || !consumer || !out || !n)
+        return JSD_ERR_INVALID;
+    *out = NULL;
+    *n = 0;
+    jsd_status rc = need_idle(s, "unpublished poison records");
+    if (rc != JSD_OK)
+        return rc;
+    if (max == 0 || max > 100000)
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "unpublished poison records: max %zu is outside 1..100000", max);
+    return s->ops->poison_read(s, stream, consumer, 0, after_id, max, out, n);
+}
+
 void jsd__poison_record_clear(jsd__poison_record *r)
 {
     if (!r)

@@ -341,6 +341,12 @@ jsd_status jsd__store_poison_get(jsd_store *s, const char *stream, const char *c
  * records; free with jsd__poison_records_free. */
 jsd_status jsd__store_poison_list(jsd_store *s, int64_t after_id, size_t max,
                                   jsd__poison_record **out, size_t *n);
+/* Up to max records of (stream, consumer) with no dead-letter sequence yet
+ * (their death envelope is still to be published) and id > after_id, in id
+ * order. Free with jsd__poison_records_free. */
+jsd_status jsd__store_poison_unpublished(jsd_store *s, const char *stream, const char *consumer,
+                                         int64_t after_id, size_t max, jsd__poison_record **out,
+                                         size_t *n);
 void jsd__poison_record_clear(jsd__poison_record *r);
 void jsd__poison_records_free(jsd__poison_record *r, size_t n);
 
