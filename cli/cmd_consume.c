@@ -355,9 +355,10 @@ static void usage(FILE *f)
             "  --store URL              sqlite:PATH or postgres://... (default $JSD_STORE)\n"
             "  --stream NAME            stream to read (must exist)\n"
             "  --durable NAME           durable pull consumer; created when missing with\n"
-            "                           explicit ack, deliver all, ack wait 30s, backoff\n"
-            "                           1s/2s/5s/10s/30s, max_ack_pending 1024, and max_deliver\n"
-            "                           = --max-deliver + 1\n"
+            "                           explicit ack, deliver all, the --ack-wait, no backoff,\n"
+            "                           max_ack_pending 1024, and max_deliver\n"
+            "                           = --max-deliver + 1 (the whole configuration,\n"
+            "                           dead-letter stream included, is checked first)\n"
             "  --filter SUBJ            filter subject for a created durable\n"
             "  --sql STATEMENT          one SQL statement run per message\n"
             "  --accept-type TYPE       accepted Jsd-Type header (repeatable; default: any)\n"
@@ -371,7 +372,9 @@ static void usage(FILE *f)
             "                           0 = kept forever); checked against redelivery\n"
             "  --batch N                messages per transaction (default: half the\n"
             "                           durable's max_ack_pending, at most 512)\n"
-            "  --until-idle             exit 0 once nothing is pending or in flight\n"
+            "  --until-idle             exit 0 once nothing is pending or in flight; never\n"
+            "                           while a message is unapplied (a store outage is\n"
+            "                           waited out; stopped during one, it exits non-zero)\n"
             "  --metrics ADDR           serve Prometheus metrics on ADDR (host:port):\n"
             "                           deliveries by result, handler duration, dead\n"
             "                           letters, connection state\n\n" CLI_CONN_HELP "\nExample:\n"
@@ -555,6 +558,26 @@ int cmd_consume(int argc, char **argv)
     if ((rc = cli_conn_open(&cc, &conn)) != 0)
         goto out;
 
+    jsd_consumer_opts co;
+    jsd_consumer_opts_init(&co);
+    co.stream = stream;
+    co.durable = durable;
+    co.batch = (int)batch;
+    co.accept_types = types;
+    co.n_accept_types = n_types;
+    co.payload_format = json ? JSD_PAYLOAD_JSON : JSD_PAYLOAD_RAW;
+    co.dlq_subject = dlq;
+    co.max_deliver = (int)max_deliver;
+    co.inbox_retention_ms = retention_ms;
+    /* Everything that can be checked before the durable exists is, so that a
+     * configuration that cannot run creates nothing. */
+    jsd_status st = jsd_consumer_check(conn, &co, &err);
+    if (st != JSD_OK) {
+        cli_err("consume", "%s", err.msg);
+        rc = st == JSD_ERR_NOT_FOUND ? CLI_CONFIG : cli_exit_for(st);
+        goto out;
+    }
+
     jsd_durable_config dc;
     jsd_durable_config_init(&dc);
     dc.filter_subject = filter;
@@ -562,7 +585,7 @@ int cmd_consume(int argc, char **argv)
     if (max_deliver > 0)
         dc.max_deliver = (int)max_deliver + 1;
     bool created = false;
-    jsd_status st = jsd_consumer_ensure(conn, stream, durable, &dc, &created, &err);
+    st = jsd_consumer_ensure(conn, stream, durable, &dc, &created, &err);
     if (st != JSD_OK) {
         cli_err("consume", "%s", err.msg);
         rc = cli_exit_for(st);
@@ -582,17 +605,6 @@ int cmd_consume(int argc, char **argv)
                 jsd_metrics_server_port(msrv));
     }
 
-    jsd_consumer_opts co;
-    jsd_consumer_opts_init(&co);
-    co.stream = stream;
-    co.durable = durable;
-    co.batch = (int)batch;
-    co.accept_types = types;
-    co.n_accept_types = n_types;
-    co.payload_format = json ? JSD_PAYLOAD_JSON : JSD_PAYLOAD_RAW;
-    co.dlq_subject = dlq;
-    co.max_deliver = (int)max_deliver;
-    co.inbox_retention_ms = retention_ms;
     st = jsd_consumer_create(&cons, store, conn, &co, &err);
     if (st != JSD_OK) {
         cli_err("consume", "%s", err.msg);
@@ -617,6 +629,12 @@ int cmd_consume(int argc, char **argv)
             (unsigned long long)s.fetched, (unsigned long long)s.committed,
             (unsigned long long)s.duplicates, (unsigned long long)s.retried,
             (unsigned long long)s.poisoned, (unsigned long long)s.parked);
+    if (s.store_outages || s.dlq_deferred || s.poison_unpublished)
+        fprintf(stderr,
+                "jsdurable consume: %llu store outages waited out, %llu dead letters deferred, "
+                "%llu poison records not yet in the dead-letter stream\n",
+                (unsigned long long)s.store_outages, (unsigned long long)s.dlq_deferred,
+                (unsigned long long)s.poison_unpublished);
     if (st != JSD_OK) {
         cli_err("consume", "%s", jsd_consumer_errmsg(cons));
         rc = cli_exit_for(st);

@@ -19,7 +19,7 @@
  *   COMMIT                                 [crash: ingress.after_commit]
  *   dead letters: publish death envelope (id = f(stream, seq)), wait PubAck,
  *     mark the poison record published     [crash: poison.after_dlq_publish]
- *     then TERM (poison) or ACK (parked); a failed publish NAKs with a delay
+ *     then TERM (poison) or ACK (parked), whether the publish worked or not
  *   ACK every committed delivery: +ACK requests on the reply subjects, all
  *   sent first, then every confirmation awaited with one deadline
  *                                          [crash: ingress.after_ack]
@@ -32,6 +32,45 @@
  * settlement is repeated: the ACK, or the death envelope (its stable id makes
  * the dead-letter stream collapse the repeat) then TERM/ACK. The inbox, not
  * the broker, decides "applied once": AckSync answers OK to a repeated ACK.
+ *
+ * Store outages (IN-1). A failure that says the store cannot take the batch
+ * at all — JSD_ERR_CONNECT (unreachable, or a COMMIT whose outcome is
+ * unknown), _FULL, _READONLY, _BUSY, _IO, _TIMEOUT, _NOMEM, whether seen by
+ * our statements or by a handler's own SQL (the native handle's state after a
+ * handler that did not commit) — is not a handler failure and costs no
+ * delivery attempt: the batch is not NAKed but held. Every held delivery is
+ * kept alive with +WPI every third of the effective ack wait (progress does
+ * not count a delivery), no further batch is fetched (the fetcher holds at
+ * most the one batch it pulled ahead, kept alive the same way), and the whole
+ * batch is applied again from its start in a fresh transaction, with a
+ * backoff of 100 ms doubling to 5 s, until a COMMIT succeeds. Re-running the
+ * handlers is safe: the earlier transaction never committed (or, with an
+ * unknown outcome, did: the inbox lookups then find its rows and no handler
+ * runs). So no delivery count grows during an outage, and no message can
+ * reach the park threshold, let alone max_deliver, because of one. A drain
+ * while holding leaves the held deliveries unacked (each costs one delivery
+ * when the server redelivers it after the ack wait) and jsd_consumer_run
+ * reports the outage, never success. What remains: a process that crashes
+ * (or is restarted) again and again during an outage spends one delivery per
+ * fetch that it never settles; a handler that fails for its own reason while
+ * the store is out is retried as an outage until the store answers.
+ *
+ * Dead letters that cannot be published (DLQ-1). The poison record is
+ * committed with the batch, before any settlement, so once the COMMIT
+ * returned the store holds everything needed to publish the death envelope
+ * again. A failed publish (dead-letter stream full, missing, unreachable) is
+ * therefore not the message's failure: the delivery is settled as if the
+ * publish had worked (TERM, or ACK for a park), and the record, still without
+ * a dlq_seq, is republished from the store by dlq_sweep: on every poll once
+ * due (250 ms after a failure, then a backoff doubling to 30 s, and every
+ * minute otherwise, which also picks up records other processes left), and at
+ * once after a batch whose dead letter was published (the stream answers
+ * again). The envelope's Nats-Msg-Id is f(stream, seq) from the record, so a
+ * repeat inside the duplicate window is collapsed, and a record whose
+ * dlq_seq is set is never published again. Unpublished records are counted
+ * (consumer stats, jsd_poison_unpublished, `jsdurable status`) and warned
+ * about on every failed sweep. The retry needs a consumer bound to that
+ * durable to run; until one does, `status` shows them.
  *
  * Park threshold P (DLQ-2): the durable's max_deliver M leaves one spare
  * delivery, P = M - 1. The handler runs on deliveries 1..P; when it fails on
@@ -50,6 +89,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <libpq-fe.h>
+#include <sqlite3.h>
 
 #include "conn_int.h"
 #include "ingress_int.h"
@@ -103,8 +145,20 @@ struct jsd_consumer {
     int batch, fetch_wait_ms, ack_timeout_ms;
     int64_t retry_delay_ms;
     int park_at;         /* P: handler attempts before parking */
-    int64_t ack_wait_ms; /* the durable's, for keep-alives (+WPI) of waiting deliveries */
-    int max_deliver;     /* M from the server, -1 unlimited */
+    int64_t ack_wait_ms;  /* the durable's shortest effective ack wait, read from the server */
+    int64_t keepalive_ms; /* +WPI period for waiting deliveries: a third of ack_wait_ms */
+    int max_deliver;      /* M from the server, -1 unlimited */
+
+    /* Store outage: the batch in hand is held (kept alive, retried). */
+    bool holding;
+    int64_t hold_since_ms;
+    size_t held_at_stop; /* deliveries left unacked by a drain during an outage */
+    jsd_metric *m_outages, *m_held;
+
+    /* Poison records whose death envelope is not yet in the dead-letter
+     * stream are republished from the store (dlq_sweep). */
+    int64_t sweep_at_ms, sweep_backoff_ms;
+    jsd_metric *m_dlq_unpublished, *m_dlq_deferred;
 
     natsSubscription *sub;
     natsSubscription *ack_sub;
@@ -118,7 +172,8 @@ struct jsd_consumer {
     struct ackgen {
         uint64_t gen; /* 0: free */
         size_t sent, confirmed;
-        bool open; /* still sending */
+        size_t n_fresh, confirmed_fresh; /* ACKs [0, n_fresh) settle fresh commits */
+        bool open;                       /* still sending */
         int64_t deadline;
     } gens[ACK_GENS];
 
@@ -136,6 +191,7 @@ struct jsd_consumer {
     natsStatus slot_status;
     int64_t slot_wpi_ms; /* when the waiting batch was last kept alive */
     atomic_bool draining;
+    atomic_size_t in_hand; /* deliveries of the batch in hand, for max_in_flight */
     pthread_mutex_t mu;
     jsd_consumer_stats stats;
     jsd_error err;
@@ -150,6 +206,7 @@ struct jsd_consumer {
 };
 
 static void ack_collect(jsd_consumer *c, bool wait);
+static bool store_outage(jsd_status st);
 static void on_ack_reply(natsConnection *nc, natsSubscription *sub, natsMsg *m, void *closure);
 
 /* ---- dispositions --------------------------------------------------------------- */
@@ -236,13 +293,10 @@ jsd_status jsd_delivery_progress(const jsd_delivery *d)
 
 void jsd_durable_config_init(jsd_durable_config *c)
 {
-    static const int64_t backoff[] = {1000, 2000, 5000, 10000, 30000};
+    /* No backoff: with one, JetStream takes backoff[0] as the ack wait. */
     memset(c, 0, sizeof(*c));
     c->ack_wait_ms = 30000;
     c->max_deliver = 6;
-    c->n_backoff = (int)JSD_ARRAY_LEN(backoff);
-    for (int i = 0; i < c->n_backoff; i++)
-        c->backoff_ms[i] = backoff[i];
     c->max_ack_pending = 1024;
 }
 
@@ -303,6 +357,21 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
                         "max_ack_pending");
     if (cfg->filter_subject && !jsd__subject_valid_filter(cfg->filter_subject, err))
         return JSD_ERR_INVALID;
+    for (int i = 0; i < cfg->n_backoff; i++)
+        if (cfg->backoff_ms[i] <= 0)
+            return jsd__err(err, JSD_ERR_CONFIG, "backoff step %d is %" PRId64 " ms: use > 0", i,
+                            cfg->backoff_ms[i]);
+    if (cfg->n_backoff > 0 && cfg->backoff_ms[0] < cfg->ack_wait_ms)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "backoff starts at %" PRId64 " ms, below the ack wait %" PRId64
+                        " ms: JetStream would wait only backoff[0] for the first ACK; start the "
+                        "backoff at the ack wait or drop it",
+                        cfg->backoff_ms[0], cfg->ack_wait_ms);
+    if (cfg->n_backoff > 0 && cfg->backoff_ms[0] > cfg->ack_wait_ms)
+        JSD_WARN("ingress",
+                 "durable \"%s\": backoff starts at %" PRId64 " ms, so JetStream waits that long "
+                 "for the first ACK, not the ack wait %" PRId64 " ms",
+                 durable, cfg->backoff_ms[0], cfg->ack_wait_ms);
 
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
@@ -357,7 +426,7 @@ static void *fetcher_main(void *arg)
         if (c->slot_full || atomic_load(&c->draining)) {
             /* A batch pulled ahead may wait behind slow handlers: keep it from
              * being redelivered (and its delivery count from growing). */
-            if (c->slot_full && jsd__mono_ms() - c->slot_wpi_ms >= c->ack_wait_ms / 3) {
+            if (c->slot_full && jsd__mono_ms() - c->slot_wpi_ms >= c->keepalive_ms) {
                 for (int i = 0; i < c->slot.Count; i++)
                     natsMsg_InProgress(c->slot.Msgs[i], NULL);
                 c->slot_wpi_ms = jsd__mono_ms();
@@ -385,6 +454,10 @@ static void *fetcher_main(void *arg)
         c->slot = l;
         c->slot_status = s;
         c->slot_full = true;
+        pthread_mutex_lock(&c->mu);
+        c->stats.max_in_flight = JSD_MAX(c->stats.max_in_flight,
+                                         (uint64_t)atomic_load(&c->in_hand) + (uint64_t)l.Count);
+        pthread_mutex_unlock(&c->mu);
         c->slot_wpi_ms = jsd__mono_ms();
         pthread_cond_broadcast(&c->fcv);
     }
@@ -456,6 +529,88 @@ static int64_t redelivery_horizon_ms(const jsConsumerConfig *cc)
     return h;
 }
 
+/* The dead-letter stream: it must exist, and not be the stream we read. */
+static jsd_status check_dlq(jsCtx *js, const char *stream, const char *dlq_subject, char *dlq_stream,
+                            size_t cap, jsd_error *err)
+{
+    jsd_status st = jsd__stream_for_subject_js(js, dlq_subject, dlq_stream, cap, err);
+    if (st == JSD_ERR_NOT_FOUND)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "no stream captures the dead-letter subject \"%s\"; create a dead-letter "
+                        "stream on its own subject root (e.g. \"jsd.dlq.>\")",
+                        dlq_subject);
+    if (st != JSD_OK)
+        return st;
+    if (strcmp(dlq_stream, stream) == 0)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "dead-letter subject \"%s\" is captured by the consumed stream \"%s\" "
+                        "itself; use a separate dead-letter stream",
+                        dlq_subject, stream);
+    return JSD_OK;
+}
+
+/* The options alone, before anything is asked of the server. */
+static jsd_status check_opts(const jsd_consumer_opts *o, jsd_error *err)
+{
+    if (!o->stream || !jsd__stream_name_valid(o->stream, err))
+        return o->stream ? JSD_ERR_INVALID
+                         : jsd__err(err, JSD_ERR_INVALID, "consumer create: stream is required");
+    if (!o->durable || !jsd__stream_name_valid(o->durable, err))
+        return o->durable ? JSD_ERR_INVALID
+                          : jsd__err(err, JSD_ERR_INVALID, "consumer create: durable is required");
+    if (o->batch < 0 || o->batch > 4096)
+        return jsd__err(err, JSD_ERR_CONFIG, "batch %d outside 1..4096", o->batch);
+    if (o->payload_format != JSD_PAYLOAD_RAW && o->payload_format != JSD_PAYLOAD_JSON)
+        return jsd__err(err, JSD_ERR_CONFIG, "unknown payload format %d", (int)o->payload_format);
+    if (o->n_accept_types > 256)
+        return jsd__err(err, JSD_ERR_CONFIG, "at most 256 accepted types");
+    for (size_t i = 0; i < o->n_accept_types; i++)
+        if (!o->accept_types || !o->accept_types[i] || !*o->accept_types[i] ||
+            strlen(o->accept_types[i]) > 256)
+            return jsd__err(err, JSD_ERR_CONFIG, "accepted type %zu is empty or over 256 bytes", i);
+    if (o->dlq_subject && !jsd__subject_valid_exact(o->dlq_subject, err)) {
+        if (err)
+            err->status = JSD_ERR_CONFIG;
+        return JSD_ERR_CONFIG;
+    }
+    return JSD_OK;
+}
+
+static void default_dlq_subject(const jsd_consumer_opts *o, char *out, size_t cap)
+{
+    if (o->dlq_subject)
+        jsd__strlcpy(out, o->dlq_subject, cap);
+    else
+        jsd__snprintf(out, cap, "jsd.dlq.%s.%s", o->stream, o->durable);
+}
+
+jsd_status jsd_consumer_check(jsd_conn *conn, const jsd_consumer_opts *o, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    char dlq[JSD_SUBJECT_MAX + 64], dlq_stream[JSD_STREAM_NAME_MAX + 1];
+
+    if (!o)
+        return jsd__err(err, JSD_ERR_INVALID, "consumer check: missing options");
+    if (!js)
+        return jsd__err(err, JSD_ERR_INVALID, "consumer check: connection without JetStream");
+    jsd_status st = check_opts(o, err);
+    if (st != JSD_OK)
+        return st;
+    natsStatus s = js_GetStreamInfo(&si, js, o->stream, NULL, &jerr);
+    if (s != NATS_OK) {
+        if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+            return jsd__err(err, JSD_ERR_NOT_FOUND, "stream \"%s\" does not exist", o->stream);
+        return jsd__err_nats(err, s, jerr, "stream info");
+    }
+    jsStreamInfo_Destroy(si);
+    default_dlq_subject(o, dlq, sizeof(dlq));
+    if (!jsd__subject_valid_exact(dlq, err))
+        return JSD_ERR_CONFIG;
+    return check_dlq(js, o->stream, dlq, dlq_stream, sizeof(dlq_stream), err);
+}
+
 static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
 {
     jsConsumerInfo *ci = NULL;
@@ -490,7 +645,15 @@ static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
         goto done;
     }
     c->max_deliver = cc->MaxDeliver > 0 ? (int)cc->MaxDeliver : -1;
+    /* The ack wait in force is the server's, not the one asked for: with a
+     * backoff list JetStream waits backoff[0] for the first ACK and
+     * backoff[n] after delivery n+1. Keep-alives follow the shortest. */
     c->ack_wait_ms = cc->AckWait > 0 ? cc->AckWait / 1000000LL : 30000;
+    for (int i = 0; i < cc->BackOffLen; i++)
+        if (cc->BackOff[i] > 0)
+            c->ack_wait_ms = JSD_MIN(c->ack_wait_ms, cc->BackOff[i] / 1000000LL);
+    c->ack_wait_ms = JSD_MAX(1, c->ack_wait_ms);
+    c->keepalive_ms = JSD_MAX(1, c->ack_wait_ms / 3);
     if (c->max_deliver == 1) {
         st = cerr(c, JSD_ERR_CONFIG,
                   "durable \"%s\" has max_deliver 1: no delivery is left to retry a failed park "
@@ -547,25 +710,8 @@ static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
         }
     }
 
-    /* The dead-letter stream: it must exist, and not be the stream we read. */
-    st = jsd__stream_for_subject_js(c->js, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream),
-                                    &c->err);
-    if (st == JSD_ERR_NOT_FOUND) {
-        st = cerr(c, JSD_ERR_CONFIG,
-                  "no stream captures the dead-letter subject \"%s\"; create a dead-letter "
-                  "stream on its own subject root (e.g. \"jsd.dlq.>\")",
-                  c->dlq_subject);
-        goto done;
-    }
-    if (st != JSD_OK)
-        goto done;
-    if (strcmp(c->dlq_stream, c->stream) == 0) {
-        st = cerr(c, JSD_ERR_CONFIG,
-                  "dead-letter subject \"%s\" is captured by the consumed stream \"%s\" itself; "
-                  "use a separate dead-letter stream",
-                  c->dlq_subject, c->stream);
-        goto done;
-    }
+    st = check_dlq(c->js, c->stream, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream),
+                   &c->err);
 done:
     jsConsumerInfo_Destroy(ci);
     jsStreamInfo_Destroy(si);
@@ -585,6 +731,15 @@ static jsd_status bind(jsd_consumer *c)
     natsStatus s = js_PullSubscribe(&c->sub, c->js, NULL, c->durable, NULL, &so, &jerr);
     if (s != NATS_OK)
         return jsd__err_nats(&c->err, s, jerr, "bind to the durable");
+    /* The connection's per-subscription pending limits (max_pending_msgs,
+     * max_pending_bytes) bound what fetched deliveries may buffer here. */
+    int lim_msgs = 0;
+    int64_t lim_bytes = 0;
+    jsd__conn_pending_limits(c->conn, &lim_msgs, &lim_bytes);
+    s = natsSubscription_SetPendingLimits(c->sub, lim_msgs,
+                                          (int)JSD_MIN(lim_bytes, (int64_t)INT32_MAX));
+    if (s != NATS_OK)
+        return jsd__err_nats(&c->err, s, 0, "pending limits of the durable's subscription");
     if ((s = natsInbox_Create(&inbox)) != NATS_OK)
         return jsd__err_nats(&c->err, s, 0, "ack inbox");
     jsd__strlcpy(c->ack_prefix, inbox, sizeof(c->ack_prefix));
@@ -607,22 +762,8 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
     if (!out || !store || !conn || !o)
         return jsd__err(err, JSD_ERR_INVALID, "consumer create: missing argument");
     *out = NULL;
-    if (!o->stream || !jsd__stream_name_valid(o->stream, err))
-        return o->stream ? JSD_ERR_INVALID
-                         : jsd__err(err, JSD_ERR_INVALID, "consumer create: stream is required");
-    if (!o->durable || !jsd__stream_name_valid(o->durable, err))
-        return o->durable ? JSD_ERR_INVALID
-                          : jsd__err(err, JSD_ERR_INVALID, "consumer create: durable is required");
-    if (o->batch < 0 || o->batch > 4096)
-        return jsd__err(err, JSD_ERR_CONFIG, "batch %d outside 1..4096", o->batch);
-    if (o->payload_format != JSD_PAYLOAD_RAW && o->payload_format != JSD_PAYLOAD_JSON)
-        return jsd__err(err, JSD_ERR_CONFIG, "unknown payload format %d", (int)o->payload_format);
-    if (o->n_accept_types > 256)
-        return jsd__err(err, JSD_ERR_CONFIG, "at most 256 accepted types");
-    for (size_t i = 0; i < o->n_accept_types; i++)
-        if (!o->accept_types || !o->accept_types[i] || !*o->accept_types[i] ||
-            strlen(o->accept_types[i]) > 256)
-            return jsd__err(err, JSD_ERR_CONFIG, "accepted type %zu is empty or over 256 bytes", i);
+    if ((st = check_opts(o, err)) != JSD_OK)
+        return st;
 
     if (!(c = jsd__calloc(1, sizeof(*c))))
         return jsd__err(err, JSD_ERR_NOMEM, "consumer create: out of memory");
@@ -632,23 +773,42 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
     pthread_mutex_init(&c->amu, NULL);
     pthread_cond_init(&c->acv, NULL);
     atomic_init(&c->draining, false);
+    atomic_init(&c->in_hand, 0);
     c->store = store;
     c->conn = conn;
     c->nc = jsd__conn_nats(conn);
     c->js = jsd__conn_js(conn);
     c->fmt = o->payload_format;
     c->m = o->metrics ? jsd_metrics_std_of(o->metrics) : jsd_metrics_default_std();
+    {
+        /* Series of the ingress's own; a registry that refuses them (full)
+         * leaves the handles NULL and the updates no-ops. */
+        jsd_metrics *reg = o->metrics ? o->metrics : jsd_metrics_default();
+        if (reg) {
+            jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_consumer_store_outages_total",
+                                 "store outages the consumer held its batch through", NULL, NULL,
+                                 NULL, 0, &c->m_outages, NULL);
+            jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_consumer_held_deliveries",
+                                 "deliveries held (kept alive, unapplied) while the store is out",
+                                 NULL, NULL, NULL, 0, &c->m_held, NULL);
+            jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_poison_unpublished",
+                                 "poison records stored but not yet in the dead-letter stream",
+                                 NULL, NULL, NULL, 0, &c->m_dlq_unpublished, NULL);
+            jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_dead_letters_deferred_total",
+                                 "death envelopes that could not be published at settlement and "
+                                 "were left to the retry from the store",
+                                 NULL, NULL, NULL, 0, &c->m_dlq_deferred, NULL);
+        }
+    }
     c->batch = o->batch > 0 ? o->batch : 0; /* 0: decided from the durable */
     c->fetch_wait_ms = o->fetch_wait_ms > 0 ? o->fetch_wait_ms : 500;
     c->ack_timeout_ms = o->ack_timeout_ms > 0 ? o->ack_timeout_ms : 5000;
     c->retry_delay_ms = o->retry_delay_ms > 0 ? o->retry_delay_ms : 1000;
     c->stream = jsd__strdup(o->stream);
     c->durable = jsd__strdup(o->durable);
-    if (o->dlq_subject) {
-        c->dlq_subject = jsd__strdup(o->dlq_subject);
-    } else {
+    {
         char def[JSD_SUBJECT_MAX + 64];
-        jsd__snprintf(def, sizeof(def), "jsd.dlq.%s.%s", o->stream, o->durable);
+        default_dlq_subject(o, def, sizeof(def));
         c->dlq_subject = jsd__strdup(def);
     }
     if (!c->stream || !c->durable || !c->dlq_subject) {
@@ -703,6 +863,7 @@ static void batch_release(jsd_consumer *c)
         natsMsg_Destroy(c->d[i].msg);
     }
     c->nd = 0;
+    atomic_store(&c->in_hand, 0);
 }
 
 void jsd_consumer_destroy(jsd_consumer *c)
@@ -780,6 +941,13 @@ void jsd_consumer_stats_get(jsd_consumer *c, jsd_consumer_stats *out)
     *out = c->stats;
     pthread_mutex_unlock(&c->mu);
 }
+
+#define STAT_SET(c, field, v)                                                                      \
+    do {                                                                                           \
+        pthread_mutex_lock(&(c)->mu);                                                              \
+        (c)->stats.field = (v);                                                                    \
+        pthread_mutex_unlock(&(c)->mu);                                                            \
+    } while (0)
 
 #define STAT_ADD(c, field, n)                                                                      \
     do {                                                                                           \
@@ -916,6 +1084,39 @@ static bool parse_meta(jsd_delivery *d)
     return true;
 }
 
+/* A store outage seen through the handler's own SQL: the native handle's
+ * state after a handler that did not commit. sqlite_before is the SQLite
+ * connection's error code before the call, so an old code is not taken for
+ * a new failure. JSD_OK when the failure is the handler's own. */
+static int sqlite_code(jsd_tx *tx)
+{
+    sqlite3 *db = jsd_tx_sqlite(tx);
+    return db ? sqlite3_errcode(db) : SQLITE_OK;
+}
+
+static jsd_status handler_saw_outage(jsd_tx *tx, int sqlite_before)
+{
+    PGconn *pg = jsd_tx_pg(tx);
+    if (pg)
+        return PQstatus(pg) == CONNECTION_BAD ? JSD_ERR_CONNECT : JSD_OK;
+    int now = sqlite_code(tx);
+    if (now == sqlite_before)
+        return JSD_OK;
+    switch (now & 0xff) {
+    case SQLITE_FULL:
+        return JSD_ERR_FULL;
+    case SQLITE_IOERR:
+        return JSD_ERR_IO;
+    case SQLITE_READONLY:
+        return JSD_ERR_READONLY;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return JSD_ERR_BUSY;
+    default:
+        return JSD_OK;
+    }
+}
+
 /* Decide one delivery inside the open transaction. A non-OK return means the
  * transaction can no longer be trusted (the batch is abandoned). */
 static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h, void *user,
@@ -978,11 +1179,16 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
     } else {
         if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
             return st;
+        int before = sqlite_code(tx);
         int64_t t0 = jsd__mono_us();
         disp = h(tx, d, user);
         int64_t took = jsd__mono_us() - t0;
         STAT_ADD(c, handler_us, (uint64_t)took);
         jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
+        /* A handler that failed because the store is out did not fail:
+         * the batch is held instead (no attempt spent, never parked). */
+        if (disp.kind != JSD_DISPOSITION_COMMIT && (st = handler_saw_outage(tx, before)) != JSD_OK)
+            return st;
     }
 
     if (disp.kind == JSD_DISPOSITION_COMMIT) {
@@ -1002,6 +1208,9 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
             d->state = D_ACK;
             return JSD_OK;
         }
+        /* The store is out: the whole batch is held and retried. */
+        if (store_outage(st))
+            return st;
         /* The inbox row could not be written: undo, and come again. */
         jsd__snprintf(d->reason, sizeof(d->reason), "inbox insert failed: %s",
                       jsd_store_errmsg(c->store));
@@ -1083,11 +1292,14 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_h
     }
     if (st != JSD_OK)
         return st;
+    int before = sqlite_code(tx);
     int64_t t0 = jsd__mono_us();
     jsd_disposition disp = h(tx, d, user);
     int64_t took = jsd__mono_us() - t0;
     STAT_ADD(c, handler_us, (uint64_t)took);
     jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
+    if (disp.kind != JSD_DISPOSITION_COMMIT && (st = handler_saw_outage(tx, before)) != JSD_OK)
+        return st;
     if (disp.kind == JSD_DISPOSITION_COMMIT) {
         d->state = D_ACK;
         d->fresh = true;
@@ -1106,7 +1318,7 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_h
  * worked on (+WPI), so none is redelivered meanwhile. */
 static void keep_alive(jsd_consumer *c, int64_t *last_ms)
 {
-    if (jsd__mono_ms() - *last_ms < c->ack_wait_ms / 3)
+    if (jsd__mono_ms() - *last_ms < c->keepalive_ms)
         return;
     for (size_t i = 0; i < c->nd; i++)
         natsMsg_InProgress(c->d[i].msg, NULL);
@@ -1132,14 +1344,19 @@ static void on_ack_reply(natsConnection *nc, natsSubscription *sub, natsMsg *m, 
     jsd_consumer *c = closure;
     const char *subj = natsMsg_GetSubject(m);
     size_t plen = strlen(c->ack_prefix);
-    if (strncmp(subj, c->ack_prefix, plen) == 0 && subj[plen] == '.') {
+    /* A "no responders" status (the durable is gone) confirms nothing. */
+    if (!natsMsg_IsNoResponders(m) && strncmp(subj, c->ack_prefix, plen) == 0 &&
+        subj[plen] == '.') {
         char *end = NULL;
         unsigned long long g = strtoull(subj + plen + 1, &end, 10);
         if (end && *end == '.' && g) {
+            unsigned long long idx = strtoull(end + 1, NULL, 10);
             pthread_mutex_lock(&c->amu);
             for (int i = 0; i < ACK_GENS; i++)
                 if (c->gens[i].gen == g) {
                     c->gens[i].confirmed++;
+                    if (idx < c->gens[i].n_fresh)
+                        c->gens[i].confirmed_fresh++;
                     if (!c->gens[i].open && c->gens[i].confirmed >= c->gens[i].sent)
                         pthread_cond_broadcast(&c->acv);
                     break;
@@ -1163,6 +1380,8 @@ static void ack_reap(jsd_consumer *c)
             continue;
         size_t ok = JSD_MIN(g->confirmed, g->sent);
         STAT_ADD(c, acked, ok);
+        /* deliveries{result="commit"}: committed AND the ACK confirmed. */
+        jsd_counter_add(c->m->deliveries[JSD_RESULT_COMMIT], JSD_MIN(g->confirmed_fresh, g->n_fresh));
         if (ok < g->sent) {
             STAT_ADD(c, ack_unconfirmed, g->sent - ok);
             JSD_WARN("ingress",
@@ -1205,12 +1424,13 @@ static void ack_collect(jsd_consumer *c, bool wait)
     pthread_mutex_unlock(&c->amu);
 }
 
-/* Send +ACK for every delivery in acks, each a request with a reply subject of
+/* Send +ACK for every delivery in acks (the first n_fresh of them settle
+ * commits of this batch), each a request with a reply subject of
  * our own, all at once. Their confirmations are counted as they arrive (by the
  * subscription's callback) and settled later: the wait for the server
  * overlaps the next batches (at most ACK_GENS batches in flight) instead of
  * costing one round trip per batch. */
-static void ack_send(jsd_consumer *c, jsd_delivery **acks, size_t n)
+static void ack_send(jsd_consumer *c, jsd_delivery **acks, size_t n, size_t n_fresh)
 {
     if (n == 0) {
         ack_collect(c, false);
@@ -1233,7 +1453,8 @@ static void ack_send(jsd_consumer *c, jsd_delivery **acks, size_t n)
     uint64_t gen = ++c->ack_gen;
     g->gen = gen;
     g->open = true;
-    g->sent = g->confirmed = 0;
+    g->sent = g->confirmed = g->confirmed_fresh = 0;
+    g->n_fresh = n_fresh;
     pthread_mutex_unlock(&c->amu);
 
     char reply[160];
@@ -1273,12 +1494,279 @@ static bool reserve(jsd_consumer *c, size_t n)
     return true;
 }
 
+/* A store error that says nothing about the deliveries: the store cannot
+ * be reached, is full, read-only or busy, or a COMMIT's outcome is unknown
+ * (a lost connection maps to JSD_ERR_CONNECT). Such a batch is held and
+ * retried, never NAKed. */
+static bool store_outage(jsd_status st)
+{
+    switch (st) {
+    case JSD_ERR_CONNECT:
+    case JSD_ERR_FULL:
+    case JSD_ERR_READONLY:
+    case JSD_ERR_BUSY:
+    case JSD_ERR_IO:
+    case JSD_ERR_TIMEOUT:
+    case JSD_ERR_NOMEM:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Apply the batch in hand in one transaction and COMMIT it: first the fast
+ * pass, and when anything in it is unusual, the careful pass with a
+ * savepoint per handler. JSD_OK when committed; otherwise the status of the
+ * store call that failed, and nothing of the batch was committed (or, after
+ * a lost connection at COMMIT, it is unknown: the next attempt's inbox
+ * lookups answer that). */
+static jsd_status apply_batch(jsd_consumer *c, jsd_handler h, void *user, int64_t *wpi_at)
+{
+    jsd_tx *tx = NULL;
+    bool abort = false;
+    size_t fail_at = SIZE_MAX;
+    jsd_disposition failed = jsd_disposition_commit();
+
+    for (size_t i = 0; i < c->nd; i++) {
+        c->d[i].state = D_NONE;
+        c->d[i].fresh = c->d[i].dup = false;
+        c->d[i].reason[0] = '\0';
+    }
+    jsd_status st = jsd_tx_begin(c->store, &tx);
+    for (size_t i = 0; st == JSD_OK && !abort && i < c->nd; i++) {
+        keep_alive(c, wpi_at);
+        st = apply_fast(c, tx, &c->d[i], h, user, &abort, &failed);
+        if (abort && failed.kind != JSD_DISPOSITION_COMMIT)
+            fail_at = i;
+    }
+    if (st == JSD_OK && abort) {
+        char keep[JSD__ERROR_TEXT_MAX + 1] = "";
+        if (fail_at != SIZE_MAX)
+            jsd__strlcpy(keep, c->d[fail_at].reason, sizeof(keep));
+        jsd_tx_rollback(tx);
+        tx = NULL;
+        for (size_t i = 0; i < c->nd; i++) {
+            c->d[i].state = D_NONE;
+            c->d[i].fresh = c->d[i].dup = false;
+            c->d[i].reason[0] = '\0';
+        }
+        if (fail_at != SIZE_MAX)
+            jsd__strlcpy(c->d[fail_at].reason, keep, sizeof(c->d[fail_at].reason));
+        st = jsd_tx_begin(c->store, &tx);
+        for (size_t i = 0; st == JSD_OK && i < c->nd; i++) {
+            keep_alive(c, wpi_at);
+            st = apply_one(c, tx, &c->d[i], h, user, i == fail_at ? &failed : NULL);
+        }
+    }
+    if (st == JSD_OK) {
+        st = jsd_tx_commit(tx);
+        tx = NULL;
+        if (st == JSD_OK)
+            return JSD_OK;
+    }
+    jsd_tx_rollback(tx);
+    return st != JSD_OK ? st : JSD_ERR_STORE;
+}
+
+/* A drain during a store outage: leave the held deliveries unacked. */
+static jsd_status hold_stop(jsd_consumer *c, jsd_status why)
+{
+    size_t n = c->nd;
+    char cause[JSD__ERROR_TEXT_MAX + 1];
+    jsd__strlcpy(cause, jsd_store_errmsg(c->store), sizeof(cause));
+    JSD_WARN("ingress",
+             "%s/%s: stopped during a store outage: %zu held deliveries left unacked; the "
+             "server redelivers them after the ack wait (%" PRId64 " ms), one delivery each",
+             c->stream, c->durable, n, c->ack_wait_ms);
+    batch_release(c); /* neither ACK nor NAK */
+    c->held_at_stop += n;
+    c->holding = false;
+    STAT_SET(c, held, 0);
+    jsd_gauge_set(c->m_held, 0);
+    cerr(c, why,
+         "stopped while %zu deliveries were held by a store outage (%s); they were left unacked "
+         "and come again after the ack wait",
+         n, cause);
+    fetcher_drain(c);
+    ack_collect(c, true);
+    return JSD_ERR_STOPPED;
+}
+
+/* Hold the batch in hand through a store outage: keep every delivery alive
+ * (+WPI, which does not count a delivery), wait with a capped backoff, and
+ * apply it again from the start in a fresh transaction until the store takes
+ * it. JSD_OK once committed; JSD_ERR_STOPPED on drain. */
+static jsd_status hold_and_apply(jsd_consumer *c, jsd_handler h, void *user, int64_t *wpi_at,
+                                 jsd_status why)
+{
+    int64_t backoff = 100;
+    if (!c->holding) {
+        c->holding = true;
+        c->hold_since_ms = jsd__mono_ms();
+        STAT_ADD(c, store_outages, 1);
+        jsd_counter_inc(c->m_outages);
+        JSD_WARN("ingress",
+                 "%s/%s: store outage (%s): holding %zu deliveries, kept alive every %" PRId64
+                 " ms and retried until the store answers; no delivery attempt is spent",
+                 c->stream, c->durable, jsd_store_errmsg(c->store), c->nd, c->keepalive_ms);
+    }
+    STAT_SET(c, held, c->nd);
+    jsd_gauge_set(c->m_held, (double)c->nd);
+    for (;;) {
+        int64_t until = jsd__mono_ms() + backoff;
+        while (jsd__mono_ms() < until) {
+            if (atomic_load(&c->draining))
+                return hold_stop(c, why);
+            keep_alive(c, wpi_at);
+            ack_collect(c, false);
+            jsd__sleep_ms(JSD_MIN(50, JSD_MAX(1, until - jsd__mono_ms())));
+        }
+        backoff = JSD_MIN(backoff * 2, 5000);
+        keep_alive(c, wpi_at);
+        jsd_status st = apply_batch(c, h, user, wpi_at);
+        if (st == JSD_OK)
+            break;
+        if (!store_outage(st)) {
+            /* The store answers again, and refuses something in the batch:
+             * the ordinary failed-commit path takes it from here. */
+            c->holding = false;
+            STAT_SET(c, held, 0);
+            jsd_gauge_set(c->m_held, 0);
+            return st;
+        }
+        why = st;
+        jsd__err_copy(&c->err, jsd_store_error(c->store));
+    }
+    JSD_WARN("ingress", "%s/%s: the store answers again after %" PRId64 " ms; %zu held deliveries "
+             "applied", c->stream, c->durable, jsd__mono_ms() - c->hold_since_ms, c->nd);
+    c->holding = false;
+    STAT_SET(c, held, 0);
+    jsd_gauge_set(c->m_held, 0);
+    return JSD_OK;
+}
+
+/* Publish the death envelope of a stored poison record (one the batch that
+ * recorded it could not publish, or one left by another process). */
+static jsd_status republish_record(jsd_consumer *c, const jsd__poison_record *r, jsd_error *e)
+{
+    char type[257] = "";
+    uint64_t dlv = 0;
+    const char *diag = r->diagnostic ? r->diagnostic : "";
+    static const char park_prefix[] = "max deliveries reached (";
+    bool parked = strncmp(diag, park_prefix, sizeof(park_prefix) - 1) == 0;
+    if (parked)
+        dlv = strtoull(diag + sizeof(park_prefix) - 1, NULL, 10);
+    /* Jsd-Type from the stored header block ("Name: value\r\n" lines). */
+    if (r->headers) {
+        const char *hb = (const char *)r->headers;
+        size_t hl = r->headers_len, tl = strlen(JSD_HDR_TYPE);
+        for (size_t i = 0; i + tl + 2 <= hl; i++) {
+            if ((i == 0 || hb[i - 1] == '\n') && strncmp(hb + i, JSD_HDR_TYPE, tl) == 0 &&
+                hb[i + tl] == ':') {
+                size_t a = i + tl + 1, z;
+                while (a < hl && hb[a] == ' ')
+                    a++;
+                for (z = a; z < hl && hb[z] != '\r' && hb[z] != '\n'; z++)
+                    ;
+                size_t n = JSD_MIN(z - a, sizeof(type) - 1);
+                memcpy(type, hb + a, n);
+                type[n] = '\0';
+                break;
+            }
+        }
+    }
+    jsd__death death = {.subject = r->subject,
+                        .stream = r->stream,
+                        .consumer = r->consumer,
+                        .stream_seq = r->stream_seq,
+                        .deliveries = dlv,
+                        .reason = parked ? "max_deliver" : "poison",
+                        .error = diag,
+                        .msg_id = r->msg_id && *r->msg_id ? r->msg_id : NULL,
+                        .type = *type ? type : NULL,
+                        .payload = r->payload,
+                        .len = r->len,
+                        .time_ms = r->created_at_ms};
+    uint64_t dseq = 0;
+    jsd_status st = jsd__death_publish(c->js, c->dlq_subject, c->dlq_stream, &death,
+                                       c->ack_timeout_ms, &dseq, e);
+    if (st != JSD_OK)
+        return st;
+    jsd_counter_inc(c->m->dead_letters);
+    st = jsd__store_poison_mark_published(c->store, r->stream, r->consumer, r->stream_seq,
+                                          c->dlq_stream, dseq);
+    if (st != JSD_OK)
+        JSD_WARN("ingress",
+                 "poison record %s:%" PRIu64 " published as %s:%" PRIu64
+                 " but not marked (%s); it is published again (the same id) later",
+                 r->stream, r->stream_seq, c->dlq_stream, dseq, jsd_store_errmsg(c->store));
+    return st;
+}
+
+/* Republish this durable's poison records that have no dead-letter sequence
+ * (DLQ-1): due after a failed publish (with a backoff up to 30 s), and every
+ * minute otherwise, for records another process left. */
+static void dlq_sweep(jsd_consumer *c, bool force)
+{
+    int64_t now = jsd__mono_ms();
+    if (!force && now < c->sweep_at_ms)
+        return;
+    int64_t after = 0;
+    size_t left = 0, published = 0;
+    bool failed = false;
+    jsd_error e;
+    jsd_error_clear(&e);
+    for (;;) {
+        jsd__poison_record *recs = NULL;
+        size_t n = 0;
+        jsd_status st = jsd__store_poison_unpublished(c->store, c->stream, c->durable, after, 64,
+                                                      &recs, &n);
+        if (st != JSD_OK) {
+            /* The store is down: its outage is reported by the batch path. */
+            c->sweep_at_ms = now + 5000;
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            after = recs[i].id;
+            if (!failed) {
+                jsd_status ps = republish_record(c, &recs[i], &e);
+                if (ps == JSD_OK) {
+                    published++;
+                    continue;
+                }
+                failed = e.status != JSD_OK; /* the publish failed, not only its mark */
+            }
+            left++;
+        }
+        jsd__poison_records_free(recs, n);
+        if (n < 64)
+            break;
+    }
+    if (published) {
+        STAT_ADD(c, dlq_republished, published);
+        JSD_INFO("ingress", "%s/%s: %zu stored dead letters published to %s", c->stream,
+                 c->durable, published, c->dlq_stream);
+    }
+    STAT_SET(c, poison_unpublished, left);
+    jsd_gauge_set(c->m_dlq_unpublished, (double)left);
+    if (left) {
+        c->sweep_backoff_ms = JSD_MIN(JSD_MAX(c->sweep_backoff_ms * 2, 500), 30000);
+        JSD_WARN("ingress",
+                 "%s/%s: %zu poison records are stored but not in the dead-letter stream %s "
+                 "(%s); retrying in %" PRId64 " ms",
+                 c->stream, c->durable, left, c->dlq_stream, e.msg[0] ? e.msg : "not published",
+                 c->sweep_backoff_ms);
+        c->sweep_at_ms = jsd__mono_ms() + c->sweep_backoff_ms;
+    } else {
+        c->sweep_backoff_ms = 0;
+        c->sweep_at_ms = jsd__mono_ms() + 60000;
+    }
+}
+
 jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
 {
     natsMsgList list = {0};
-    jsd_tx *tx = NULL;
     jsd_status st = JSD_OK;
-    bool committed = false;
 
     if (n)
         *n = 0;
@@ -1289,6 +1777,7 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
         ack_collect(c, true);
         return JSD_ERR_STOPPED;
     }
+    dlq_sweep(c, false);
 
     natsStatus s = NATS_TIMEOUT;
     if (!take_batch(c, &list, &s))
@@ -1331,52 +1820,25 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
     c->stats.batches++;
     if (c->nd > c->stats.max_batch)
         c->stats.max_batch = c->nd;
+    c->stats.max_in_flight = JSD_MAX(c->stats.max_in_flight, (uint64_t)c->nd);
     pthread_mutex_unlock(&c->mu);
+    atomic_store(&c->in_hand, c->nd);
     if (c->nd == 0)
         return JSD_OK;
 
-    /* ---- apply: one transaction; first the fast pass, and when anything in
-     * it is unusual, the careful pass with a savepoint per handler ---- */
-    bool abort = false;
-    size_t fail_at = SIZE_MAX;
-    jsd_disposition failed = jsd_disposition_commit();
-    st = jsd_tx_begin(c->store, &tx);
+    /* ---- apply ---- */
     int64_t wpi_at = jsd__mono_ms();
-    for (size_t i = 0; st == JSD_OK && !abort && i < c->nd; i++) {
-        keep_alive(c, &wpi_at);
-        st = apply_fast(c, tx, &c->d[i], h, user, &abort, &failed);
-        if (abort && failed.kind != JSD_DISPOSITION_COMMIT)
-            fail_at = i;
+    st = apply_batch(c, h, user, &wpi_at);
+    if (st != JSD_OK && store_outage(st)) {
+        jsd__err_copy(&c->err, jsd_store_error(c->store));
+        st = hold_and_apply(c, h, user, &wpi_at, st);
+        if (st == JSD_ERR_STOPPED)
+            return st;
     }
-    if (st == JSD_OK && abort) {
-        char keep[JSD__ERROR_TEXT_MAX + 1] = "";
-        if (fail_at != SIZE_MAX)
-            jsd__strlcpy(keep, c->d[fail_at].reason, sizeof(keep));
-        jsd_tx_rollback(tx);
-        tx = NULL;
-        for (size_t i = 0; i < c->nd; i++) {
-            c->d[i].state = D_NONE;
-            c->d[i].fresh = c->d[i].dup = false;
-            c->d[i].reason[0] = '\0';
-        }
-        if (fail_at != SIZE_MAX)
-            jsd__strlcpy(c->d[fail_at].reason, keep, sizeof(c->d[fail_at].reason));
-        st = jsd_tx_begin(c->store, &tx);
-        for (size_t i = 0; st == JSD_OK && i < c->nd; i++) {
-            keep_alive(c, &wpi_at);
-            st = apply_one(c, tx, &c->d[i], h, user, i == fail_at ? &failed : NULL);
-        }
-    }
-    if (st == JSD_OK) {
-        st = jsd_tx_commit(tx);
-        tx = NULL;
-        committed = st == JSD_OK;
-    }
-    if (!committed) {
+    if (st != JSD_OK) {
         jsd__err_copy(&c->err, jsd_store_error(c->store));
         JSD_WARN("ingress", "batch of %zu on %s/%s not committed (%s); NAK, they come again", c->nd,
                  c->stream, c->durable, jsd_store_errmsg(c->store));
-        jsd_tx_rollback(tx);
         STAT_ADD(c, commit_failures, 1);
         for (size_t i = 0; i < c->nd; i++)
             nak(c, &c->d[i], c->retry_delay_ms);
@@ -1399,14 +1861,17 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
         n_dup += c->d[i].dup;
     STAT_ADD(c, committed, n_commit);
     STAT_ADD(c, duplicates, n_dup);
-    jsd_counter_add(c->m->deliveries[JSD_RESULT_COMMIT], n_commit);
     jsd_counter_add(c->m->deliveries[JSD_RESULT_DUPLICATE], n_dup);
     if (any_dead)
         JSD_CRASH_POINT("poison.after_store_commit");
 
+    /* ACKs of this batch's fresh commits first (their confirmations move
+     * deliveries{result="commit"}), then the others, in a second array. */
     jsd_delivery **acks = jsd__calloc(
-        c->nd, sizeof(*acks)); /* NOLINT(bugprone-sizeof-expression): an array of pointers */
-    size_t na = 0;
+        2 * c->nd, sizeof(*acks)); /* NOLINT(bugprone-sizeof-expression): an array of pointers */
+    jsd_delivery **later = acks ? acks + c->nd : NULL;
+    size_t na = 0, nl = 0;
+    bool dlq_ok = false, dlq_failed = false;
     if (!acks)
         JSD_WARN("ingress",
                  "out of memory: the ACKs of %zu deliveries are not sent; they will be "
@@ -1415,37 +1880,59 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
     for (size_t i = 0; i < c->nd; i++) {
         jsd_delivery *d = &c->d[i];
         if (d->state == D_POISON || d->state == D_PARK) {
-            const char *reason = d->state == D_POISON ? "poison" : "max_deliver";
-            jsd__death death = {.subject = d->subject,
-                                .stream = c->stream,
-                                .consumer = c->durable,
-                                .stream_seq = d->seq,
-                                .deliveries = d->deliveries,
-                                .reason = reason,
-                                .error = d->reason,
-                                .msg_id = d->msg_id,
-                                .type = d->type,
-                                .payload = natsMsg_GetData(d->msg),
-                                .len = (size_t)natsMsg_GetDataLength(d->msg),
-                                .time_ms = jsd__now_ms()};
-            uint64_t dseq = 0;
-            jsd_error e;
-            jsd_error_clear(&e);
-            jsd_status ds = jsd__death_publish(c->js, c->dlq_subject, c->dlq_stream, &death,
-                                               c->ack_timeout_ms, &dseq, &e);
-            if (ds != JSD_OK) {
-                JSD_WARN("ingress", "dead letter for %s:%" PRIu64 " not confirmed (%s); NAK",
-                         c->stream, d->seq, e.msg);
-                jsd__err_copy(&c->err, &e);
-                nak(c, d, c->retry_delay_ms);
-                continue;
+            /* The poison record was committed with the batch (or by an
+             * earlier one, for a redelivery): publish its death envelope
+             * unless an earlier attempt already did. */
+            bool published = false;
+            if (d->dup) {
+                jsd__poison_record r;
+                memset(&r, 0, sizeof(r));
+                if (jsd__store_poison_get(c->store, c->stream, c->durable, d->seq, &r) == JSD_OK) {
+                    published = r.dlq_seq != 0;
+                    jsd__poison_record_clear(&r);
+                }
             }
-            if (jsd__store_poison_mark_published(c->store, c->stream, c->durable, d->seq,
-                                                 c->dlq_stream, dseq) != JSD_OK)
-                JSD_WARN("ingress", "poison record %s:%" PRIu64 " not marked published: %s",
-                         c->stream, d->seq, jsd_store_errmsg(c->store));
-            jsd_counter_inc(c->m->dead_letters);
-            JSD_CRASH_POINT("poison.after_dlq_publish");
+            if (!published) {
+                const char *reason = d->state == D_POISON ? "poison" : "max_deliver";
+                jsd__death death = {.subject = d->subject,
+                                    .stream = c->stream,
+                                    .consumer = c->durable,
+                                    .stream_seq = d->seq,
+                                    .deliveries = d->deliveries,
+                                    .reason = reason,
+                                    .error = d->reason,
+                                    .msg_id = d->msg_id,
+                                    .type = d->type,
+                                    .payload = natsMsg_GetData(d->msg),
+                                    .len = (size_t)natsMsg_GetDataLength(d->msg),
+                                    .time_ms = jsd__now_ms()};
+                uint64_t dseq = 0;
+                jsd_error e;
+                jsd_error_clear(&e);
+                jsd_status ds = jsd__death_publish(c->js, c->dlq_subject, c->dlq_stream, &death,
+                                                   c->ack_timeout_ms, &dseq, &e);
+                if (ds != JSD_OK) {
+                    /* Not the message's failure, and no delivery is spent on
+                     * it: the poison record is durable, and dlq_sweep
+                     * republishes it from the store. */
+                    JSD_WARN("ingress",
+                             "dead letter for %s:%" PRIu64 " not published (%s); its poison "
+                             "record stays in the store and is republished from there",
+                             c->stream, d->seq, e.msg);
+                    jsd__err_copy(&c->err, &e);
+                    STAT_ADD(c, dlq_deferred, 1);
+                    jsd_counter_inc(c->m_dlq_deferred);
+                    dlq_failed = true;
+                } else {
+                    dlq_ok = true;
+                    if (jsd__store_poison_mark_published(c->store, c->stream, c->durable, d->seq,
+                                                         c->dlq_stream, dseq) != JSD_OK)
+                        JSD_WARN("ingress", "poison record %s:%" PRIu64 " not marked published: %s",
+                                 c->stream, d->seq, jsd_store_errmsg(c->store));
+                    jsd_counter_inc(c->m->dead_letters);
+                    JSD_CRASH_POINT("poison.after_dlq_publish");
+                }
+            }
             if (d->state == D_POISON) {
                 natsStatus ts = natsMsg_Term(d->msg, NULL);
                 if (ts != NATS_OK)
@@ -1456,20 +1943,35 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
             } else {
                 STAT_ADD(c, parked, 1);
                 jsd_counter_inc(c->m->deliveries[JSD_RESULT_DEADLETTER]);
-                if (acks)
-                    acks[na++] = d;
+                if (later)
+                    later[nl++] = d;
             }
         } else if (d->state == D_ACK) {
-            if (acks)
+            if (acks && d->fresh)
                 acks[na++] = d;
+            else if (later)
+                later[nl++] = d;
         } else if (d->state == D_NAK) {
             nak(c, d, d->delay_ms);
         }
     }
-    ack_send(c, acks, na);
+    size_t n_fresh = na;
+    for (size_t i = 0; acks && i < nl; i++)
+        acks[na++] = later[i];
+    ack_send(c, acks, na, n_fresh);
     jsd__free(acks);
     JSD_CRASH_POINT("ingress.after_ack");
     batch_release(c);
+    if (dlq_failed) {
+        c->sweep_backoff_ms = JSD_MAX(c->sweep_backoff_ms, 250);
+        c->sweep_at_ms = JSD_MIN(c->sweep_at_ms, jsd__mono_ms() + c->sweep_backoff_ms);
+    } else if (dlq_ok) {
+        /* The dead-letter stream answers again: retry the stored ones now. */
+        jsd_consumer_stats snap;
+        jsd_consumer_stats_get(c, &snap);
+        if (snap.poison_unpublished)
+            dlq_sweep(c, true);
+    }
     return JSD_OK;
 }
 
@@ -1501,5 +2003,7 @@ jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool unt
     }
     fetcher_drain(c);
     ack_collect(c, true);
+    if (c->held_at_stop)
+        return c->err.status != JSD_OK ? c->err.status : JSD_ERR_STORE;
     return JSD_OK;
 }

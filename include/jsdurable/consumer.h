@@ -105,9 +105,15 @@ typedef enum jsd_payload_format {
  * The durable's server-side settings (IN-5), used by jsd_consumer_ensure to
  * create it when missing. Defaults (jsd_durable_config_init): explicit ack,
  * deliver all, ack_wait 30 s, max_deliver 6 (so the handler gets 5 attempts
- * before parking and one spare delivery absorbs a failed park), backoff
- * 1s/2s/5s/10s then 30s, max_ack_pending 1024, inactive threshold 0 (never
- * reaped), no filter.
+ * before parking and one spare delivery absorbs a failed park), no backoff
+ * (a delivery not settled within the ack wait comes again after the ack
+ * wait; retries the consumer NAKs carry their own delay), max_ack_pending
+ * 1024, inactive threshold 0 (never reaped), no filter.
+ *
+ * With a backoff list JetStream uses backoff_ms[0] as the ack wait of the
+ * first delivery and backoff_ms[n] after delivery n+1, whatever ack_wait_ms
+ * says: ensure refuses a backoff_ms[0] shorter than ack_wait_ms (it would
+ * silently shorten the ack wait) and warns when it is longer.
  */
 typedef struct jsd_durable_config {
     const char *filter_subject; /* NULL: the whole stream */
@@ -176,6 +182,13 @@ void jsd_consumer_opts_init(jsd_consumer_opts *o);
  */
 jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *conn,
                                const jsd_consumer_opts *o, jsd_error *err);
+/*
+ * Check everything jsd_consumer_create checks that does not need the durable
+ * itself: the options, that the stream exists, and that a stream other than
+ * it captures the dead-letter subject. Call it before jsd_consumer_ensure so
+ * that a configuration that cannot run creates nothing. Errors as for create.
+ */
+jsd_status jsd_consumer_check(jsd_conn *conn, const jsd_consumer_opts *o, jsd_error *err);
 /* Unbinds without deleting the durable. Accepts NULL. */
 void jsd_consumer_destroy(jsd_consumer *c);
 const char *jsd_consumer_errmsg(const jsd_consumer *c);
@@ -188,13 +201,23 @@ const jsd_error *jsd_consumer_error(const jsd_consumer *c);
  * Returns JSD_OK also when a commit failed (those deliveries were NAKed and
  * will come again); an error only for what stops the consumer (store
  * unusable, connection closed). JSD_ERR_STOPPED after begin_drain.
+ * A store outage (JSD_ERR_CONNECT, _FULL, _READONLY, _BUSY, _IO, _TIMEOUT,
+ * _NOMEM from the store, or a COMMIT whose outcome is unknown) is not the
+ * handler's failure: poll holds the batch, keeps every delivery in it alive
+ * with +WPI (which spends no delivery attempt) and retries the whole batch in
+ * a fresh transaction with a capped backoff until the store answers; it
+ * returns only then, or with JSD_ERR_STOPPED on begin_drain (the held
+ * deliveries are left unacked: the server redelivers them after the ack
+ * wait, one delivery each).
  */
 jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n);
 
 /* Loop jsd_consumer_poll until begin_drain (JSD_OK once the batch in hand is
  * settled), or with until_idle until the durable has nothing pending and
  * nothing in flight. Transient failures (connection loss, busy store) are
- * logged and retried. */
+ * logged and retried. Never JSD_OK while a delivery is left unapplied: a
+ * drain during a store outage returns the store's status, with the number
+ * of deliveries left unacked in jsd_consumer_errmsg. */
 jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle);
 
 /* Stop fetching; deliveries already handed out are still applied and settled.
@@ -217,7 +240,21 @@ typedef struct jsd_consumer_stats {
     uint64_t commit_failures;
     uint64_t batches;
     uint64_t max_batch;  /* largest batch handed to handlers */
+    /* Most deliveries this consumer held at once: the batch in hand plus the
+     * one pulled ahead (at most 2 x batch, whatever the durable allows). */
+    uint64_t max_in_flight;
     uint64_t handler_us; /* total handler time */
+    /* Store outages: batches the store could not take (unreachable, full,
+     * read-only, busy). Their deliveries are held, kept alive with +WPI and
+     * applied once the store answers; never NAKed, never counted as retries. */
+    uint64_t store_outages; /* outages begun */
+    uint64_t held;          /* deliveries held right now (0 when the store answers) */
+    /* Dead letters whose death envelope could not be published when they
+     * were settled (dead-letter stream full, missing, unreachable): their
+     * poison record is in the store and is republished from there. */
+    uint64_t dlq_deferred;
+    uint64_t dlq_republished;    /* published later from the store */
+    uint64_t poison_unpublished; /* this durable's poison records not yet published (last sweep) */
 } jsd_consumer_stats;
 
 /* Thread-safe snapshot. */

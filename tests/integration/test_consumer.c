@@ -327,27 +327,48 @@ static void slow_batch_kept_alive(bool pg)
     cenv_down(&e);
 }
 
-/* ---- in flight never exceeds max_ack_pending ------------------------------------------ */
+/* ---- in flight: the consumer's own bound, below the durable's ---------------------------
+ * The durable allows 64 deliveries in flight; the consumer promises at most
+ * its batch in hand plus one batch pulled ahead, and an automatic batch of
+ * half the durable's max_ack_pending. Both bounds are the library's: the
+ * server would hand out more. */
 static void in_flight_bounded(bool pg)
 {
     cenv e;
     hctx h = {0};
     cenv_up(&e, pg);
     effects_table(&e);
-    cenv_durable(&e, 30000, 6, 8, NULL, 0);
-    cenv_publish(&e, 1, 40, NULL);
+    cenv_durable(&e, 30000, 6, 64, NULL, 0);
+    cenv_publish(&e, 1, 60, NULL);
     h.e = &e;
-    h.check_pending = true;
+    h.sleep_quiet_ms = 5; /* slow enough that the fetcher pulls ahead */
     jsd_consumer_opts o;
     jsd_consumer_opts_init(&o);
-    o.batch = 256; /* asks for more than the durable allows */
+    o.batch = 5;
     jsd_consumer *c = cenv_consumer(&e, &o);
     jsd_consumer_stats s;
-    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 40), 20000);
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 60), 30000);
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_LE(s.max_batch, 5);
+    ASSERT_TRUE(s.max_in_flight >= s.max_batch);
+    ASSERT_LE(s.max_in_flight, 10);
+    ASSERT_EQ(effects(&e), 60);
+    ASSERT_EQ(distinct_effects(&e), 60);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+
+    /* Automatic batch: half of the durable's 16, although a fetch may take 16. */
+    hctx h2 = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 30000, 6, 16, NULL, 0);
+    cenv_publish(&e, 1, 40, NULL);
+    h2.e = &e;
+    c = cenv_consumer(&e, NULL);
+    POLL_UNTIL(c, &h2, (jsd_consumer_stats_get(c, &s), s.committed >= 40), 30000);
     jsd_consumer_stats_get(c, &s);
     ASSERT_LE(s.max_batch, 8);
-    ASSERT_TRUE(h.max_ack_pending_seen >= 1);
-    ASSERT_LE(h.max_ack_pending_seen, 8);
+    ASSERT_LE(s.max_in_flight, 16);
     ASSERT_EQ(effects(&e), 40);
     jsd_consumer_destroy(c);
     cenv_down(&e);

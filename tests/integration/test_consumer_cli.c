@@ -187,6 +187,10 @@ static void refusals(bool pg)
     int rc = consume(&e, NULL, "--dlq-subject nowhere.at.all");
     ASSERT_EQ(rc, 78);
     ASSERT_CONTAINS(out, "no stream captures the dead-letter subject \"nowhere.at.all\"");
+    /* ...and refused before the durable is created. */
+    jsConsumerInfo *ci = cenv_info(&e);
+    if (ci)
+        fail_msg("durable %s was created although the configuration was refused", e.durable);
     /* An unknown named parameter. */
     char cmd[2048];
     snprintf(cmd, sizeof(cmd),
@@ -213,6 +217,31 @@ static void refusals(bool pg)
     rc = consume(&e, NULL, "--inbox-retention 1s");
     ASSERT_EQ(rc, 78);
     ASSERT_CONTAINS(out, "inbox retention 1000 ms is shorter");
+    cenv_down(&e);
+}
+
+/* ---- the ack wait asked for is the ack wait in force ------------------------------------- */
+static void ack_wait_in_force(bool pg)
+{
+    cenv e;
+    cenv_up(&e, pg);
+    sink_table(&e);
+    cenv_publish(&e, 1, 3, NULL);
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "%s consume --store '%s' --nats %s --stream %s --durable %s --ack-wait 5s "
+             "--until-idle --sql 'INSERT INTO sink(body) VALUES (:payload)'",
+             jsd_fx_bin("jsdurable"), e.store_url, jsd_fx_shared_nats_url(), e.stream, e.durable);
+    int rc = jsd_test_run(cmd, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("consume exited %d: %s", rc, out);
+    ASSERT_EQ(rows(&e), 3);
+    /* The server waits what was asked for: no backoff list replaced it. */
+    jsConsumerInfo *ci = cenv_info(&e);
+    ASSERT_TRUE(ci != NULL);
+    ASSERT_EQ(ci->Config->AckWait / 1000000, 5000);
+    ASSERT_EQ(ci->Config->BackOffLen, 0);
+    jsConsumerInfo_Destroy(ci);
     cenv_down(&e);
 }
 
@@ -279,9 +308,10 @@ BOTH(crash_after_commit)
 BOTH(crash_after_ack)
 BOTH(poison_crash_points)
 BOTH(refusals)
+BOTH(ack_wait_in_force)
 BOTH(dlq_tools)
 
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
 JSD_TEST_MAIN(T(binds_parameters), T(filter_subject), T(crash_after_commit), T(crash_after_ack),
-              T(poison_crash_points), T(refusals), T(dlq_tools))
+              T(poison_crash_points), T(refusals), T(ack_wait_in_force), T(dlq_tools))

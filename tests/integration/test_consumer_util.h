@@ -46,7 +46,17 @@ static inline void cenv_connect(cenv *e)
 
 /* A stream capturing "<prefix>.>" and a dead-letter stream capturing
  * "jsd.dlq.<stream>.>", plus a store on the chosen back end. */
+static inline void cenv_up_at(cenv *e, bool pg, const char *store_url);
+
 static inline void cenv_up(cenv *e, bool pg)
+{
+    cenv_up_at(e, pg, NULL);
+}
+
+/* The same with a store URL of the test's own (a private PostgreSQL, a
+ * SQLite file on a small tmpfs); NULL: a fresh one on the run's shared
+ * services. */
+static inline void cenv_up_at(cenv *e, bool pg, const char *store_url)
 {
     memset(e, 0, sizeof(*e));
     e->pg = pg;
@@ -55,7 +65,9 @@ static inline void cenv_up(cenv *e, bool pg)
     snprintf(e->dlq_stream, sizeof(e->dlq_stream), "%s", jsd_test_unique("DLQ"));
     snprintf(e->durable, sizeof(e->durable), "%s", jsd_test_unique("dur"));
     snprintf(e->dlq_subject, sizeof(e->dlq_subject), "jsd.dlq.%s.%s", e->stream, e->durable);
-    if (pg)
+    if (store_url)
+        snprintf(e->store_url, sizeof(e->store_url), "%s", store_url);
+    else if (pg)
         ASSERT_EQ(jsd_fx_pg_database(e->store_url, sizeof(e->store_url)), 0);
     else
         jsd_fx_sqlite_url(e->store_url, sizeof(e->store_url));
