@@ -374,6 +374,57 @@ static void in_flight_bounded(bool pg)
     cenv_down(&e);
 }
 
+/* ---- the connection's max_pending_bytes bounds the durable's subscription ---------------
+ * 20 messages of 1000 bytes, fetched 10 at a time under a 3000-byte pending
+ * limit: the client keeps what fits and the rest comes back after the ack
+ * wait. Every message is applied once; that some needed a second delivery
+ * shows the limit is in force (with the 64 MiB default none would). */
+static void pending_bytes_applied(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    cenv_up(&e, pg);
+    effects_table(&e);
+    cenv_durable(&e, 1000, 20, 1024, NULL, 0);
+    static char body[1000];
+    memset(body, 'p', sizeof(body));
+    for (int k = 0; k < 20; k++) {
+        char id[32];
+        snprintf(id, sizeof(id), "pb-%d", k);
+        cenv_publish_raw(&e, "pb", body, (int)sizeof(body), NULL, id);
+    }
+    jsd_conn_opts co;
+    jsd_conn *small = NULL;
+    jsd_error err;
+    jsd_conn_opts_init(&co);
+    co.servers = jsd_fx_shared_nats_url();
+    co.max_pending_bytes = 3000;
+    jsd_error_clear(&err);
+    ASSERT_OK_E(jsd_conn_open(&small, &co, &err), err.msg);
+    jsd_consumer_opts o;
+    jsd_consumer_opts_init(&o);
+    o.stream = e.stream;
+    o.durable = e.durable;
+    o.batch = 10;
+    o.fetch_wait_ms = 200;
+    o.inbox_retention_ms = 0;
+    jsd_consumer *c = NULL;
+    ASSERT_OK_E(jsd_consumer_create(&c, e.store, small, &o, &err), err.msg);
+    h.e = &e;
+    int64_t end = jsd_test_mono_ms() + 30000;
+    while (distinct_effects(&e) < 20 && jsd_test_mono_ms() < end)
+        jsd_consumer_poll(c, sink, &h, NULL);
+    ASSERT_EQ(effects(&e), 20);
+    ASSERT_EQ(distinct_effects(&e), 20);
+    uint64_t most = 0;
+    for (int k = 1; k <= 20; k++)
+        most = h.seen_deliveries[k] > most ? h.seen_deliveries[k] : most;
+    ASSERT_TRUE(most >= 2);
+    jsd_consumer_destroy(c);
+    jsd_conn_close(small);
+    cenv_down(&e);
+}
+
 /* ---- drain: no new fetch, the batch in hand is still applied and settled -------------- */
 static void drain_settles_batch_in_hand(bool pg)
 {
@@ -679,6 +730,7 @@ BOTH(progress_extends_ack_wait)
 BOTH(in_flight_bounded)
 BOTH(slow_batch_kept_alive)
 BOTH(drain_settles_batch_in_hand)
+BOTH(pending_bytes_applied)
 BOTH(poison_on_first_delivery)
 BOTH(handler_poison)
 BOTH(max_deliver_parks)
@@ -689,5 +741,6 @@ BOTH(msg_id_duplicate_caught)
 
 JSD_TEST_MAIN(T(commit_then_confirmed_ack), T(failed_commit_no_ack), T(redelivery_hits_inbox),
               T(retry_honours_delay), T(progress_extends_ack_wait), T(in_flight_bounded),
-              T(slow_batch_kept_alive), T(drain_settles_batch_in_hand), T(poison_on_first_delivery),
-              T(handler_poison), T(max_deliver_parks), T(config_guard), T(msg_id_duplicate_caught))
+              T(slow_batch_kept_alive), T(drain_settles_batch_in_hand), T(pending_bytes_applied),
+              T(poison_on_first_delivery), T(handler_poison), T(max_deliver_parks), T(config_guard),
+              T(msg_id_duplicate_caught))
