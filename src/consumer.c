@@ -144,7 +144,7 @@ struct jsd_consumer {
     jsd_payload_format fmt;
     int batch, fetch_wait_ms, ack_timeout_ms;
     int64_t retry_delay_ms;
-    int park_at;         /* P: handler attempts before parking */
+    int park_at;          /* P: handler attempts before parking */
     int64_t ack_wait_ms;  /* the durable's shortest effective ack wait, read from the server */
     int64_t keepalive_ms; /* +WPI period for waiting deliveries: a third of ack_wait_ms */
     int max_deliver;      /* M from the server, -1 unlimited */
@@ -455,8 +455,8 @@ static void *fetcher_main(void *arg)
         c->slot_status = s;
         c->slot_full = true;
         pthread_mutex_lock(&c->mu);
-        c->stats.max_in_flight = JSD_MAX(c->stats.max_in_flight,
-                                         (uint64_t)atomic_load(&c->in_hand) + (uint64_t)l.Count);
+        c->stats.max_in_flight =
+            JSD_MAX(c->stats.max_in_flight, (uint64_t)atomic_load(&c->in_hand) + (uint64_t)l.Count);
         pthread_mutex_unlock(&c->mu);
         c->slot_wpi_ms = jsd__mono_ms();
         pthread_cond_broadcast(&c->fcv);
@@ -530,8 +530,8 @@ static int64_t redelivery_horizon_ms(const jsConsumerConfig *cc)
 }
 
 /* The dead-letter stream: it must exist, and not be the stream we read. */
-static jsd_status check_dlq(jsCtx *js, const char *stream, const char *dlq_subject, char *dlq_stream,
-                            size_t cap, jsd_error *err)
+static jsd_status check_dlq(jsCtx *js, const char *stream, const char *dlq_subject,
+                            char *dlq_stream, size_t cap, jsd_error *err)
 {
     jsd_status st = jsd__stream_for_subject_js(js, dlq_subject, dlq_stream, cap, err);
     if (st == JSD_ERR_NOT_FOUND)
@@ -710,8 +710,7 @@ static jsd_status check_config(jsd_consumer *c, const jsd_consumer_opts *o)
         }
     }
 
-    st = check_dlq(c->js, c->stream, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream),
-                   &c->err);
+    st = check_dlq(c->js, c->stream, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream), &c->err);
 done:
     jsConsumerInfo_Destroy(ci);
     jsStreamInfo_Destroy(si);
@@ -1381,7 +1380,8 @@ static void ack_reap(jsd_consumer *c)
         size_t ok = JSD_MIN(g->confirmed, g->sent);
         STAT_ADD(c, acked, ok);
         /* deliveries{result="commit"}: committed AND the ACK confirmed. */
-        jsd_counter_add(c->m->deliveries[JSD_RESULT_COMMIT], JSD_MIN(g->confirmed_fresh, g->n_fresh));
+        jsd_counter_add(c->m->deliveries[JSD_RESULT_COMMIT],
+                        JSD_MIN(g->confirmed_fresh, g->n_fresh));
         if (ok < g->sent) {
             STAT_ADD(c, ack_unconfirmed, g->sent - ok);
             JSD_WARN("ingress",
@@ -1637,8 +1637,10 @@ static jsd_status hold_and_apply(jsd_consumer *c, jsd_handler h, void *user, int
         why = st;
         jsd__err_copy(&c->err, jsd_store_error(c->store));
     }
-    JSD_WARN("ingress", "%s/%s: the store answers again after %" PRId64 " ms; %zu held deliveries "
-             "applied", c->stream, c->durable, jsd__mono_ms() - c->hold_since_ms, c->nd);
+    JSD_WARN("ingress",
+             "%s/%s: the store answers again after %" PRId64 " ms; %zu held deliveries "
+             "applied",
+             c->stream, c->durable, jsd__mono_ms() - c->hold_since_ms, c->nd);
     c->holding = false;
     STAT_SET(c, held, 0);
     jsd_gauge_set(c->m_held, 0);
@@ -1719,8 +1721,8 @@ static void dlq_sweep(jsd_consumer *c, bool force)
     for (;;) {
         jsd__poison_record *recs = NULL;
         size_t n = 0;
-        jsd_status st = jsd__store_poison_unpublished(c->store, c->stream, c->durable, after, 64,
-                                                      &recs, &n);
+        jsd_status st =
+            jsd__store_poison_unpublished(c->store, c->stream, c->durable, after, 64, &recs, &n);
         if (st != JSD_OK) {
             /* The store is down: its outage is reported by the batch path. */
             c->sweep_at_ms = now + 5000;
@@ -1744,8 +1746,8 @@ static void dlq_sweep(jsd_consumer *c, bool force)
     }
     if (published) {
         STAT_ADD(c, dlq_republished, published);
-        JSD_INFO("ingress", "%s/%s: %zu stored dead letters published to %s", c->stream,
-                 c->durable, published, c->dlq_stream);
+        JSD_INFO("ingress", "%s/%s: %zu stored dead letters published to %s", c->stream, c->durable,
+                 published, c->dlq_stream);
     }
     STAT_SET(c, poison_unpublished, left);
     jsd_gauge_set(c->m_dlq_unpublished, (double)left);

@@ -239,7 +239,7 @@ typedef struct jsd_consumer_stats {
     uint64_t ack_unconfirmed; /* ACKs without a confirmation before the deadline */
     uint64_t commit_failures;
     uint64_t batches;
-    uint64_t max_batch;  /* largest batch handed to handlers */
+    uint64_t max_batch; /* largest batch handed to handlers */
     /* Most deliveries this consumer held at once: the batch in hand plus the
      * one pulled ahead (at most 2 x batch, whatever the durable allows). */
     uint64_t max_in_flight;

@@ -1217,8 +1217,11 @@ static jsd_status pg_poison_read(jsd_store *s, const char *stream, const char *c
         p_i64(&p, (int64_t)max);
     }
     /* seq 0 (never a stream sequence): the unpublished records of (stream, consumer). */
-    PGresult *r = pexec(s, !stream ? P_POISON_LIST : seq ? P_POISON_GET : P_POISON_UNPUB, p.n, p.v,
-                        p.len, p.fmt, PGRES_TUPLES_OK, "reading poison records");
+    PGresult *r = pexec(s,
+                        !stream ? P_POISON_LIST
+                        : seq   ? P_POISON_GET
+                                : P_POISON_UNPUB,
+                        p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "reading poison records");
     if (!r)
         return s->err.status;
     size_t k = (size_t)PQntuples(r);

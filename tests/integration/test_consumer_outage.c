@@ -444,8 +444,7 @@ static void commit_counted_at_confirmed_ack(bool pg)
     /* The handler deletes the durable: the commit succeeds, the ACK that
      * follows is never confirmed. */
     int64_t end = jsd_test_mono_ms() + 10000;
-    while (stats_of(r.c).committed + stats_of(r.c).ack_unconfirmed < 2 &&
-           jsd_test_mono_ms() < end)
+    while (stats_of(r.c).committed + stats_of(r.c).ack_unconfirmed < 2 && jsd_test_mono_ms() < end)
         jsd_consumer_poll(r.c, apply, &r, NULL);
     jsd_consumer_stats s = stats_of(r.c);
     ASSERT_EQ(s.committed, 1);
