@@ -1999,8 +1999,19 @@ jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool unt
         if (got == 0 && until_idle) {
             uint64_t pending = 1, in_flight = 1;
             if (jsd_consumer_backlog(c, &pending, &in_flight) == JSD_OK && pending == 0 &&
-                in_flight == 0)
-                return JSD_OK;
+                in_flight == 0) {
+                /* Idle, but not done while dead letters wait in the store. */
+                dlq_sweep(c, true);
+                jsd_consumer_stats s;
+                jsd_consumer_stats_get(c, &s);
+                if (s.poison_unpublished == 0)
+                    return JSD_OK;
+                return cerr(c, JSD_ERR_NATS,
+                            "nothing is pending, but %" PRIu64 " poison records of %s/%s are "
+                            "not in the dead-letter stream %s; they are kept in the store and "
+                            "published by the next run once the stream takes them",
+                            s.poison_unpublished, c->stream, c->durable, c->dlq_stream);
+            }
         }
     }
     fetcher_drain(c);

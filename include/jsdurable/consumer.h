@@ -217,7 +217,9 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
  * nothing in flight. Transient failures (connection loss, busy store) are
  * logged and retried. Never JSD_OK while a delivery is left unapplied: a
  * drain during a store outage returns the store's status, with the number
- * of deliveries left unacked in jsd_consumer_errmsg. */
+ * of deliveries left unacked in jsd_consumer_errmsg. With until_idle, an
+ * idle durable whose poison records are not all in the dead-letter stream
+ * (after one more attempt to publish them) is JSD_ERR_NATS, not JSD_OK. */
 jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle);
 
 /* Stop fetching; deliveries already handed out are still applied and settled.

@@ -371,6 +371,10 @@ static void dlq_full_then_room(bool pg)
     ASSERT_EQ(st.poison_unpublished, 5);
     ASSERT_EQ(unpublished_in_status(&e), 5);
     ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison WHERE dlq_seq IS NULL"), 5);
+    /* An --until-idle run does not call that done. */
+    ASSERT_STATUS(jsd_consumer_run(r.c, apply, &r, true), JSD_ERR_NATS);
+    ASSERT_CONTAINS(jsd_consumer_errmsg(r.c), "5 poison records");
+    ASSERT_CONTAINS(jsd_consumer_errmsg(r.c), "not in the dead-letter stream");
 
     /* Room again: every stored dead letter is published, once. */
     dlq_limit(&e, -1);
@@ -391,6 +395,7 @@ static void dlq_full_then_room(bool pg)
     for (int i = 0; i < 3; i++)
         ASSERT_OK(jsd_consumer_poll(r.c, apply, &r, NULL));
     ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 6);
+    ASSERT_OK_E(jsd_consumer_run(r.c, apply, &r, true), jsd_consumer_errmsg(r.c));
     jsd_consumer_destroy(r.c);
     cenv_down(&e);
 }
