@@ -6,7 +6,8 @@
  * exported set comes from a real registry with a relay created on it (the
  * relay registers its own families at create time), rendered with
  * jsd_metrics_render, so histogram suffixes (_bucket, _sum, _count) are the
- * real ones. promtool, when installed, checks the rules file.
+ * real ones. promtool, when installed, checks the rules file and runs its
+ * unit tests (examples/monitoring/alerts_test.yml).
  *
  * systemd: the units under examples/systemd pass systemd-analyze verify (and
  * an offline exposure score) when systemd-analyze is installed; whether or
@@ -362,7 +363,8 @@ static bool on_path(const char *prog, char *out, size_t cap)
 static void promtool_checks_rules(void **state)
 {
     (void)state;
-    char tool[PATH_MAX], out[8192], cmd[PATH_MAX * 2 + 64];
+    char tool[PATH_MAX], cmd[PATH_MAX * 2 + 64];
+    static char out[1 << 16];
     const char *env = getenv("JSD_PROMTOOL");
     if (env && *env)
         snprintf(tool, sizeof(tool), "%s", env);
@@ -376,6 +378,14 @@ static void promtool_checks_rules(void **state)
     int rc = jsd_test_run(cmd, out, sizeof(out));
     if (rc != 0)
         fail_msg("promtool check rules exited %d:\n%s", rc, out);
+    ASSERT_CONTAINS(out, "SUCCESS");
+    /* The rules' own unit tests: each named alert fires on its series, and
+     * the quiet cases stay quiet. */
+    snprintf(cmd, sizeof(cmd), "'%s' test rules '%s'", tool,
+             top_path("examples/monitoring/alerts_test.yml"));
+    rc = jsd_test_run(cmd, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("promtool test rules exited %d:\n%s", rc, out);
     ASSERT_CONTAINS(out, "SUCCESS");
 }
 
