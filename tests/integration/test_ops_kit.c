@@ -27,6 +27,7 @@
 
 #include "fixture.h"
 #include "test.h"
+#include "test_consumer_util.h"
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -140,34 +141,38 @@ static void exported_names(names *out)
 {
     jsd_error e;
     jsd_error_clear(&e);
-    jsd_conn_opts co;
-    jsd_conn_opts_init(&co);
-    co.servers = jsd_fx_shared_nats_url();
-    jsd_conn *conn = NULL;
-    ASSERT_OK_E(jsd_conn_open(&conn, &co, &e), e.msg);
-    char url[PATH_MAX + 16];
-    jsd_fx_sqlite_url(url, sizeof(url));
-    jsd_store *store = NULL;
-    ASSERT_OK_E(jsd_store_open(&store, url, &e), e.msg);
+    /* A stream, its dead-letter stream and a durable on the shared server,
+     * and a SQLite store: what a relay and a consumer need to be created. */
+    cenv env = {0};
+    cenv_up(&env, false);
+    cenv_durable(&env, 30000, 6, 1024, NULL, 0);
     jsd_metrics *reg = NULL;
     ASSERT_OK_E(jsd_metrics_create(&reg, &e), e.msg);
 
+    /* The relay and the consumer register their own families when created. */
+    jsd_store *relay_store = NULL;
+    ASSERT_OK_E(jsd_store_open(&relay_store, env.store_url, &e), e.msg);
     jsd_relay_opts ro;
     jsd_relay_opts_init(&ro);
     ro.metrics = reg;
     jsd_relay *relay = NULL;
-    ASSERT_OK_E(jsd_relay_create(&relay, store, conn, &ro, &e), e.msg);
-    jsd_metrics_observe_conn(reg, conn);
+    ASSERT_OK_E(jsd_relay_create(&relay, relay_store, env.conn, &ro, &e), e.msg);
+    jsd_consumer_opts co;
+    jsd_consumer_opts_init(&co);
+    co.metrics = reg;
+    jsd_consumer *consumer = cenv_consumer(&env, &co);
+    jsd_metrics_observe_conn(reg, env.conn);
 
     static char text[1 << 17];
     size_t len = 0;
     ASSERT_OK(jsd_metrics_render(reg, text, sizeof(text), &len));
     exposition_names(text, out);
 
+    jsd_consumer_destroy(consumer);
     jsd_relay_destroy(relay);
+    jsd_store_close(relay_store);
+    cenv_down(&env);
     jsd_metrics_destroy(reg);
-    jsd_store_close(store);
-    jsd_conn_close(conn);
 }
 
 /* ---- the names the kit uses ------------------------------------------------- */
@@ -269,6 +274,7 @@ static void alert_rules_use_exported_metrics(void **state)
     static names exported, used;
     exported_names(&exported);
     ASSERT_TRUE(names_has(&exported, "jsd_relay_first_attempt_duplicates_total"));
+    ASSERT_TRUE(names_has(&exported, "jsd_consumer_held_deliveries"));
     ASSERT_TRUE(names_has(&exported, "jsd_handler_duration_seconds_bucket"));
 
     char *yaml = read_all(top_path("examples/monitoring/alerts.yml"));
@@ -287,6 +293,8 @@ static void alert_rules_use_exported_metrics(void **state)
                             "jsd_dead_letters_total",
                             "jsd_relay_dead_lettered_total",
                             "jsd_nats_connected",
+                            "jsd_consumer_held_deliveries",
+                            "jsd_poison_unpublished",
                             "jsd_relay_first_attempt_duplicates_total"};
     for (size_t i = 0; i < sizeof(needed) / sizeof(needed[0]); i++)
         if (!names_has(&used, needed[i]))
