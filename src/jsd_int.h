@@ -7,6 +7,7 @@
 #ifndef JSD_INT_H
 #define JSD_INT_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -71,6 +72,14 @@ int64_t jsd__now_ms(void);  /* wall clock, unix ms */
 int64_t jsd__mono_ms(void); /* monotonic ms */
 int64_t jsd__mono_us(void); /* monotonic µs */
 void jsd__sleep_ms(int64_t ms);
+/* The one timed wait: a condition variable made by jsd__cond_init_mono waits
+ * on the monotonic clock (a wall-clock step neither stretches nor cuts it);
+ * jsd__cond_wait_ms waits at most ms (<= 0: returns at once) with mu held,
+ * and returns false on a timeout, true when signalled (or spuriously woken:
+ * callers re-check their condition). */
+int jsd__cond_init_mono(pthread_cond_t *cv);
+bool jsd__cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
+bool jsd__cond_wait_until_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t mono_deadline_ms);
 /* snprintf that reports truncation as false. */
 bool jsd__strlcpy(char *dst, const char *src, size_t cap);
 bool jsd__snprintf(char *dst, size_t cap, const char *fmt, ...) JSD_PRINTF(3, 4);

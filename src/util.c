@@ -33,6 +33,35 @@ int64_t jsd__mono_ms(void)
     return jsd__mono_us() / 1000;
 }
 
+int jsd__cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int rc = pthread_condattr_init(&ca);
+    if (rc != 0)
+        return rc;
+    rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
+bool jsd__cond_wait_until_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t mono_deadline_ms)
+{
+    if (mono_deadline_ms <= jsd__mono_ms())
+        return false;
+    struct timespec ts = {.tv_sec = mono_deadline_ms / 1000,
+                          .tv_nsec = (mono_deadline_ms % 1000) * 1000000};
+    return pthread_cond_timedwait(cv, mu, &ts) != ETIMEDOUT;
+}
+
+bool jsd__cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+    if (ms <= 0)
+        return false;
+    return jsd__cond_wait_until_ms(cv, mu, jsd__mono_ms() + ms);
+}
+
 void jsd__sleep_ms(int64_t ms)
 {
     if (ms <= 0)
