@@ -27,7 +27,7 @@ typedef void (*jsd__conn_error_fn)(natsStatus s, const char *text, void *user);
 int jsd__conn_add_error_listener(jsd_conn *c, jsd__conn_error_fn fn, void *user);
 void jsd__conn_remove_error_listener(jsd_conn *c, int handle);
 
-/* Fill err from a nats.c failure: natsStatus, the library's last error text
+/* natserr.c: fill err from a nats.c failure: natsStatus, the library's last error text
  * (credentials redacted) and, when given, a jsErrCode. Returns the mapped
  * jsd_status. */
 jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const char *what);
@@ -37,7 +37,7 @@ jsd_status jsd__err_nats(jsd_error *err, natsStatus s, jsErrCode jerr, const cha
  * error texts; for tests and the fuzz target. */
 jsd_status jsd__conn_opts_check(const jsd_conn_opts *o, jsd_error *err);
 
-/* The public user NKey ("U...") of a user seed ("SU...", n = 58 bytes) into
+/* nkeys.c: the public user NKey ("U...") of a user seed ("SU...", n = 58 bytes) into
  * out (cap >= 57). JSD_ERR_CONFIG if the seed is not a valid user seed. */
 jsd_status jsd__nkey_public_from_seed(const char *seed, size_t n, char *out, size_t cap);
 

@@ -1,7 +1,7 @@
 /*
  * nkeytool: the NKeys and JWTs the test fixtures need (scripts/fixture.sh's
  * nkey and operator variants), made without nsc: Ed25519 keys in the NKey text
- * encoding (the library's own, src/conn.c) and JWTs in nats-server's v2 format,
+ * encoding (the library's own, src/nkeys.c) and JWTs in nats-server's v2 format,
  * signed with the issuer's seed.
  *
  *   nkeytool gen user|account|operator SEEDFILE   new key: seed to SEEDFILE
