@@ -2,7 +2,9 @@
  * subject — the validators and the idempotency-id derivation declared in
  * subject.h and publisher.h. Every check that guards what reaches the broker
  * lives here, so the publisher, the store (effect subjects), tenancy and the
- * relay apply the same rules with the same error texts.
+ * relay apply the same rules with the same error texts; and the one matcher
+ * of subject patterns (capture, overlap) that the publisher, the dead-letter
+ * code and the topology file share.
  */
 #include <string.h>
 
@@ -183,24 +185,139 @@ bool jsd__subject_valid_filter(const char *filter, jsd_error *err)
     }
 }
 
-bool jsd__subject_matches(const char *filter, const char *subject)
+/* ---- subject patterns: capture and overlap ------------------------------------ */
+
+static bool tok_is(const char *p, size_t n, char c)
 {
-    const char *f = filter, *s = subject;
-    if (!f || !s)
+    return n == 1 && p[0] == c;
+}
+
+bool jsd_subjects_overlap(const char *a, const char *b)
+{
+    const char *p = a, *q = b;
+    if (!a || !b)
         return false;
     for (;;) {
-        const char *fd = strchr(f, '.'), *sd = strchr(s, '.');
-        size_t fl = fd ? (size_t)(fd - f) : strlen(f);
-        size_t sl = sd ? (size_t)(sd - s) : strlen(s);
-        if (fl == 1 && f[0] == '>')
-            return sl > 0;
-        if (!(fl == 1 && f[0] == '*') && (fl != sl || memcmp(f, s, fl) != 0))
+        size_t la = strcspn(p, "."), lb = strcspn(q, ".");
+        if (tok_is(p, la, '>') || tok_is(q, lb, '>'))
+            return true;
+        if (!tok_is(p, la, '*') && !tok_is(q, lb, '*') && (la != lb || memcmp(p, q, la) != 0))
             return false;
-        if (!fd || !sd)
-            return !fd && !sd;
-        f = fd + 1;
-        s = sd + 1;
+        bool ea = p[la] == '\0', eb = q[lb] == '\0';
+        if (ea || eb)
+            return ea && eb;
+        p += la + 1;
+        q += lb + 1;
     }
+}
+
+bool jsd__subject_within(const char *a, const char *b)
+{
+    const char *p = a, *q = b;
+    for (;;) {
+        size_t la = strcspn(p, "."), lb = strcspn(q, ".");
+        if (tok_is(q, lb, '>'))
+            return la > 0;
+        if (tok_is(p, la, '>'))
+            return false;
+        if (!tok_is(q, lb, '*')) {
+            if (tok_is(p, la, '*') || la != lb || memcmp(p, q, la) != 0)
+                return false;
+        }
+        bool ea = p[la] == '\0', eb = q[lb] == '\0';
+        if (ea || eb)
+            return ea && eb;
+        p += la + 1;
+        q += lb + 1;
+    }
+}
+
+size_t jsd__subject_root_len(const char *s)
+{
+    size_t n = 0;
+    const char *p = s;
+    for (;;) {
+        size_t l = strcspn(p, ".");
+        if (tok_is(p, l, '*') || tok_is(p, l, '>'))
+            return n ? n - 1 : 0;
+        n += l + 1;
+        if (p[l] == '\0')
+            return n - 1;
+        p += l + 1;
+    }
+}
+
+bool jsd__subject_roots_nested(const char *a, size_t la, const char *b, size_t lb)
+{
+    if (la == 0 || lb == 0)
+        return true;
+    size_t n = JSD_MIN(la, lb);
+    if (memcmp(a, b, n) != 0)
+        return false;
+    if (la == lb)
+        return true;
+    return (la > lb ? a[n] : b[n]) == '.';
+}
+
+bool jsd__subject_pattern_check(const char *s, char *why, size_t cap)
+{
+    size_t len = strlen(s);
+    if (len == 0) {
+        jsd__snprintf(why, cap, "subject is empty");
+        return false;
+    }
+    if (len > JSD_SUBJECT_MAX) {
+        jsd__snprintf(why, cap, "subject is %zu bytes; the limit is %d", len, JSD_SUBJECT_MAX);
+        return false;
+    }
+    const char *p = s;
+    for (;;) {
+        size_t l = strcspn(p, ".");
+        if (l == 0) {
+            jsd__snprintf(why, cap, "empty token at byte %zu (a leading, trailing or double dot)",
+                          (size_t)(p - s));
+            return false;
+        }
+        if (tok_is(p, l, '>')) {
+            if (p[l] != '\0') {
+                jsd__snprintf(why, cap, "wildcard \">\" must be the last token");
+                return false;
+            }
+            return true;
+        }
+        if (!tok_is(p, l, '*')) {
+            for (size_t i = 0; i < l; i++) {
+                unsigned char ch = (unsigned char)p[i];
+                if (ch == '*' || ch == '>') {
+                    jsd__snprintf(why, cap, "wildcard \"%c\" must be a whole token", ch);
+                    return false;
+                }
+                if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
+                    if (ch > 0x20 && ch < 0x7f)
+                        jsd__snprintf(why, cap,
+                                      "character '%c' at byte %zu; tokens use A-Z a-z 0-9 _ -", ch,
+                                      (size_t)(p - s) + i);
+                    else
+                        jsd__snprintf(why, cap,
+                                      "byte 0x%02x at byte %zu; tokens use A-Z a-z 0-9 _ -", ch,
+                                      (size_t)(p - s) + i);
+                    return false;
+                }
+            }
+        }
+        if (p[l] == '\0')
+            return true;
+        p += l + 1;
+    }
+}
+
+/* An exact subject is a pattern without wildcards. */
+bool jsd__subject_matches(const char *filter, const char *subject)
+{
+    if (!filter || !subject)
+        return false;
+    return jsd__subject_within(subject, filter);
 }
 
 bool jsd__header_name_valid(const char *name, size_t max_len, const char *what, jsd_error *err)

@@ -1,7 +1,9 @@
 /*
  * subject — validation of the names that reach the broker (stream names, exact
  * subjects, stream filter subjects, tenant topics, header names and values)
- * and the derivation of idempotency ids. Pure code: no I/O, no allocation.
+ * and the derivation of idempotency ids, and the algebra of subject patterns
+ * (capture and overlap, for the topology file). Pure code: no I/O, no
+ * allocation.
  *
  * The rules are this project's conservative profile (PUB-1, SEC-1,2), stricter
  * than what nats-server accepts:
@@ -56,6 +58,25 @@ bool jsd__subject_valid_filter(const char *filter, jsd_error *err);
 /* True when the exact subject is captured by the filter ("*" one token, ">"
  * one or more trailing tokens). Both must be well-formed. */
 bool jsd__subject_matches(const char *filter, const char *subject);
+
+/* Subject patterns (the topology file's stream subjects and consumer
+ * filters). jsd_subjects_overlap (public, include/jsdurable/topology.h): some
+ * subject matches both a and b. jsd__subject_within: every subject matching
+ * pattern a also matches pattern b (both well-formed; jsd__subject_matches is
+ * its case of an exact a). */
+bool jsd__subject_within(const char *a, const char *b);
+
+/* The literal tokens before a pattern's first wildcard, as a length of s:
+ * "jsd.dlq.>" -> 7 ("jsd.dlq"); and whether roots a (la bytes) and b (lb) are
+ * nested, one a whole-token prefix of the other (or equal; an empty root is
+ * nested with every root). */
+size_t jsd__subject_root_len(const char *s);
+bool jsd__subject_roots_nested(const char *a, size_t la, const char *b, size_t lb);
+
+/* The topology file's subject pattern: tokens [A-Za-z0-9_-]+ separated by
+ * single dots, "*" a whole token, ">" only as the whole last token,
+ * 1..JSD_SUBJECT_MAX bytes. On false why receives the rule broken. */
+bool jsd__subject_pattern_check(const char *s, char *why, size_t cap);
 
 /* A header name: 1..max_len bytes of printable ASCII (0x21..0x7e) without ':'.
  * A header value: at most max_len bytes with no CR, LF or NUL (len given

@@ -49,139 +49,6 @@ struct jsd_topology {
     int dead_letter; /* index into streams, -1 if none */
 };
 
-/* ---- subjects ---------------------------------------------------------------- */
-
-static bool tok_is(const char *p, size_t n, char c)
-{
-    return n == 1 && p[0] == c;
-}
-
-bool jsd_subjects_overlap(const char *a, const char *b)
-{
-    const char *p = a, *q = b;
-    if (!a || !b)
-        return false;
-    for (;;) {
-        size_t la = strcspn(p, "."), lb = strcspn(q, ".");
-        if (tok_is(p, la, '>') || tok_is(q, lb, '>'))
-            return true;
-        if (!tok_is(p, la, '*') && !tok_is(q, lb, '*') && (la != lb || memcmp(p, q, la) != 0))
-            return false;
-        bool ea = p[la] == '\0', eb = q[lb] == '\0';
-        if (ea || eb)
-            return ea && eb;
-        p += la + 1;
-        q += lb + 1;
-    }
-}
-
-/* Every subject matching a also matches b. */
-static bool subject_within(const char *a, const char *b)
-{
-    const char *p = a, *q = b;
-    for (;;) {
-        size_t la = strcspn(p, "."), lb = strcspn(q, ".");
-        if (tok_is(q, lb, '>'))
-            return true;
-        if (tok_is(p, la, '>'))
-            return false;
-        if (!tok_is(q, lb, '*')) {
-            if (tok_is(p, la, '*') || la != lb || memcmp(p, q, la) != 0)
-                return false;
-        }
-        bool ea = p[la] == '\0', eb = q[lb] == '\0';
-        if (ea || eb)
-            return ea && eb;
-        p += la + 1;
-        q += lb + 1;
-    }
-}
-
-/* The literal tokens before the first wildcard: "jsd.dlq.>" -> "jsd.dlq". */
-static size_t subject_root_len(const char *s)
-{
-    size_t n = 0;
-    const char *p = s;
-    for (;;) {
-        size_t l = strcspn(p, ".");
-        if (tok_is(p, l, '*') || tok_is(p, l, '>'))
-            return n ? n - 1 : 0;
-        n += l + 1;
-        if (p[l] == '\0')
-            return n - 1;
-        p += l + 1;
-    }
-}
-
-/* Roots a and b where one is a whole-token prefix of the other (or equal). */
-static bool roots_nested(const char *a, size_t la, const char *b, size_t lb)
-{
-    if (la == 0 || lb == 0)
-        return true;
-    size_t n = JSD_MIN(la, lb);
-    if (memcmp(a, b, n) != 0)
-        return false;
-    if (la == lb)
-        return true;
-    return (la > lb ? a[n] : b[n]) == '.';
-}
-
-/* A subject pattern: tokens [A-Za-z0-9_-]+ separated by single dots, "*" a
- * whole token, ">" only as the whole last token, 1..256 bytes. why receives
- * the rule broken. */
-static bool pattern_check(const char *s, char *why, size_t cap)
-{
-    size_t len = strlen(s);
-    if (len == 0) {
-        jsd__snprintf(why, cap, "subject is empty");
-        return false;
-    }
-    if (len > JSD_SUBJECT_MAX) {
-        jsd__snprintf(why, cap, "subject is %zu bytes; the limit is %d", len, JSD_SUBJECT_MAX);
-        return false;
-    }
-    const char *p = s;
-    for (;;) {
-        size_t l = strcspn(p, ".");
-        if (l == 0) {
-            jsd__snprintf(why, cap, "empty token at byte %zu (a leading, trailing or double dot)",
-                          (size_t)(p - s));
-            return false;
-        }
-        if (tok_is(p, l, '>')) {
-            if (p[l] != '\0') {
-                jsd__snprintf(why, cap, "wildcard \">\" must be the last token");
-                return false;
-            }
-            return true;
-        }
-        if (!tok_is(p, l, '*')) {
-            for (size_t i = 0; i < l; i++) {
-                unsigned char ch = (unsigned char)p[i];
-                if (ch == '*' || ch == '>') {
-                    jsd__snprintf(why, cap, "wildcard \"%c\" must be a whole token", ch);
-                    return false;
-                }
-                if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
-                    if (ch > 0x20 && ch < 0x7f)
-                        jsd__snprintf(why, cap,
-                                      "character '%c' at byte %zu; tokens use A-Z a-z 0-9 _ -", ch,
-                                      (size_t)(p - s) + i);
-                    else
-                        jsd__snprintf(why, cap,
-                                      "byte 0x%02x at byte %zu; tokens use A-Z a-z 0-9 _ -", ch,
-                                      (size_t)(p - s) + i);
-                    return false;
-                }
-            }
-        }
-        if (p[l] == '\0')
-            return true;
-        p += l + 1;
-    }
-}
-
 /* ---- parsing helpers -------------------------------------------------------------- */
 
 static jsd_status perr(jsd_error *err, const char *path, const char *fmt, ...) JSD_PRINTF(3, 4);
@@ -542,7 +409,7 @@ static jsd_status parse_stream(const json_t *o, topo_stream *s, jsd_error *err)
         const char *sj = json_string_value(x);
         if (strlen(sj) != json_string_length(x))
             return perr(err, pi, "contains a NUL byte");
-        if (!pattern_check(sj, why, sizeof(why)))
+        if (!jsd__subject_pattern_check(sj, why, sizeof(why)))
             return perr(err, pi, "%s", why);
         for (size_t k = 0; k < i; k++)
             if (jsd_subjects_overlap(s->subjects[k], sj))
@@ -642,11 +509,11 @@ static jsd_status parse_consumer(const json_t *o, jsd_topology *t, topo_consumer
     if (c->pub.filter_subject) {
         char why[160];
         subpath(p, path, "filter_subject");
-        if (!pattern_check(c->pub.filter_subject, why, sizeof(why)))
+        if (!jsd__subject_pattern_check(c->pub.filter_subject, why, sizeof(why)))
             return perr(err, p, "%s", why);
         bool inside = false;
         for (size_t k = 0; k < s->pub.n_subjects; k++)
-            if (subject_within(c->pub.filter_subject, s->subjects[k]))
+            if (jsd__subject_within(c->pub.filter_subject, s->subjects[k]))
                 inside = true;
         if (!inside)
             return perr(err, p, "\"%s\" is not within the subjects of stream \"%s\"",
@@ -731,14 +598,14 @@ static jsd_status check_dead_letter(const jsd_topology *t, jsd_error *err)
     }
     for (size_t i = 0; i < d->pub.n_subjects; i++) {
         const char *ds = d->subjects[i];
-        size_t dl = subject_root_len(ds);
+        size_t dl = jsd__subject_root_len(ds);
         for (size_t k = 0; k < t->n_streams; k++) {
             const topo_stream *s = &t->streams[k];
             if ((int)k == t->dead_letter)
                 continue;
             for (size_t j = 0; j < s->pub.n_subjects; j++) {
-                size_t sl = subject_root_len(s->subjects[j]);
-                if (roots_nested(ds, dl, s->subjects[j], sl)) {
+                size_t sl = jsd__subject_root_len(s->subjects[j]);
+                if (jsd__subject_roots_nested(ds, dl, s->subjects[j], sl)) {
                     jsd__snprintf(p, sizeof(p), "%s.subjects[%zu]", d->path, i);
                     return perr(err, p,
                                 "dead-letter subject \"%s\" shares its subject root with %s "

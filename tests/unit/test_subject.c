@@ -101,6 +101,30 @@ static void filters_and_matching(void **state)
     ASSERT_TRUE(jsd__subject_matches(">", "a.b"));
 }
 
+/* One pattern captured by another: the topology file's consumer filter
+ * inside its stream's subjects, and the dead-letter subject's root. */
+static void pattern_capture(void **state)
+{
+    (void)state;
+    ASSERT_TRUE(jsd__subject_within("orders.created", "orders.*"));
+    ASSERT_TRUE(jsd__subject_within("orders.*", "orders.>"));
+    ASSERT_TRUE(jsd__subject_within("orders.*.x", "orders.*.*"));
+    ASSERT_TRUE(!jsd__subject_within("orders.>", "orders.*"));
+    ASSERT_TRUE(!jsd__subject_within("orders.*", "orders.created"));
+    ASSERT_TRUE(!jsd__subject_within("orders", "orders.>"));
+    ASSERT_TRUE(jsd__subject_within("a.b", ">"));
+    ASSERT_TRUE(jsd__subject_root_len("jsd.dlq.>") == 7);
+    ASSERT_TRUE(jsd__subject_root_len("*.x") == 0);
+    ASSERT_TRUE(jsd__subject_root_len("a.b") == 3);
+    ASSERT_TRUE(jsd__subject_roots_nested("jsd", 3, "jsd.dlq", 7));
+    ASSERT_TRUE(!jsd__subject_roots_nested("jsd", 3, "jsdx", 4));
+    ASSERT_TRUE(jsd__subject_roots_nested("", 0, "a", 1));
+    char why[128];
+    ASSERT_TRUE(jsd__subject_pattern_check("a.*.>", why, sizeof(why)));
+    ASSERT_TRUE(!jsd__subject_pattern_check("a.>.b", why, sizeof(why)));
+    ASSERT_TRUE(strstr(why, "must be the last token") != NULL);
+}
+
 static void header_names_and_values(void **state)
 {
     (void)state;
@@ -273,7 +297,7 @@ static void digest_failure_is_an_error(void **state)
 
 JSD_TEST_MAIN(cmocka_unit_test(stream_names), cmocka_unit_test(exact_subjects),
               cmocka_unit_test(tenant_subjects), cmocka_unit_test(filters_and_matching),
-              cmocka_unit_test(header_names_and_values), cmocka_unit_test(idempotency_ids),
-              cmocka_unit_test(effect_msg_id_vectors),
+              cmocka_unit_test(pattern_capture), cmocka_unit_test(header_names_and_values),
+              cmocka_unit_test(idempotency_ids), cmocka_unit_test(effect_msg_id_vectors),
               cmocka_unit_test(publish_subjects_and_header_sizes),
               cmocka_unit_test(digest_oom_child), cmocka_unit_test(digest_failure_is_an_error))
