@@ -34,7 +34,9 @@
  *
  * The file's neighbours: url.c (server URLs, redaction), nkeys.c (the public
  * key of a seed file), natserr.c (nats.c failures as jsd_error), probe.c (raw
- * INFO/PING probe); conn_priv.h is what they share.
+ * INFO/PING probe); conn_priv.h is what they share. What is left is one idea,
+ * profile -> connection (validation, options, connect and its diagnostics,
+ * close), so it stays one file a little over 800 lines.
  *
  * Callbacks and lifetime. nats.c runs connection callbacks on its own thread
  * and may deliver the closed callback after natsConnection_Destroy returned,
