@@ -255,11 +255,7 @@ static wake *wake_get(const char *path)
     if (w) {
         w->refs++;
     } else if ((w = jsd__calloc(1, sizeof(*w))) && (w->path = jsd__strdup(path))) {
-        pthread_condattr_t a;
-        pthread_condattr_init(&a);
-        pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-        pthread_cond_init(&w->cv, &a);
-        pthread_condattr_destroy(&a);
+        jsd__cond_init_mono(&w->cv);
         w->refs = 1;
         w->next = wake_list;
         wake_list = w;
@@ -818,18 +814,8 @@ static jsd_status sq_wait(jsd_store *s, int timeout_ms, bool *woken)
                 return JSD_OK;
             }
             int64_t left = end - jsd__mono_ms();
-            if (left > 0) {
-                int64_t slice = JSD_MIN(left, poll);
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                ts.tv_sec += slice / 1000;
-                ts.tv_nsec += (long)(slice % 1000) * 1000000L;
-                if (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
-                pthread_cond_timedwait(&q->wake->cv, &wake_mu, &ts);
-            }
+            if (left > 0)
+                jsd__cond_wait_ms(&q->wake->cv, &wake_mu, JSD_MIN(left, poll));
             pthread_mutex_unlock(&wake_mu);
         } else {
             jsd__sleep_ms(JSD_MIN(JSD_MAX(end - jsd__mono_ms(), 0), poll));
