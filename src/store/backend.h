@@ -9,6 +9,7 @@
 #ifndef JSD_STORE_BACKEND_H
 #define JSD_STORE_BACKEND_H
 
+#include "store/rows.h"
 #include "store/store.h"
 
 /* Current schema version (see the migration lists in sqlite.c / postgres.c). */
@@ -16,21 +17,6 @@
 
 /* The jsd_meta key of the store id (migration 2). */
 #define JSD__META_STORE_ID "store_id"
-
-/* A validated, encoded effect ready for insertion. */
-typedef struct jsd__row {
-    const char *owner;
-    const char *effect_id;
-    const char *subject;
-    const unsigned char *headers; /* encoded (store.c); NULL when none */
-    size_t headers_len;
-    const void *payload;
-    size_t len;
-    const char *order_key; /* NULL when unordered */
-    char msg_id[JSD_MSG_ID_MAX];
-    int64_t created_at;
-    int64_t not_before;
-} jsd__row;
 
 typedef enum jsd__txop {
     JSD__TX_BEGIN,
@@ -99,36 +85,9 @@ struct jsd_store {
     void *be;                       /* the back end's state */
 };
 
-/* ---- helpers from store.c for the back ends ------------------------------------ */
-
-/* Record an error on the store (and return s). */
-jsd_status jsd__store_err(jsd_store *st, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);
-
-/* Encode validated headers for the headers column (size first). */
-size_t jsd__headers_encoded_size(const jsd_header *h, size_t n);
-void jsd__headers_encode(const jsd_header *h, size_t n, unsigned char *out);
-/* Decode the headers column into an array allocated inside mem (a buffer the
- * caller sized with jsd__headers_decoded_size). false when malformed. */
-size_t jsd__headers_decoded_size(const unsigned char *enc, size_t len, size_t *n_headers);
-bool jsd__headers_decode(const unsigned char *enc, size_t len, jsd_header *out, char *strings);
-
-/* Append one claimed effect to a batch, copying every field into storage the
- * batch owns. headers is the encoded column. */
-jsd_status jsd__batch_add(jsd__effect_batch *b, int64_t row_id, const char *owner, size_t owner_len,
-                          const char *effect_id, size_t id_len, const char *msg_id,
-                          size_t msg_id_len, const char *subject, size_t subject_len,
-                          const unsigned char *headers, size_t headers_len,
-                          const unsigned char *payload, size_t len, int attempts,
-                          const char *order_key, size_t order_key_len, int64_t created_at,
-                          int64_t not_before);
-/* Sort a batch by row_id (RETURNING gives no order). */
-void jsd__batch_sort(jsd__effect_batch *b);
-
 /* The dead-letter reason text for a failure. */
 void jsd__dead_reason(char *out, size_t cap, const jsd__failure *f, int attempts, int budget);
 
-/* The store id a new schema records (migration 2): 32 random hex digits. */
-jsd_status jsd__store_new_id(jsd_store *s, char out[33]);
 /* After migrating, with the store id the back end read from jsd_meta (NULL
  * when the row is missing): set the namespace in force. */
 jsd_status jsd__store_set_identity(jsd_store *s, const char *store_id);

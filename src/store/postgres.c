@@ -790,23 +790,23 @@ static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *
         return s->err.status;
     int n = PQntuples(r);
     for (int i = 0; i < n && rc == JSD_OK; i++) {
-        size_t ol, il, ml, sl, hl, pl, kl;
-        const char *owner = get_str(r, i, 1, &ol);
-        const char *eid = get_str(r, i, 2, &il);
-        const char *mid = get_str(r, i, 3, &ml);
-        const char *subj = get_str(r, i, 4, &sl);
-        const unsigned char *h = (const unsigned char *)get_str(r, i, 5, &hl);
-        const unsigned char *pay = (const unsigned char *)get_str(r, i, 6, &pl);
-        const char *key = get_str(r, i, 8, &kl);
-        rc =
-            jsd__batch_add(out, get_i64(r, i, 0), owner, ol, eid, il, mid, ml, subj, sl, h, hl, pay,
-                           pl, (int)get_i64(r, i, 7), key, kl, get_i64(r, i, 9), get_i64(r, i, 10));
+        jsd__claimed_row row = {.row_id = get_i64(r, i, 0)};
+        row.owner = get_str(r, i, 1, &row.owner_len);
+        row.effect_id = get_str(r, i, 2, &row.id_len);
+        row.msg_id = get_str(r, i, 3, &row.msg_id_len);
+        row.subject = get_str(r, i, 4, &row.subject_len);
+        row.headers = (const unsigned char *)get_str(r, i, 5, &row.headers_len);
+        row.payload = (const unsigned char *)get_str(r, i, 6, &row.len);
+        row.attempts = (int)get_i64(r, i, 7);
+        row.order_key = get_str(r, i, 8, &row.order_key_len);
+        row.created_at = get_i64(r, i, 9);
+        row.not_before = get_i64(r, i, 10);
+        row.maybe_published =
+            !PQgetisnull(r, i, 11) && PQgetvalue(r, i, 11)[0] != 0; /* binary bool */
+        rc = jsd__batch_add(out, &row);
         if (rc != JSD_OK)
             jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory; its lease will expire",
-                           (long long)get_i64(r, i, 0));
-        else
-            out->items[out->n - 1].maybe_published =
-                !PQgetisnull(r, i, 11) && PQgetvalue(r, i, 11)[0] != 0; /* binary bool */
+                           (long long)row.row_id);
     }
     PQclear(r);
     return rc;

@@ -606,24 +606,23 @@ static jsd_status sq_claim_tx(jsd_store *s, int max, int64_t lease_ms, const cha
     sqlite3_bind_int(st, 4, max);
     int x;
     while ((x = sqlite3_step(st)) == SQLITE_ROW && rc == JSD_OK) {
-        size_t ol, il, ml, sl, kl;
-        const char *owner = col_text(st, 1, &ol);
-        const char *eid = col_text(st, 2, &il);
-        const char *mid = col_text(st, 3, &ml);
-        const char *subj = col_text(st, 4, &sl);
-        const unsigned char *h = sqlite3_column_blob(st, 5);
-        size_t hl = (size_t)sqlite3_column_bytes(st, 5);
-        const unsigned char *p = sqlite3_column_blob(st, 6);
-        size_t pl = (size_t)sqlite3_column_bytes(st, 6);
-        const char *key = col_text(st, 8, &kl);
-        rc = jsd__batch_add(out, sqlite3_column_int64(st, 0), owner, ol, eid, il, mid, ml, subj, sl,
-                            h, hl, p, pl, sqlite3_column_int(st, 7), key, kl,
-                            sqlite3_column_int64(st, 9), sqlite3_column_int64(st, 10));
+        jsd__claimed_row row = {.row_id = sqlite3_column_int64(st, 0)};
+        row.owner = col_text(st, 1, &row.owner_len);
+        row.effect_id = col_text(st, 2, &row.id_len);
+        row.msg_id = col_text(st, 3, &row.msg_id_len);
+        row.subject = col_text(st, 4, &row.subject_len);
+        row.headers = sqlite3_column_blob(st, 5);
+        row.headers_len = (size_t)sqlite3_column_bytes(st, 5);
+        row.payload = sqlite3_column_blob(st, 6);
+        row.len = (size_t)sqlite3_column_bytes(st, 6);
+        row.attempts = sqlite3_column_int(st, 7);
+        row.order_key = col_text(st, 8, &row.order_key_len);
+        row.created_at = sqlite3_column_int64(st, 9);
+        row.not_before = sqlite3_column_int64(st, 10);
+        row.maybe_published = sqlite3_column_int(st, 11) != 0;
+        rc = jsd__batch_add(out, &row);
         if (rc != JSD_OK)
-            jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory",
-                           (long long)sqlite3_column_int64(st, 0));
-        else
-            out->items[out->n - 1].maybe_published = sqlite3_column_int(st, 11) != 0;
+            jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory", (long long)row.row_id);
     }
     if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
         rc = sq_fail(s, x, "claim");

@@ -1,15 +1,12 @@
 /*
  * The store's common front: opening from a URL, argument validation and
- * limits, the headers encoding, effect message ids, claimed-effect batches,
- * backoff, and the public and internal entry points that dispatch to the
- * SQLite (sqlite.c) or PostgreSQL (postgres.c) back end.
+ * limits, effect message ids, backoff and the failure policy, and the public
+ * and internal entry points that dispatch to the SQLite (sqlite.c) or
+ * PostgreSQL (postgres.c) back end. The rows both sides share (the headers
+ * codec, claimed-effect batches) are in rows.c.
  *
  * Everything a back end receives has been validated here, so both back ends
  * reject bad input with the same status and the same message.
- *
- * Headers column encoding (version 1), NULL when an effect has no headers:
- *   u8 version (1), u8 count, then per header:
- *   u8 name length, name bytes, u16 big-endian value length, value bytes.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,19 +17,7 @@
 #include "store/backend.h"
 #include "subject.h"
 
-#define HEADERS_ENC_VERSION 1
-
 /* ---- errors ------------------------------------------------------------------------ */
-
-jsd_status jsd__store_err(jsd_store *st, jsd_status s, const char *fmt, ...)
-{
-    va_list ap;
-    jsd_error_clear(&st->err);
-    va_start(ap, fmt);
-    jsd__verr(&st->err, s, fmt, ap);
-    va_end(ap);
-    return s;
-}
 
 static jsd_status front_err(jsd_store *st, jsd_status s, const jsd_error *e)
 {
@@ -234,14 +219,6 @@ bool jsd__namespace_valid(const char *ns, jsd_error *err)
         }
     }
     return true;
-}
-
-jsd_status jsd__store_new_id(jsd_store *s, char out[33])
-{
-    if (!jsd__random_hex(out, 16))
-        return jsd__store_err(s, JSD_ERR_INTERNAL,
-                              "cannot draw a random store id (the system's random source failed)");
-    return JSD_OK;
 }
 
 jsd_status jsd__store_set_identity(jsd_store *s, const char *store_id)
@@ -529,95 +506,6 @@ static jsd_status check_header(const jsd_header *h, size_t i, jsd_error *err)
     return JSD_OK;
 }
 
-/* ---- headers encoding --------------------------------------------------------------- */
-
-size_t jsd__headers_encoded_size(const jsd_header *h, size_t n)
-{
-    size_t sz = 2;
-    for (size_t i = 0; i < n; i++)
-        sz += 1 + strlen(h[i].name) + 2 + strlen(h[i].value);
-    return sz;
-}
-
-void jsd__headers_encode(const jsd_header *h, size_t n, unsigned char *out)
-{
-    size_t o = 0;
-    out[o++] = HEADERS_ENC_VERSION;
-    out[o++] = (unsigned char)n;
-    for (size_t i = 0; i < n; i++) {
-        size_t nl = strlen(h[i].name), vl = strlen(h[i].value);
-        out[o++] = (unsigned char)nl;
-        memcpy(out + o, h[i].name, nl);
-        o += nl;
-        out[o++] = (unsigned char)(vl >> 8);
-        out[o++] = (unsigned char)(vl & 0xff);
-        memcpy(out + o, h[i].value, vl);
-        o += vl;
-    }
-}
-
-/* Walk the encoding: total bytes of strings (with NULs) and header count, or
- * SIZE_MAX when malformed. */
-static size_t headers_walk(const unsigned char *enc, size_t len, size_t *n_headers)
-{
-    *n_headers = 0;
-    if (!enc || len == 0)
-        return 0;
-    if (len < 2 || enc[0] != HEADERS_ENC_VERSION)
-        return SIZE_MAX;
-    size_t n = enc[1], o = 2, strings = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (o + 1 > len)
-            return SIZE_MAX;
-        size_t nl = enc[o++];
-        if (o + nl + 2 > len)
-            return SIZE_MAX;
-        o += nl;
-        size_t vl = ((size_t)enc[o] << 8) | enc[o + 1];
-        o += 2;
-        if (o + vl > len)
-            return SIZE_MAX;
-        o += vl;
-        strings += nl + 1 + vl + 1;
-    }
-    if (o != len)
-        return SIZE_MAX;
-    *n_headers = n;
-    return strings;
-}
-
-size_t jsd__headers_decoded_size(const unsigned char *enc, size_t len, size_t *n_headers)
-{
-    size_t strings = headers_walk(enc, len, n_headers);
-    if (strings == SIZE_MAX)
-        return SIZE_MAX;
-    return *n_headers * sizeof(jsd_header) + strings;
-}
-
-bool jsd__headers_decode(const unsigned char *enc, size_t len, jsd_header *out, char *strings)
-{
-    size_t n;
-    if (headers_walk(enc, len, &n) == SIZE_MAX)
-        return false;
-    size_t o = 2;
-    for (size_t i = 0; i < n; i++) {
-        size_t nl = enc[o++];
-        memcpy(strings, enc + o, nl);
-        strings[nl] = '\0';
-        out[i].name = strings;
-        strings += nl + 1;
-        o += nl;
-        size_t vl = ((size_t)enc[o] << 8) | enc[o + 1];
-        o += 2;
-        memcpy(strings, enc + o, vl);
-        strings[vl] = '\0';
-        out[i].value = strings;
-        strings += vl + 1;
-        o += vl;
-    }
-    return true;
-}
-
 /* ---- message ids -------------------------------------------------------------------- */
 
 /* v1 ("jsdurable.effect.v1", owner, id) had no namespace: two stores
@@ -633,144 +521,6 @@ jsd_status jsd_effect_msg_id(const char *ns, const char *owner, const char *id,
         return JSD_ERR_INVALID;
     const char *parts[4] = {"jsdurable.effect.v2", ns, owner ? owner : "", id};
     return jsd__ld_sha256_hex(parts, NULL, 4, out);
-}
-
-/* ---- batches ------------------------------------------------------------------------ */
-
-void jsd__effect_batch_init(jsd__effect_batch *b)
-{
-    memset(b, 0, sizeof(*b));
-}
-
-void jsd__effect_batch_clear(jsd__effect_batch *b)
-{
-    if (!b)
-        return;
-    void **blocks = b->arena;
-    for (size_t i = 0; i < b->n; i++)
-        jsd__free(blocks[i]);
-    b->n = 0;
-}
-
-void jsd__effect_batch_free(jsd__effect_batch *b)
-{
-    if (!b)
-        return;
-    jsd__effect_batch_clear(b);
-    jsd__free(b->items);
-    jsd__free(b->arena);
-    memset(b, 0, sizeof(*b));
-}
-
-jsd_status jsd__batch_add(jsd__effect_batch *b, int64_t row_id, const char *owner, size_t owner_len,
-                          const char *effect_id, size_t id_len, const char *msg_id,
-                          size_t msg_id_len, const char *subject, size_t subject_len,
-                          const unsigned char *headers, size_t headers_len,
-                          const unsigned char *payload, size_t len, int attempts,
-                          const char *order_key, size_t order_key_len, int64_t created_at,
-                          int64_t not_before)
-{
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 16;
-        jsd__claimed *items = jsd__realloc(b->items, cap * sizeof(*items));
-        if (!items)
-            return JSD_ERR_NOMEM;
-        b->items = items;
-        void **blocks = jsd__realloc(b->arena, cap * sizeof(void *));
-        if (!blocks)
-            return JSD_ERR_NOMEM;
-        b->arena = blocks;
-        b->cap = cap;
-    }
-    size_t nh = 0;
-    size_t hsz = jsd__headers_decoded_size(headers, headers_len, &nh);
-    bool bad_headers = hsz == SIZE_MAX;
-    if (bad_headers) {
-        /* Claimed anyway, without headers and marked: the relay dead-letters
-         * it, and the other effects of the claim go on. */
-        hsz = 0;
-        nh = 0;
-    }
-    size_t total = hsz + owner_len + 1 + id_len + 1 + subject_len + 1 +
-                   (order_key ? order_key_len + 1 : 0) + len;
-    char *blk = jsd__malloc(total);
-    if (!blk)
-        return JSD_ERR_NOMEM;
-    jsd__claimed *c = &b->items[b->n];
-    memset(c, 0, sizeof(*c));
-    char *p = blk;
-    jsd_header *hdrs = (jsd_header *)(void *)p;
-    p += nh * sizeof(jsd_header);
-    size_t strings = hsz - nh * sizeof(jsd_header);
-    if (nh && !jsd__headers_decode(headers, headers_len, hdrs, p)) {
-        bad_headers = true;
-        nh = 0;
-    }
-    if (bad_headers)
-        jsd__snprintf(c->defect, sizeof(c->defect),
-                      "its headers column (%zu bytes) cannot be decoded", headers_len);
-    p += strings;
-    c->headers = nh ? hdrs : NULL;
-    c->n_headers = nh;
-#define COPYSTR(dst, src, n)                                                                       \
-    do {                                                                                           \
-        memcpy(p, (src), (n));                                                                     \
-        p[(n)] = '\0';                                                                             \
-        (dst) = p;                                                                                 \
-        p += (n) + 1;                                                                              \
-    } while (0)
-    COPYSTR(c->owner, owner ? owner : "", owner ? owner_len : 0);
-    COPYSTR(c->effect_id, effect_id, id_len);
-    COPYSTR(c->subject, subject, subject_len);
-    if (order_key)
-        COPYSTR(c->order_key, order_key, order_key_len);
-#undef COPYSTR
-    if (len) {
-        memcpy(p, payload, len);
-        c->payload = (const unsigned char *)p;
-    }
-    c->len = len;
-    c->row_id = row_id;
-    c->attempts = attempts;
-    c->created_at_ms = created_at;
-    c->not_before_ms = not_before;
-    if (msg_id_len < JSD_MSG_ID_MAX) {
-        memcpy(c->msg_id, msg_id, msg_id_len);
-        c->msg_id[msg_id_len] = '\0';
-    } else if (!c->defect[0]) {
-        jsd__snprintf(c->defect, sizeof(c->defect),
-                      "its msg_id column (%zu bytes) exceeds %d bytes", msg_id_len,
-                      JSD_MSG_ID_MAX - 1);
-    }
-    ((void **)b->arena)[b->n] = blk;
-    b->n++;
-    return JSD_OK;
-}
-
-static int cmp_claimed(const void *a, const void *b)
-{
-    int64_t x = ((const jsd__claimed *)a)->row_id, y = ((const jsd__claimed *)b)->row_id;
-    return x < y ? -1 : x > y;
-}
-
-void jsd__batch_sort(jsd__effect_batch *b)
-{
-    if (b->n < 2)
-        return;
-    /* Sort items and their blocks together: sort an index, then permute. */
-    void **blocks = b->arena;
-    for (size_t i = 1; i < b->n; i++) {
-        jsd__claimed ci = b->items[i];
-        void *bi = blocks[i];
-        size_t j = i;
-        while (j > 0 && cmp_claimed(&b->items[j - 1], &ci) > 0) {
-            b->items[j] = b->items[j - 1];
-            blocks[j] = blocks[j - 1];
-            j--;
-        }
-        b->items[j] = ci;
-        blocks[j] = bi;
-    }
 }
 
 /* ---- backoff ------------------------------------------------------------------------ */

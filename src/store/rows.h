@@ -1,0 +1,75 @@
+/*
+ * The rows the store's front (store.c) and its back ends (sqlite.c,
+ * postgres.c) hand each other, and the helpers on them that rows.c holds: an
+ * effect row to insert, a claimed row as a back end reads it, the headers
+ * column codec, the store handle's error recorder and the store id a new
+ * schema records. A back end includes this and backend.h and nothing of the
+ * front. Not used outside src/store/.
+ */
+#ifndef JSD_STORE_ROWS_H
+#define JSD_STORE_ROWS_H
+
+#include "store/store.h"
+
+/* A validated, encoded effect ready for insertion. */
+typedef struct jsd__row {
+    const char *owner;
+    const char *effect_id;
+    const char *subject;
+    const unsigned char *headers; /* encoded (jsd__headers_encode); NULL when none */
+    size_t headers_len;
+    const void *payload;
+    size_t len;
+    const char *order_key; /* NULL when unordered */
+    char msg_id[JSD_MSG_ID_MAX];
+    int64_t created_at;
+    int64_t not_before;
+} jsd__row;
+
+/* One claimed effect as a back end reads it from its result: views into the
+ * columns (lengths without NULs), valid only until jsd__batch_add copies them.
+ * headers is the encoded column. */
+typedef struct jsd__claimed_row {
+    int64_t row_id;
+    const char *owner; /* NULL when none */
+    size_t owner_len;
+    const char *effect_id;
+    size_t id_len;
+    const char *msg_id;
+    size_t msg_id_len;
+    const char *subject;
+    size_t subject_len;
+    const unsigned char *headers;
+    size_t headers_len;
+    const unsigned char *payload;
+    size_t len;
+    int attempts;
+    const char *order_key; /* NULL when unordered */
+    size_t order_key_len;
+    int64_t created_at;
+    int64_t not_before;
+    bool maybe_published;
+} jsd__claimed_row;
+
+/* Record an error on the store (and return s). */
+jsd_status jsd__store_err(jsd_store *st, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);
+
+/* The store id a new schema records (migration 2): 32 random hex digits. */
+jsd_status jsd__store_new_id(jsd_store *s, char out[33]);
+
+/* Encode validated headers for the headers column (size first). */
+size_t jsd__headers_encoded_size(const jsd_header *h, size_t n);
+void jsd__headers_encode(const jsd_header *h, size_t n, unsigned char *out);
+/* Decode the headers column into an array allocated inside mem (a buffer the
+ * caller sized with jsd__headers_decoded_size). false when malformed. */
+size_t jsd__headers_decoded_size(const unsigned char *enc, size_t len, size_t *n_headers);
+bool jsd__headers_decode(const unsigned char *enc, size_t len, jsd_header *out, char *strings);
+
+/* Append one claimed effect to a batch, copying every field into storage the
+ * batch owns. A row whose headers or msg_id column cannot be used is added
+ * with its defect set (see jsd__claimed). */
+jsd_status jsd__batch_add(jsd__effect_batch *b, const jsd__claimed_row *r);
+/* Sort a batch by row_id (RETURNING gives no order). */
+void jsd__batch_sort(jsd__effect_batch *b);
+
+#endif
