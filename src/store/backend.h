@@ -38,9 +38,16 @@ typedef struct jsd__store_ops {
                         jsd__effect_batch *out);
     jsd_status (*receipts)(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
                            size_t *applied);
-    jsd_status (*failures)(jsd_store *s, const char *token, const jsd__failure *f, size_t n,
-                           const jsd__backoff *b, int budget, int64_t now, size_t *applied,
-                           size_t *dead);
+    /* Recording failures is two steps in one transaction, the policy decided
+     * by the front between them. failures_read begins it and gives, for each
+     * id, the attempts of its row if it still holds token and is pending,
+     * else -1; on an error nothing remains open. failures_write writes the
+     * n updates (n may be 0) and ends the transaction: committed on JSD_OK,
+     * rolled back otherwise. */
+    jsd_status (*failures_read)(jsd_store *s, const char *token, const int64_t *ids, size_t n,
+                                int *attempts);
+    jsd_status (*failures_write)(jsd_store *s, const char *token, const jsd__failure_update *u,
+                                 size_t n);
     jsd_status (*release)(jsd_store *s, const char *token, const int64_t *ids, size_t n,
                           size_t *released);
     jsd_status (*trouble)(jsd_store *s, jsd__outbox_trouble *out);
@@ -84,9 +91,6 @@ struct jsd_store {
     struct jsd_tx tx;               /* one transaction at a time per store */
     void *be;                       /* the back end's state */
 };
-
-/* The dead-letter reason text for a failure. */
-void jsd__dead_reason(char *out, size_t cap, const jsd__failure *f, int attempts, int budget);
 
 /* After migrating, with the store id the back end read from jsd_meta (NULL
  * when the row is missing): set the namespace in force. */

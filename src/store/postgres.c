@@ -862,22 +862,26 @@ static jsd_status ids_array(jsd_store *s, arr *a, const int64_t *ids, size_t n)
     return JSD_OK;
 }
 
-static jsd_status pg_failures(jsd_store *s, const char *token, const jsd__failure *f, size_t n,
-                              const jsd__backoff *b, int budget, int64_t now, size_t *applied,
-                              size_t *dead)
+/* End a transaction of this file's own: commit on JSD_OK, else roll back
+ * keeping the error. */
+static jsd_status own_end(jsd_store *s, jsd_status rc)
+{
+    if (rc == JSD_OK)
+        return pg_tx(s, JSD__TX_COMMIT);
+    jsd_error keep = s->err;
+    pg_tx(s, JSD__TX_ROLLBACK);
+    s->err = keep;
+    return rc;
+}
+
+static jsd_status pg_failures_read(jsd_store *s, const char *token, const int64_t *ids_in,
+                                   size_t n, int *attempts)
 {
     jsd_status rc = ready(s);
     if (rc != JSD_OK)
         return rc;
-    arr ids, u[6];
-    int nu = 0;
-    int64_t *tmp = jsd__malloc(n * sizeof(int64_t));
-    if (!tmp)
-        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording failures");
-    for (size_t i = 0; i < n; i++)
-        tmp[i] = f[i].row_id;
-    rc = ids_array(s, &ids, tmp, n);
-    jsd__free(tmp);
+    arr ids;
+    rc = ids_array(s, &ids, ids_in, n);
     if (rc != JSD_OK) {
         arr_free(&ids, 1);
         return rc;
@@ -891,74 +895,56 @@ static jsd_status pg_failures(jsd_store *s, const char *token, const jsd__failur
     p_arr(&p, &ids);
     PGresult *r =
         pexec(s, P_FAIL_SEL, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "recording failures");
-    size_t a = 0, d = 0;
-    if (!r) {
-        rc = s->err.status;
-        goto out;
-    }
-    static const uint32_t oids[6] = {OID_INT8, OID_INT4, OID_TEXT, OID_INT8, OID_INT8, OID_TEXT};
-    for (nu = 0; nu < 6; nu++)
-        arr_init(&u[nu], oids[nu]);
+    arr_free(&ids, 1);
+    if (!r)
+        return own_end(s, s->err.status);
+    for (size_t i = 0; i < n; i++)
+        attempts[i] = -1; /* lease lost, or already settled */
     for (int k = 0; k < PQntuples(r); k++) {
         int64_t id = get_i64(r, k, 0);
-        int next = (int)get_i64(r, k, 1) + 1;
-        const jsd__failure *fi = NULL;
-        for (size_t i = 0; i < n && !fi; i++)
-            if (f[i].row_id == id)
-                fi = &f[i];
-        if (!fi)
-            continue;
-        bool is_dead = fi->dead_letter_now || next >= budget;
-        char err[JSD__ERROR_TEXT_MAX + 1], reason[JSD__ERROR_TEXT_MAX + 1];
-        jsd__strlcpy(err, fi->error ? fi->error : "unknown error", sizeof(err));
-        arr_i64(&u[0], id);
-        arr_i32(&u[1], next);
-        arr_str(&u[2], err);
-        if (is_dead) {
-            jsd__dead_reason(reason, sizeof(reason), fi, next, budget);
-            arr_i64(&u[3], now);
-            arr_i64_or_null(&u[4], now, false);
-            arr_str(&u[5], reason);
-        } else {
-            arr_i64(&u[3], now + jsd__backoff_delay_ms(b, next, id));
-            arr_i64_or_null(&u[4], 0, true);
-            arr_str(&u[5], NULL);
-        }
-        a++;
-        d += is_dead;
+        int cur = (int)get_i64(r, k, 1);
+        for (size_t i = 0; i < n; i++)
+            if (ids_in[i] == id)
+                attempts[i] = cur;
     }
     PQclear(r);
-    if (a > 0) {
-        params q = {.n = 0};
-        p_text(&q, token);
-        for (int i = 0; i < 6 && rc == JSD_OK; i++) {
-            if (!arr_done(&u[i]))
-                rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording failures");
-            p_arr(&q, &u[i]);
-        }
-        if (rc == JSD_OK) {
-            PGresult *ur = pexec(s, P_FAIL_UPD, q.n, q.v, q.len, q.fmt, PGRES_COMMAND_OK,
-                                 "recording failures");
-            if (!ur)
-                rc = s->err.status;
-            PQclear(ur);
-        }
+    return JSD_OK;
+}
+
+static jsd_status pg_failures_write(jsd_store *s, const char *token, const jsd__failure_update *f,
+                                    size_t n)
+{
+    jsd_status rc = JSD_OK;
+    if (n == 0)
+        return own_end(s, rc);
+    arr u[6];
+    static const uint32_t oids[6] = {OID_INT8, OID_INT4, OID_TEXT, OID_INT8, OID_INT8, OID_TEXT};
+    for (int i = 0; i < 6; i++)
+        arr_init(&u[i], oids[i]);
+    for (size_t i = 0; i < n; i++) {
+        arr_i64(&u[0], f[i].row_id);
+        arr_i32(&u[1], f[i].attempts);
+        arr_str(&u[2], f[i].error);
+        arr_i64(&u[3], f[i].next_attempt_at);
+        arr_i64_or_null(&u[4], f[i].dead_at, !f[i].dead);
+        arr_str(&u[5], f[i].dead ? f[i].reason : NULL);
     }
-out:
-    arr_free(&ids, 1);
-    arr_free(u, (size_t)nu);
+    params q = {.n = 0};
+    p_text(&q, token);
+    for (int i = 0; i < 6 && rc == JSD_OK; i++) {
+        if (!arr_done(&u[i]))
+            rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording failures");
+        p_arr(&q, &u[i]);
+    }
     if (rc == JSD_OK) {
-        rc = pg_tx(s, JSD__TX_COMMIT);
-    } else {
-        jsd_error keep = s->err;
-        pg_tx(s, JSD__TX_ROLLBACK);
-        s->err = keep;
+        PGresult *ur =
+            pexec(s, P_FAIL_UPD, q.n, q.v, q.len, q.fmt, PGRES_COMMAND_OK, "recording failures");
+        if (!ur)
+            rc = s->err.status;
+        PQclear(ur);
     }
-    if (rc == JSD_OK) {
-        *applied = a;
-        *dead = d;
-    }
-    return rc;
+    arr_free(u, 6);
+    return own_end(s, rc);
 }
 
 static jsd_status pg_release(jsd_store *s, const char *token, const int64_t *ids, size_t n,
@@ -1308,7 +1294,8 @@ static const jsd__store_ops pg_ops = {
     .emit = pg_emit,
     .claim = pg_claim,
     .receipts = pg_receipts,
-    .failures = pg_failures,
+    .failures_read = pg_failures_read,
+    .failures_write = pg_failures_write,
     .release = pg_release,
     .requeue = pg_requeue,
     .trouble = pg_trouble,

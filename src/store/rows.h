@@ -1,7 +1,8 @@
 /*
  * The rows the store's front (store.c) and its back ends (sqlite.c,
  * postgres.c) hand each other, and the helpers on them that rows.c holds: an
- * effect row to insert, a claimed row as a back end reads it, the headers
+ * effect row to insert, a claimed row as a back end reads it, the update the
+ * front decided for a failed effect, the headers
  * column codec, the store handle's error recorder and the store id a new
  * schema records. A back end includes this and backend.h and nothing of the
  * front. Not used outside src/store/.
@@ -50,6 +51,19 @@ typedef struct jsd__claimed_row {
     int64_t not_before;
     bool maybe_published;
 } jsd__claimed_row;
+
+/* What the front decided for one failed publication, for the back end to
+ * write into its row (still leased to the token) together with the release
+ * of the lease. */
+typedef struct jsd__failure_update {
+    int64_t row_id;
+    int attempts;                           /* the new count */
+    char error[JSD__ERROR_TEXT_MAX + 1];    /* last_error */
+    int64_t next_attempt_at;                /* now when dead-lettered */
+    bool dead;                              /* dead-lettered now: */
+    int64_t dead_at;                        /*   dead_lettered_at */
+    char reason[JSD__ERROR_TEXT_MAX + 1];   /*   dead_reason */
+} jsd__failure_update;
 
 /* Record an error on the store (and return s). */
 jsd_status jsd__store_err(jsd_store *st, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);

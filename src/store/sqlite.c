@@ -659,61 +659,55 @@ static jsd_status sq_receipts(jsd_store *s, const char *token, const jsd__receip
     return rc;
 }
 
-static jsd_status sq_failures(jsd_store *s, const char *token, const jsd__failure *f, size_t n,
-                              const jsd__backoff *b, int budget, int64_t now, size_t *applied,
-                              size_t *dead)
+static jsd_status sq_failures_read(jsd_store *s, const char *token, const int64_t *ids, size_t n,
+                                   int *attempts)
 {
     jsd_status rc = own_begin(s, "recording failures");
     if (rc != JSD_OK)
         return rc;
-    sqlite3_stmt *sel = stmt(s, S_FAIL_SEL), *upd = sel ? stmt(s, S_FAIL_UPD) : NULL;
-    if (!upd)
+    sqlite3_stmt *sel = stmt(s, S_FAIL_SEL);
+    if (!sel)
         return own_end(s, s->err.status, "failures");
-    size_t a = 0, d = 0;
     for (size_t i = 0; i < n && rc == JSD_OK; i++) {
-        sqlite3_bind_int64(sel, 1, f[i].row_id);
+        sqlite3_bind_int64(sel, 1, ids[i]);
         bind_text(sel, 2, token);
         int x = sqlite3_step(sel);
-        int attempts = x == SQLITE_ROW ? sqlite3_column_int(sel, 0) : 0;
+        attempts[i] = x == SQLITE_ROW ? sqlite3_column_int(sel, 0) : -1; /* -1: lease lost, or settled */
         done(sel);
-        if (x == SQLITE_DONE)
-            continue; /* lease lost, or already settled */
-        if (x != SQLITE_ROW) {
+        if (x != SQLITE_ROW && x != SQLITE_DONE)
             rc = sq_fail(s, x, "recording a failure");
-            break;
-        }
-        int next = attempts + 1;
-        bool is_dead = f[i].dead_letter_now || next >= budget;
-        char err[JSD__ERROR_TEXT_MAX + 1], reason[JSD__ERROR_TEXT_MAX + 1];
-        jsd__strlcpy(err, f[i].error ? f[i].error : "unknown error", sizeof(err));
-        sqlite3_bind_int64(upd, 1, f[i].row_id);
-        sqlite3_bind_int(upd, 2, next);
-        bind_text(upd, 3, err);
-        if (is_dead) {
-            jsd__dead_reason(reason, sizeof(reason), &f[i], next, budget);
-            sqlite3_bind_int64(upd, 4, now);
-            sqlite3_bind_int64(upd, 5, now);
-            bind_text(upd, 6, reason);
+    }
+    if (rc != JSD_OK)
+        return own_end(s, rc, "recording failures");
+    return JSD_OK;
+}
+
+static jsd_status sq_failures_write(jsd_store *s, const char *token, const jsd__failure_update *u,
+                                    size_t n)
+{
+    (void)token; /* the rows were read under it in this transaction */
+    jsd_status rc = JSD_OK;
+    sqlite3_stmt *upd = stmt(s, S_FAIL_UPD);
+    if (!upd)
+        return own_end(s, s->err.status, "failures");
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        sqlite3_bind_int64(upd, 1, u[i].row_id);
+        sqlite3_bind_int(upd, 2, u[i].attempts);
+        bind_text(upd, 3, u[i].error);
+        sqlite3_bind_int64(upd, 4, u[i].next_attempt_at);
+        if (u[i].dead) {
+            sqlite3_bind_int64(upd, 5, u[i].dead_at);
+            bind_text(upd, 6, u[i].reason);
         } else {
-            sqlite3_bind_int64(upd, 4, now + jsd__backoff_delay_ms(b, next, f[i].row_id));
             sqlite3_bind_null(upd, 5);
             sqlite3_bind_null(upd, 6);
         }
-        x = sqlite3_step(upd);
+        int x = sqlite3_step(upd);
         done(upd);
-        if (x != SQLITE_DONE) {
+        if (x != SQLITE_DONE)
             rc = sq_fail(s, x, "recording a failure");
-        } else {
-            a++;
-            d += is_dead;
-        }
     }
-    rc = own_end(s, rc, "recording failures");
-    if (rc == JSD_OK) {
-        *applied = a;
-        *dead = d;
-    }
-    return rc;
+    return own_end(s, rc, "recording failures");
 }
 
 static jsd_status sq_trouble(jsd_store *s, jsd__outbox_trouble *o)
@@ -1096,7 +1090,8 @@ static const jsd__store_ops sqlite_ops = {
     .emit = sq_emit,
     .claim = sq_claim,
     .receipts = sq_receipts,
-    .failures = sq_failures,
+    .failures_read = sq_failures_read,
+    .failures_write = sq_failures_write,
     .release = sq_release,
     .requeue = sq_requeue,
     .trouble = sq_trouble,

@@ -563,7 +563,7 @@ int64_t jsd__backoff_delay_ms(const jsd__backoff *b, int n, int64_t row_id)
     return d;
 }
 
-void jsd__dead_reason(char *out, size_t cap, const jsd__failure *f, int attempts, int budget)
+static void dead_reason(char *out, size_t cap, const jsd__failure *f, int attempts, int budget)
 {
     const char *e = f->error ? f->error : "unknown error";
     if (f->dead_letter_now)
@@ -571,6 +571,28 @@ void jsd__dead_reason(char *out, size_t cap, const jsd__failure *f, int attempts
                       attempts == 1 ? "" : "s", e);
     else
         jsd__snprintf(out, cap, "attempt budget of %d spent: %.900s", budget, e);
+}
+
+/* The failure policy, decided here for both back ends: a failed effect that
+ * reached its attempt budget, or failed permanently, is dead-lettered now;
+ * any other is due again after its backoff. */
+static void decide_failure(const jsd__failure *f, int attempts, const jsd__backoff *b, int budget,
+                           int64_t now, jsd__failure_update *u)
+{
+    int next = attempts + 1;
+    u->row_id = f->row_id;
+    u->attempts = next;
+    jsd__strlcpy(u->error, f->error ? f->error : "unknown error", sizeof(u->error));
+    u->dead = f->dead_letter_now || next >= budget;
+    if (u->dead) {
+        dead_reason(u->reason, sizeof(u->reason), f, next, budget);
+        u->next_attempt_at = now;
+        u->dead_at = now;
+    } else {
+        u->next_attempt_at = now + jsd__backoff_delay_ms(b, next, f->row_id);
+        u->dead_at = 0;
+        u->reason[0] = '\0';
+    }
 }
 
 /* ---- transactions ------------------------------------------------------------------- */
@@ -965,9 +987,37 @@ jsd_status jsd__store_record_failures(jsd_store *s, const char *lease_token, con
         jsd__backoff_init(&def);
         b = &def;
     }
+    if (budget <= 0)
+        budget = JSD__DEFAULT_BUDGET;
+    int64_t *ids = jsd__malloc(n * sizeof(*ids));
+    int *attempts = jsd__malloc(n * sizeof(*attempts));
+    jsd__failure_update *u = jsd__malloc(n * sizeof(*u));
     size_t a = 0, d = 0;
-    rc = s->ops->failures(s, lease_token, f, n, b, budget > 0 ? budget : JSD__DEFAULT_BUDGET,
-                          now_ms, &a, &d);
+    if (!ids || !attempts || !u) {
+        rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording failures");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        ids[i] = f[i].row_id;
+    if ((rc = s->ops->failures_read(s, lease_token, ids, n, attempts)) != JSD_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        bool first = attempts[i] >= 0; /* the first failure given for a row counts */
+        for (size_t j = 0; j < i && first; j++)
+            first = f[j].row_id != f[i].row_id;
+        if (!first)
+            continue;
+        decide_failure(&f[i], attempts[i], b, budget, now_ms, &u[a]);
+        d += u[a].dead;
+        a++;
+    }
+    rc = s->ops->failures_write(s, lease_token, u, a);
+out:
+    jsd__free(ids);
+    jsd__free(attempts);
+    jsd__free(u);
+    if (rc != JSD_OK)
+        a = d = 0;
     if (applied)
         *applied = a;
     if (dead_lettered)
