@@ -87,14 +87,15 @@ struct jsd_store {
     size_t payload_max;
     int busy_timeout_ms;
     char store_id[33];              /* jsd_meta store_id, read at open */
+    /* The jsd_meta store_id row as the back end read it while migrating, for
+     * the front to judge after the open (a longer value is cut to 64 bytes,
+     * which still reads as not 32 hex digits). */
+    bool meta_id_found;
+    char meta_id[65];
     char ns[JSD_NAMESPACE_MAX + 1]; /* the operator's namespace, or store_id */
     struct jsd_tx tx;               /* one transaction at a time per store */
     void *be;                       /* the back end's state */
 };
-
-/* After migrating, with the store id the back end read from jsd_meta (NULL
- * when the row is missing): set the namespace in force. */
-jsd_status jsd__store_set_identity(jsd_store *s, const char *store_id);
 
 /* Back ends. */
 jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err);

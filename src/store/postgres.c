@@ -1407,9 +1407,11 @@ static jsd_status migrate(jsd_store *s)
             with_schema(s, "SELECT value FROM @jsd_meta WHERE key = '" JSD__META_STORE_ID "'");
         r = q ? PQexecParams(p->conn, q, 0, NULL, NULL, NULL, NULL, 0) : NULL;
         jsd__free(q);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK)
-            rc = jsd__store_set_identity(s, PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : NULL);
-        else
+        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+            s->meta_id_found = PQntuples(r) > 0;
+            jsd__strlcpy(s->meta_id, s->meta_id_found ? PQgetvalue(r, 0, 0) : "",
+                         sizeof(s->meta_id));
+        } else
             rc = r ? pg_fail(s, r, "reading the store id")
                    : jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading the store id");
         PQclear(r);

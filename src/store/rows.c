@@ -3,7 +3,8 @@
  * share below the back-end interface: the error recorder of a store handle,
  * the store id a new schema records, the headers column codec and the batch
  * of claimed effects a back end fills from the rows it reads (one
- * jsd__claimed_row per row). Nothing here runs SQL or decides policy, so the
+ * jsd__claimed_row per row), and the freeing of the poison records a back
+ * end reads. Nothing here runs SQL or decides policy, so the
  * back ends include only backend.h and rows.h and never call up into the
  * front.
  *
@@ -259,4 +260,30 @@ void jsd__batch_sort(jsd__effect_batch *b)
         b->items[j] = ci;
         blocks[j] = bi;
     }
+}
+
+/* ---- poison records ---------------------------------------------------------------------- */
+
+void jsd__poison_record_clear(jsd__poison_record *r)
+{
+    if (!r)
+        return;
+    jsd__free(r->stream);
+    jsd__free(r->consumer);
+    jsd__free(r->msg_id);
+    jsd__free(r->subject);
+    jsd__free(r->diagnostic);
+    jsd__free(r->headers);
+    jsd__free(r->payload);
+    jsd__free(r->dlq_stream);
+    memset(r, 0, sizeof(*r));
+}
+
+void jsd__poison_records_free(jsd__poison_record *r, size_t n)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < n; i++)
+        jsd__poison_record_clear(&r[i]);
+    jsd__free(r);
 }

@@ -1167,10 +1167,12 @@ static jsd_status migrate(jsd_store *s)
         int x = sqlite3_prepare_v2(
             SQ(s)->db, "SELECT value FROM jsd_meta WHERE key = '" JSD__META_STORE_ID "'", -1, &st,
             NULL);
-        if (x == SQLITE_OK && (x = sqlite3_step(st)) == SQLITE_ROW)
-            rc = jsd__store_set_identity(s, (const char *)sqlite3_column_text(st, 0));
-        else if (x == SQLITE_DONE)
-            rc = jsd__store_set_identity(s, NULL);
+        if (x == SQLITE_OK && (x = sqlite3_step(st)) == SQLITE_ROW) {
+            const char *id = (const char *)sqlite3_column_text(st, 0);
+            s->meta_id_found = id != NULL;
+            jsd__strlcpy(s->meta_id, id ? id : "", sizeof(s->meta_id));
+        } else if (x == SQLITE_DONE)
+            s->meta_id_found = false;
         else
             rc = sq_fail(s, x, "reading the store id");
         sqlite3_finalize(st);

@@ -221,7 +221,9 @@ bool jsd__namespace_valid(const char *ns, jsd_error *err)
     return true;
 }
 
-jsd_status jsd__store_set_identity(jsd_store *s, const char *store_id)
+/* With the store id the back end read from jsd_meta at open (NULL when the
+ * row is missing): set the namespace in force. */
+static jsd_status set_identity(jsd_store *s, const char *store_id)
 {
     bool hex = store_id && strlen(store_id) == 32;
     for (size_t i = 0; hex && i < 32; i++)
@@ -369,6 +371,12 @@ jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_err
         rc = jsd__sqlite_open(s, path, err);
         if (rc != JSD_OK)
             goto fail;
+    }
+    rc = set_identity(s, s->meta_id_found ? s->meta_id : NULL);
+    if (rc != JSD_OK) {
+        jsd__err_copy(err, &s->err);
+        s->ops->close(s);
+        goto fail;
     }
     jsd__free(conninfo);
     jsd__free(schema);
@@ -1310,30 +1318,6 @@ jsd_status jsd__store_poison_unpublished(jsd_store *s, const char *stream, const
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "unpublished poison records: max %zu is outside 1..100000", max);
     return s->ops->poison_read(s, stream, consumer, 0, after_id, max, out, n);
-}
-
-void jsd__poison_record_clear(jsd__poison_record *r)
-{
-    if (!r)
-        return;
-    jsd__free(r->stream);
-    jsd__free(r->consumer);
-    jsd__free(r->msg_id);
-    jsd__free(r->subject);
-    jsd__free(r->diagnostic);
-    jsd__free(r->headers);
-    jsd__free(r->payload);
-    jsd__free(r->dlq_stream);
-    memset(r, 0, sizeof(*r));
-}
-
-void jsd__poison_records_free(jsd__poison_record *r, size_t n)
-{
-    if (!r)
-        return;
-    for (size_t i = 0; i < n; i++)
-        jsd__poison_record_clear(&r[i]);
-    jsd__free(r);
 }
 
 /* ---- stats and retention ---------------------------------------------------------------- */
