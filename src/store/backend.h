@@ -1,10 +1,13 @@
 /*
- * The store's back-end interface, shared by store.c (the common front: URL
- * parsing, validation, encoding, public entry points) and the two back ends,
- * sqlite.c and postgres.c. Not used outside src/store/.
+ * The store's back-end interface, between the front (store.c, tx.c,
+ * outbox.c: URL parsing, validation, encoding, the failure policy, the public
+ * and internal entry points) and the two back ends, sqlite.c and postgres.c.
+ * Not used outside src/store/.
  *
- * The front validates every argument and encodes effects before a back end
- * sees them; a back end only runs SQL and maps its errors.
+ * The front validates every argument, encodes effects and decides every
+ * policy (attempt budget, backoff, dead-letter reason) before a back end sees
+ * them; a back end only runs SQL and maps its errors, and uses nothing of the
+ * front: the rows and helpers both sides share are in rows.h.
  */
 #ifndef JSD_STORE_BACKEND_H
 #define JSD_STORE_BACKEND_H
@@ -86,7 +89,7 @@ struct jsd_store {
     char url_safe[512]; /* the URL with its password redacted, for messages */
     size_t payload_max;
     int busy_timeout_ms;
-    char store_id[33];              /* jsd_meta store_id, read at open */
+    char store_id[33]; /* jsd_meta store_id, read at open */
     /* The jsd_meta store_id row as the back end read it while migrating, for
      * the front to judge after the open (a longer value is cut to 64 bytes,
      * which still reads as not 32 hex digits). */

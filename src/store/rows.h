@@ -57,12 +57,12 @@ typedef struct jsd__claimed_row {
  * of the lease. */
 typedef struct jsd__failure_update {
     int64_t row_id;
-    int attempts;                           /* the new count */
-    char error[JSD__ERROR_TEXT_MAX + 1];    /* last_error */
-    int64_t next_attempt_at;                /* now when dead-lettered */
-    bool dead;                              /* dead-lettered now: */
-    int64_t dead_at;                        /*   dead_lettered_at */
-    char reason[JSD__ERROR_TEXT_MAX + 1];   /*   dead_reason */
+    int attempts;                         /* the new count */
+    char error[JSD__ERROR_TEXT_MAX + 1];  /* last_error */
+    int64_t next_attempt_at;              /* now when dead-lettered */
+    bool dead;                            /* dead-lettered now: */
+    int64_t dead_at;                      /*   dead_lettered_at */
+    char reason[JSD__ERROR_TEXT_MAX + 1]; /*   dead_reason */
 } jsd__failure_update;
 
 /* Record an error on the store (and return s). */

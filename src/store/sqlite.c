@@ -15,6 +15,12 @@
  * Commits from other processes are noticed through PRAGMA data_version,
  * checked every 50 ms while a relay waits, every 2 ms for a second after the
  * last such commit (see sq_wait).
+ *
+ * One idea, the SQLite back end, so one file over 800 lines: the statement
+ * table, its prepare-once cache and the error mapping serve every operation,
+ * and a split would only move them into a shared header. Policy is not here:
+ * the front (store.c, tx.c, outbox.c) decides, this file runs the SQL, and it
+ * uses only backend.h and rows.h of the store.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -622,7 +628,8 @@ static jsd_status sq_claim_tx(jsd_store *s, int max, int64_t lease_ms, const cha
         row.maybe_published = sqlite3_column_int(st, 11) != 0;
         rc = jsd__batch_add(out, &row);
         if (rc != JSD_OK)
-            jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory", (long long)row.row_id);
+            jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory",
+                           (long long)row.row_id);
     }
     if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
         rc = sq_fail(s, x, "claim");
@@ -672,7 +679,8 @@ static jsd_status sq_failures_read(jsd_store *s, const char *token, const int64_
         sqlite3_bind_int64(sel, 1, ids[i]);
         bind_text(sel, 2, token);
         int x = sqlite3_step(sel);
-        attempts[i] = x == SQLITE_ROW ? sqlite3_column_int(sel, 0) : -1; /* -1: lease lost, or settled */
+        attempts[i] =
+            x == SQLITE_ROW ? sqlite3_column_int(sel, 0) : -1; /* -1: lease lost, or settled */
         done(sel);
         if (x != SQLITE_ROW && x != SQLITE_DONE)
             rc = sq_fail(s, x, "recording a failure");
