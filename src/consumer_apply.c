@@ -1,0 +1,539 @@
+/*
+ * consumer_apply — the apply step: the batch in hand is applied in one store
+ * transaction (a fast pass with one inbox statement per delivery, and when
+ * anything in it is unusual a careful pass with a savepoint per handler),
+ * each delivery decided as the DESIGN block in consumer.c says: answered
+ * from the inbox, parked past the threshold, poison on a bad envelope, or
+ * the handler's disposition; the poison records are written in the same
+ * transaction. A store outage holds the batch (kept alive, retried with a
+ * backoff) instead of failing it; a commit that fails otherwise NAKs it.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include "conn_int.h"
+#include "consumer_int.h"
+#include "store/store.h"
+
+/* ---- the last error of a delivery, for its death envelope ------------------------- */
+
+static void lasterr_put(jsd_consumer *c, uint64_t seq, const char *text)
+{
+    size_t k = (size_t)(seq % LASTERR_SLOTS);
+    c->lasterr[k].seq = seq;
+    jsd__strlcpy(c->lasterr[k].text, text ? text : "", sizeof(c->lasterr[k].text));
+}
+
+static const char *lasterr_get(jsd_consumer *c, uint64_t seq)
+{
+    size_t k = (size_t)(seq % LASTERR_SLOTS);
+    return c->lasterr[k].seq == seq && c->lasterr[k].text[0] ? c->lasterr[k].text : NULL;
+}
+
+/* ---- one batch -------------------------------------------------------------------- */
+
+/* Reconstruct the header block ("NATS/1.0\r\nName: value\r\n...\r\n") for the
+ * poison record; nats.c does not expose the raw bytes. */
+static char *header_block(natsMsg *m, size_t *len)
+{
+    const char **keys = NULL;
+    int nk = 0;
+    *len = 0;
+    if (natsMsgHeader_Keys(m, &keys, &nk) != NATS_OK || nk == 0) {
+        free((void *)keys);
+        return NULL;
+    }
+    size_t cap = 12, used = 0;
+    char *buf = NULL;
+    for (int i = 0; i < nk; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        if (natsMsgHeader_Values(m, keys[i], &vals, &nv) != NATS_OK)
+            continue;
+        for (int k = 0; k < nv; k++)
+            cap += strlen(keys[i]) + strlen(vals[k]) + 4;
+        free((void *)vals);
+    }
+    cap += 3;
+    if (!(buf = jsd__malloc(cap)))
+        goto out;
+    used = (size_t)snprintf(buf, cap, "NATS/1.0\r\n");
+    for (int i = 0; i < nk; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        if (natsMsgHeader_Values(m, keys[i], &vals, &nv) != NATS_OK)
+            continue;
+        for (int k = 0; k < nv && used < cap; k++)
+            used += (size_t)snprintf(buf + used, cap - used, "%s: %s\r\n", keys[i], vals[k]);
+        free((void *)vals);
+    }
+    if (used < cap)
+        used += (size_t)snprintf(buf + used, cap - used, "\r\n");
+    *len = JSD_MIN(used, cap - 1);
+out:
+    free((void *)keys);
+    return buf;
+}
+
+static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int code)
+{
+    size_t hlen = 0;
+    char *hdr = header_block(d->msg, &hlen);
+    jsd__poison p = {
+        .stream = c->stream,
+        .consumer = c->durable,
+        .stream_seq = d->seq,
+        .msg_id = d->msg_id && *d->msg_id ? d->msg_id : NULL,
+        .subject = d->subject,
+        .diagnostic = d->reason,
+        .headers = hdr,
+        .headers_len = hlen,
+        .payload = natsMsg_GetData(d->msg),
+        .len = (size_t)natsMsg_GetDataLength(d->msg),
+    };
+    jsd_status st = jsd__tx_poison_insert(tx, &p, NULL);
+    jsd__free(hdr);
+    if (st == JSD_OK)
+        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, p.msg_id, code, d->reason);
+    if (st == JSD_OK) {
+        d->state = code == OUT_POISON ? D_POISON : D_PARK;
+        d->fresh = true;
+    } else if (st == JSD_ERR_EXISTS) {
+        /* Another process recorded this delivery meanwhile: its outcome stands. */
+        jsd__inbox_outcome prev;
+        bool found = false;
+        st = jsd__tx_inbox_lookup(tx, c->stream, c->durable, d->seq, &found, &prev);
+        if (st == JSD_OK && found) {
+            d->dup = true;
+            jsd__strlcpy(d->reason, prev.detail, sizeof(d->reason));
+            d->state = prev.code == OUT_POISON ? D_POISON : prev.code == OUT_PARK ? D_PARK : D_ACK;
+        } else if (st == JSD_OK) {
+            st = JSD_ERR_INTERNAL;
+        }
+    }
+    return st;
+}
+
+/* A store outage seen through the handler's own SQL: the native handle's
+ * state after a handler that did not commit. sqlite_before is the SQLite
+ * connection's error code before the call, so an old code is not taken for
+ * a new failure. JSD_OK when the failure is the handler's own. */
+static int sqlite_code(jsd_tx *tx)
+{
+    sqlite3 *db = jsd_tx_sqlite(tx);
+    return db ? sqlite3_errcode(db) : SQLITE_OK;
+}
+
+static jsd_status handler_saw_outage(jsd_tx *tx, int sqlite_before)
+{
+    PGconn *pg = jsd_tx_pg(tx);
+    if (pg)
+        return PQstatus(pg) == CONNECTION_BAD ? JSD_ERR_CONNECT : JSD_OK;
+    int now = sqlite_code(tx);
+    if (now == sqlite_before)
+        return JSD_OK;
+    switch (now & 0xff) {
+    case SQLITE_FULL:
+        return JSD_ERR_FULL;
+    case SQLITE_IOERR:
+        return JSD_ERR_IO;
+    case SQLITE_READONLY:
+        return JSD_ERR_READONLY;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return JSD_ERR_BUSY;
+    default:
+        return JSD_OK;
+    }
+}
+
+/* Decide one delivery inside the open transaction. A non-OK return means the
+ * transaction can no longer be trusted (the batch is abandoned). */
+static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h, void *user,
+                            const jsd_disposition *given)
+{
+    jsd__inbox_outcome prev;
+    bool found = false;
+    jsd_status st;
+
+    st = jsd__tx_inbox_lookup(tx, c->stream, c->durable, d->seq, &found, &prev);
+    if (st != JSD_OK)
+        return st;
+    if (!found && d->msg_id && *d->msg_id && strlen(d->msg_id) <= 256) {
+        st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, d->msg_id, &found, &prev);
+        if (st != JSD_OK)
+            return st;
+        if (found && prev.stream_seq != d->seq) {
+            /* A re-published duplicate past the broker's window: record its
+             * identity too, apply nothing. */
+            char why[64];
+            jsd__snprintf(why, sizeof(why), "duplicate of stream seq %" PRIu64, prev.stream_seq);
+            st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_DUP, why);
+            if (st != JSD_OK && st != JSD_ERR_EXISTS)
+                return st;
+            d->state = D_ACK;
+            d->dup = true;
+            return JSD_OK;
+        }
+    }
+    if (found) {
+        d->dup = true;
+        jsd__strlcpy(d->reason, prev.detail, sizeof(d->reason));
+        d->state = prev.code == OUT_POISON ? D_POISON : prev.code == OUT_PARK ? D_PARK : D_ACK;
+        return JSD_OK;
+    }
+
+    /* Past the park threshold: bury it without running the handler. */
+    if (c->park_at > 0 && d->deliveries > (uint64_t)c->park_at) {
+        const char *le = lasterr_get(c, d->seq);
+        jsd__snprintf(d->reason, sizeof(d->reason), "max deliveries reached (%" PRIu64 "): %s",
+                      d->deliveries, le ? le : "last error not known to this process");
+        return record_dead(c, tx, d, OUT_PARK);
+    }
+    /* Envelope: poison on first sight. */
+    if (!jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
+                             (size_t)natsMsg_GetDataLength(d->msg), (const char *const *)c->types,
+                             c->n_types, c->fmt, d->reason, sizeof(d->reason)))
+        return record_dead(c, tx, d, OUT_POISON);
+
+    jsd_disposition disp;
+    char given_reason[sizeof(d->reason)];
+    given_reason[0] = '\0';
+    if (given) {
+        jsd__strlcpy(given_reason, d->reason, sizeof(given_reason));
+        /* The fast pass already ran this handler, and it did not commit:
+         * reuse its answer rather than call it twice. */
+        disp = *given;
+        if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
+            return st;
+    } else {
+        if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
+            return st;
+        int before = sqlite_code(tx);
+        int64_t t0 = jsd__mono_us();
+        disp = h(tx, d, user);
+        int64_t took = jsd__mono_us() - t0;
+        STAT_ADD(c, handler_us, (uint64_t)took);
+        jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
+        /* A handler that failed because the store is out did not fail:
+         * the batch is held instead (no attempt spent, never parked). */
+        if (disp.kind != JSD_DISPOSITION_COMMIT && (st = handler_saw_outage(tx, before)) != JSD_OK)
+            return st;
+    }
+
+    if (disp.kind == JSD_DISPOSITION_COMMIT) {
+        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL);
+        if (st == JSD_OK) {
+            if ((st = jsd__tx_release(tx)) != JSD_OK)
+                return st;
+            d->state = D_ACK;
+            d->fresh = true;
+            return JSD_OK;
+        }
+        if (st == JSD_ERR_EXISTS) {
+            /* Another process committed it meanwhile: its effects stand. */
+            if ((st = jsd__tx_rollback_to(tx)) != JSD_OK)
+                return st;
+            d->dup = true;
+            d->state = D_ACK;
+            return JSD_OK;
+        }
+        /* The store is out: the whole batch is held and retried. */
+        if (jsd__store_outage(st))
+            return st;
+        /* The inbox row could not be written: undo, and come again. */
+        jsd__snprintf(d->reason, sizeof(d->reason), "inbox insert failed: %s",
+                      jsd_store_errmsg(c->store));
+        if ((st = jsd__tx_rollback_to(tx)) != JSD_OK)
+            return st;
+        disp = jsd_disposition_retry(0, d->reason);
+    } else if ((st = jsd__tx_rollback_to(tx)) != JSD_OK) {
+        return st;
+    }
+
+    if (given)
+        disp.reason = given_reason;
+    if (disp.kind == JSD_DISPOSITION_POISON) {
+        char why[sizeof(d->reason)];
+        jsd__strlcpy(why, disp.reason && *disp.reason ? disp.reason : "poison", sizeof(why));
+        jsd__snprintf(d->reason, sizeof(d->reason), "handler: %s", why);
+        return record_dead(c, tx, d, OUT_POISON);
+    }
+    /* RETRY */
+    if (d->reason != disp.reason)
+        jsd__strlcpy(d->reason,
+                     disp.reason && *disp.reason ? disp.reason : "handler asked to retry",
+                     sizeof(d->reason));
+    lasterr_put(c, d->seq, d->reason);
+    if (c->park_at > 0 && d->deliveries >= (uint64_t)c->park_at) {
+        char last[sizeof(d->reason)];
+        jsd__strlcpy(last, d->reason, sizeof(last));
+        jsd__snprintf(d->reason, sizeof(d->reason), "max deliveries reached (%" PRIu64 "): %s",
+                      d->deliveries, last);
+        return record_dead(c, tx, d, OUT_PARK);
+    }
+    d->state = D_NAK;
+    d->delay_ms = disp.delay_ms > 0 ? disp.delay_ms : c->retry_delay_ms;
+    return JSD_OK;
+}
+
+/* Copy a handler's reason at once: it must outlive the call (a literal or
+ * the handler's own storage), never the handler's stack. */
+static void keep_reason(jsd_delivery *d, const jsd_disposition *disp, const char *fallback)
+{
+    jsd__strlcpy(d->reason, disp->reason && *disp->reason ? disp->reason : fallback,
+                 sizeof(d->reason));
+}
+
+/* The fast pass: the same decisions as apply_one for the common case, without
+ * a savepoint per delivery and with one inbox statement per delivery (the
+ * INSERT comes first and answers "seen before?" by conflicting). Anything
+ * unusual — a handler that does not commit, poison, a park — sets *abort: the
+ * caller rolls the whole batch back and redoes it with apply_one, passing on
+ * the disposition of the handler that failed (in *failed) so it is not called
+ * twice. */
+static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h,
+                             void *user, bool *abort, jsd_disposition *failed)
+{
+    jsd__inbox_outcome prev;
+    bool found = false;
+    jsd_status st;
+
+    if (d->msg_id && *d->msg_id && strlen(d->msg_id) <= 256) {
+        st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, d->msg_id, &found, &prev);
+        if (st != JSD_OK)
+            return st;
+        if (found) {
+            *abort = true; /* a duplicate: the careful pass records and answers it */
+            return JSD_OK;
+        }
+    }
+    if ((c->park_at > 0 && d->deliveries > (uint64_t)c->park_at) ||
+        !jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
+                             (size_t)natsMsg_GetDataLength(d->msg), (const char *const *)c->types,
+                             c->n_types, c->fmt, d->reason, sizeof(d->reason))) {
+        *abort = true;
+        return JSD_OK;
+    }
+    st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL);
+    if (st == JSD_ERR_EXISTS) {
+        *abort = true;
+        return JSD_OK;
+    }
+    if (st != JSD_OK)
+        return st;
+    int before = sqlite_code(tx);
+    int64_t t0 = jsd__mono_us();
+    jsd_disposition disp = h(tx, d, user);
+    int64_t took = jsd__mono_us() - t0;
+    STAT_ADD(c, handler_us, (uint64_t)took);
+    jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
+    if (disp.kind != JSD_DISPOSITION_COMMIT && (st = handler_saw_outage(tx, before)) != JSD_OK)
+        return st;
+    if (disp.kind == JSD_DISPOSITION_COMMIT) {
+        d->state = D_ACK;
+        d->fresh = true;
+        return JSD_OK;
+    }
+    keep_reason(d, &disp,
+                disp.kind == JSD_DISPOSITION_POISON ? "poison" : "handler asked to retry");
+    *failed = disp;
+    failed->reason = NULL; /* the copy in d->reason is used */
+    *abort = true;
+    return JSD_OK;
+}
+
+/* The batch in hand is settled only after its COMMIT: when applying it takes
+ * a third of ack_wait, tell the server every delivery in it is still being
+ * worked on (+WPI), so none is redelivered meanwhile. */
+static void keep_alive(jsd_consumer *c, int64_t *last_ms)
+{
+    if (jsd__mono_ms() - *last_ms < c->keepalive_ms)
+        return;
+    for (size_t i = 0; i < c->nd; i++)
+        natsMsg_InProgress(c->d[i].msg, NULL);
+    *last_ms = jsd__mono_ms();
+}
+
+/* A store error that says nothing about the deliveries: the store cannot
+ * be reached, is full, read-only or busy, or a COMMIT's outcome is unknown
+ * (a lost connection maps to JSD_ERR_CONNECT). Such a batch is held and
+ * retried, never NAKed. */
+bool jsd__store_outage(jsd_status st)
+{
+    switch (st) {
+    case JSD_ERR_CONNECT:
+    case JSD_ERR_FULL:
+    case JSD_ERR_READONLY:
+    case JSD_ERR_BUSY:
+    case JSD_ERR_IO:
+    case JSD_ERR_TIMEOUT:
+    case JSD_ERR_NOMEM:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Apply the batch in hand in one transaction and COMMIT it: first the fast
+ * pass, and when anything in it is unusual, the careful pass with a
+ * savepoint per handler. JSD_OK when committed; otherwise the status of the
+ * store call that failed, and nothing of the batch was committed (or, after
+ * a lost connection at COMMIT, it is unknown: the next attempt's inbox
+ * lookups answer that). */
+static jsd_status apply_batch(jsd_consumer *c, jsd_handler h, void *user, int64_t *wpi_at)
+{
+    jsd_tx *tx = NULL;
+    bool abort = false;
+    size_t fail_at = SIZE_MAX;
+    jsd_disposition failed = jsd_disposition_commit();
+
+    for (size_t i = 0; i < c->nd; i++) {
+        c->d[i].state = D_NONE;
+        c->d[i].fresh = c->d[i].dup = false;
+        c->d[i].reason[0] = '\0';
+    }
+    jsd_status st = jsd_tx_begin(c->store, &tx);
+    for (size_t i = 0; st == JSD_OK && !abort && i < c->nd; i++) {
+        keep_alive(c, wpi_at);
+        st = apply_fast(c, tx, &c->d[i], h, user, &abort, &failed);
+        if (abort && failed.kind != JSD_DISPOSITION_COMMIT)
+            fail_at = i;
+    }
+    if (st == JSD_OK && abort) {
+        char keep[JSD__ERROR_TEXT_MAX + 1] = "";
+        if (fail_at != SIZE_MAX)
+            jsd__strlcpy(keep, c->d[fail_at].reason, sizeof(keep));
+        jsd_tx_rollback(tx);
+        tx = NULL;
+        for (size_t i = 0; i < c->nd; i++) {
+            c->d[i].state = D_NONE;
+            c->d[i].fresh = c->d[i].dup = false;
+            c->d[i].reason[0] = '\0';
+        }
+        if (fail_at != SIZE_MAX)
+            jsd__strlcpy(c->d[fail_at].reason, keep, sizeof(c->d[fail_at].reason));
+        st = jsd_tx_begin(c->store, &tx);
+        for (size_t i = 0; st == JSD_OK && i < c->nd; i++) {
+            keep_alive(c, wpi_at);
+            st = apply_one(c, tx, &c->d[i], h, user, i == fail_at ? &failed : NULL);
+        }
+    }
+    if (st == JSD_OK) {
+        st = jsd_tx_commit(tx);
+        tx = NULL;
+        if (st == JSD_OK)
+            return JSD_OK;
+    }
+    jsd_tx_rollback(tx);
+    return st != JSD_OK ? st : JSD_ERR_STORE;
+}
+
+/* A drain during a store outage: leave the held deliveries unacked. */
+static jsd_status hold_stop(jsd_consumer *c, jsd_status why)
+{
+    size_t n = c->nd;
+    char cause[JSD__ERROR_TEXT_MAX + 1];
+    jsd__strlcpy(cause, jsd_store_errmsg(c->store), sizeof(cause));
+    JSD_WARN("ingress",
+             "%s/%s: stopped during a store outage: %zu held deliveries left unacked; the "
+             "server redelivers them after the ack wait (%" PRId64 " ms), one delivery each",
+             c->stream, c->durable, n, c->ack_wait_ms);
+    jsd__batch_release(c); /* neither ACK nor NAK */
+    c->held_at_stop += n;
+    c->holding = false;
+    STAT_SET(c, held, 0);
+    jsd_gauge_set(c->m_held, 0);
+    jsd__cerr(
+        c, why,
+        "stopped while %zu deliveries were held by a store outage (%s); they were left unacked "
+        "and come again after the ack wait",
+        n, cause);
+    jsd__fetch_drain(c);
+    jsd__ack_collect(c->ack, true);
+    return JSD_ERR_STOPPED;
+}
+
+/* Hold the batch in hand through a store outage: keep every delivery alive
+ * (+WPI, which does not count a delivery), wait with a capped backoff, and
+ * apply it again from the start in a fresh transaction until the store takes
+ * it. JSD_OK once committed; JSD_ERR_STOPPED on drain. */
+static jsd_status hold_and_apply(jsd_consumer *c, jsd_handler h, void *user, int64_t *wpi_at,
+                                 jsd_status why)
+{
+    int64_t backoff = 100;
+    if (!c->holding) {
+        c->holding = true;
+        c->hold_since_ms = jsd__mono_ms();
+        STAT_ADD(c, store_outages, 1);
+        jsd_counter_inc(c->m_outages);
+        JSD_WARN("ingress",
+                 "%s/%s: store outage (%s): holding %zu deliveries, kept alive every %" PRId64
+                 " ms and retried until the store answers; no delivery attempt is spent",
+                 c->stream, c->durable, jsd_store_errmsg(c->store), c->nd, c->keepalive_ms);
+    }
+    STAT_SET(c, held, c->nd);
+    jsd_gauge_set(c->m_held, (double)c->nd);
+    for (;;) {
+        int64_t until = jsd__mono_ms() + backoff;
+        while (jsd__mono_ms() < until) {
+            if (atomic_load(&c->draining))
+                return hold_stop(c, why);
+            keep_alive(c, wpi_at);
+            jsd__ack_collect(c->ack, false);
+            jsd__sleep_ms(JSD_MIN(50, JSD_MAX(1, until - jsd__mono_ms())));
+        }
+        backoff = JSD_MIN(backoff * 2, 5000);
+        keep_alive(c, wpi_at);
+        jsd_status st = apply_batch(c, h, user, wpi_at);
+        if (st == JSD_OK)
+            break;
+        if (!jsd__store_outage(st)) {
+            /* The store answers again, and refuses something in the batch:
+             * the ordinary failed-commit path takes it from here. */
+            c->holding = false;
+            STAT_SET(c, held, 0);
+            jsd_gauge_set(c->m_held, 0);
+            return st;
+        }
+        why = st;
+        jsd__err_copy(&c->err, jsd_store_error(c->store));
+    }
+    JSD_WARN("ingress",
+             "%s/%s: the store answers again after %" PRId64 " ms; %zu held deliveries "
+             "applied",
+             c->stream, c->durable, jsd__mono_ms() - c->hold_since_ms, c->nd);
+    c->holding = false;
+    STAT_SET(c, held, 0);
+    jsd_gauge_set(c->m_held, 0);
+    return JSD_OK;
+}
+
+jsd_status jsd__apply(jsd_consumer *c, jsd_handler h, void *user, bool *committed)
+{
+    *committed = false;
+    int64_t wpi_at = jsd__mono_ms();
+    jsd_status st = apply_batch(c, h, user, &wpi_at);
+    if (st != JSD_OK && jsd__store_outage(st)) {
+        jsd__err_copy(&c->err, jsd_store_error(c->store));
+        st = hold_and_apply(c, h, user, &wpi_at, st);
+        if (st == JSD_ERR_STOPPED)
+            return st;
+    }
+    if (st != JSD_OK) {
+        jsd__err_copy(&c->err, jsd_store_error(c->store));
+        JSD_WARN("ingress", "batch of %zu on %s/%s not committed (%s); NAK, they come again",
+                 c->nd, c->stream, c->durable, jsd_store_errmsg(c->store));
+        STAT_ADD(c, commit_failures, 1);
+        for (size_t i = 0; i < c->nd; i++)
+            jsd__nak(c, &c->d[i], c->retry_delay_ms);
+        jsd__batch_release(c);
+        return JSD_OK;
+    }
+    *committed = true;
+    return JSD_OK;
+}

@@ -1,0 +1,333 @@
+/*
+ * consumer_durable — the durable a consumer binds to: the option defaults,
+ * jsd_consumer_ensure (create the durable, or check an existing one) and the
+ * checks at create (jsd_consumer_check, the options, the durable's config as
+ * the server reports it, from which the batch size, the park threshold P =
+ * max_deliver - 1, the ack wait and the +WPI period are derived, and the
+ * dead-letter stream that must capture the dead-letter subject).
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "conn_int.h"
+#include "consumer_int.h"
+#include "subject.h"
+
+/* ---- options ---------------------------------------------------------------------- */
+
+void jsd_durable_config_init(jsd_durable_config *c)
+{
+    /* No backoff: with one, JetStream takes backoff[0] as the ack wait. */
+    memset(c, 0, sizeof(*c));
+    c->ack_wait_ms = 30000;
+    c->max_deliver = 6;
+    c->max_ack_pending = 1024;
+}
+
+void jsd_consumer_opts_init(jsd_consumer_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->batch = 0; /* auto */
+    o->fetch_wait_ms = 500;
+    o->ack_timeout_ms = 5000;
+    o->retry_delay_ms = 1000;
+    o->inbox_retention_ms = 7LL * 24 * 3600 * 1000;
+}
+
+jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *durable,
+                               const jsd_durable_config *cfg, bool *created, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    jsd_durable_config def;
+    int64_t backoff_ns[JSD_BACKOFF_MAX];
+
+    if (created)
+        *created = false;
+    if (!js)
+        return jsd__err(err, JSD_ERR_INVALID, "consumer ensure: no connection");
+    if (!jsd__stream_name_valid(stream, err) || !jsd__stream_name_valid(durable, err))
+        return JSD_ERR_INVALID;
+    if (!cfg) {
+        jsd_durable_config_init(&def);
+        cfg = &def;
+    }
+    natsStatus s = js_GetConsumerInfo(&ci, js, stream, durable, NULL, &jerr);
+    if (s == NATS_OK) {
+        /* Left exactly as it is; but a filter asked for and not in force is
+         * refused rather than silently ignored. */
+        const char *have = ci->Config && ci->Config->FilterSubject ? ci->Config->FilterSubject : "";
+        jsd_status st = JSD_OK;
+        if (cfg && cfg->filter_subject && strcmp(cfg->filter_subject, have) != 0)
+            st = jsd__err(err, JSD_ERR_CONFIG,
+                          "durable \"%s\" exists with filter \"%s\", not \"%s\"; use another "
+                          "durable name or change it with `jsdurable provision`",
+                          durable, have, cfg->filter_subject);
+        jsConsumerInfo_Destroy(ci);
+        return st;
+    }
+    if (s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr)
+        return jsd__err_nats(err, s, jerr, "consumer info");
+    if (cfg->max_deliver == 0 || cfg->max_deliver == 1 || cfg->max_deliver < -1)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "max_deliver %d: use -1 (unlimited) or >= 2 (one delivery is kept "
+                        "to retry a failed park)",
+                        cfg->max_deliver);
+    if (cfg->n_backoff < 0 || cfg->n_backoff > JSD_BACKOFF_MAX || cfg->ack_wait_ms <= 0 ||
+        cfg->max_ack_pending <= 0)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "consumer ensure: invalid ack wait, backoff or "
+                        "max_ack_pending");
+    if (cfg->filter_subject && !jsd__subject_valid_filter(cfg->filter_subject, err))
+        return JSD_ERR_INVALID;
+    for (int i = 0; i < cfg->n_backoff; i++)
+        if (cfg->backoff_ms[i] <= 0)
+            return jsd__err(err, JSD_ERR_CONFIG, "backoff step %d is %" PRId64 " ms: use > 0", i,
+                            cfg->backoff_ms[i]);
+    if (cfg->n_backoff > 0 && cfg->backoff_ms[0] < cfg->ack_wait_ms)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "backoff starts at %" PRId64 " ms, below the ack wait %" PRId64
+                        " ms: JetStream would wait only backoff[0] for the first ACK; start the "
+                        "backoff at the ack wait or drop it",
+                        cfg->backoff_ms[0], cfg->ack_wait_ms);
+    if (cfg->n_backoff > 0 && cfg->backoff_ms[0] > cfg->ack_wait_ms)
+        JSD_WARN("ingress",
+                 "durable \"%s\": backoff starts at %" PRId64 " ms, so JetStream waits that long "
+                 "for the first ACK, not the ack wait %" PRId64 " ms",
+                 durable, cfg->backoff_ms[0], cfg->ack_wait_ms);
+
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = durable;
+    cc.AckPolicy = js_AckExplicit;
+    cc.DeliverPolicy = js_DeliverAll;
+    cc.AckWait = cfg->ack_wait_ms * 1000000LL;
+    cc.MaxDeliver = cfg->max_deliver;
+    cc.MaxAckPending = cfg->max_ack_pending;
+    cc.FilterSubject = cfg->filter_subject;
+    cc.InactiveThreshold = cfg->inactive_threshold_ms * 1000000LL;
+    if (cfg->n_backoff > 0) {
+        /* The server wants max_deliver > len(backoff). */
+        int n = cfg->n_backoff;
+        if (cfg->max_deliver > 0 && n >= cfg->max_deliver)
+            n = cfg->max_deliver - 1;
+        for (int i = 0; i < n; i++)
+            backoff_ns[i] = cfg->backoff_ms[i] * 1000000LL;
+        cc.BackOff = backoff_ns;
+        cc.BackOffLen = n;
+    }
+    s = js_AddConsumer(&ci, js, stream, &cc, NULL, &jerr);
+    if (s != NATS_OK) {
+        char what[300];
+        jsd__snprintf(what, sizeof(what), "create durable \"%s\" on stream \"%s\"", durable,
+                      stream);
+        return jsd__err_nats(err, s, jerr, what);
+    }
+    jsConsumerInfo_Destroy(ci);
+    if (created)
+        *created = true;
+    return JSD_OK;
+}
+
+/* The longest time a delivery can take to come back for the last time. */
+static int64_t redelivery_horizon_ms(const jsConsumerConfig *cc)
+{
+    int64_t ack_wait = cc->AckWait / 1000000LL;
+    int64_t md = cc->MaxDeliver;
+    int64_t h = ack_wait * md;
+    for (int64_t i = 0; i + 1 < md && cc->BackOffLen > 0; i++)
+        h += cc->BackOff[JSD_MIN(i, (int64_t)cc->BackOffLen - 1)] / 1000000LL;
+    return h;
+}
+
+/* The dead-letter stream: it must exist, and not be the stream we read. */
+static jsd_status check_dlq(jsCtx *js, const char *stream, const char *dlq_subject,
+                            char *dlq_stream, size_t cap, jsd_error *err)
+{
+    jsd_status st = jsd__stream_for_subject_js(js, dlq_subject, dlq_stream, cap, err);
+    if (st == JSD_ERR_NOT_FOUND)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "no stream captures the dead-letter subject \"%s\"; create a dead-letter "
+                        "stream on its own subject root (e.g. \"jsd.dlq.>\")",
+                        dlq_subject);
+    if (st != JSD_OK)
+        return st;
+    if (strcmp(dlq_stream, stream) == 0)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "dead-letter subject \"%s\" is captured by the consumed stream \"%s\" "
+                        "itself; use a separate dead-letter stream",
+                        dlq_subject, stream);
+    return JSD_OK;
+}
+
+/* The options alone, before anything is asked of the server. */
+jsd_status jsd__consumer_check_opts(const jsd_consumer_opts *o, jsd_error *err)
+{
+    if (!o->stream || !jsd__stream_name_valid(o->stream, err))
+        return o->stream ? JSD_ERR_INVALID
+                         : jsd__err(err, JSD_ERR_INVALID, "consumer create: stream is required");
+    if (!o->durable || !jsd__stream_name_valid(o->durable, err))
+        return o->durable ? JSD_ERR_INVALID
+                          : jsd__err(err, JSD_ERR_INVALID, "consumer create: durable is required");
+    if (o->batch < 0 || o->batch > 4096)
+        return jsd__err(err, JSD_ERR_CONFIG, "batch %d outside 1..4096", o->batch);
+    if (o->payload_format != JSD_PAYLOAD_RAW && o->payload_format != JSD_PAYLOAD_JSON)
+        return jsd__err(err, JSD_ERR_CONFIG, "unknown payload format %d", (int)o->payload_format);
+    if (o->n_accept_types > 256)
+        return jsd__err(err, JSD_ERR_CONFIG, "at most 256 accepted types");
+    for (size_t i = 0; i < o->n_accept_types; i++)
+        if (!o->accept_types || !o->accept_types[i] || !*o->accept_types[i] ||
+            strlen(o->accept_types[i]) > 256)
+            return jsd__err(err, JSD_ERR_CONFIG, "accepted type %zu is empty or over 256 bytes", i);
+    if (o->dlq_subject && !jsd__subject_valid_exact(o->dlq_subject, err)) {
+        if (err)
+            err->status = JSD_ERR_CONFIG;
+        return JSD_ERR_CONFIG;
+    }
+    return JSD_OK;
+}
+
+void jsd__consumer_default_dlq_subject(const jsd_consumer_opts *o, char *out, size_t cap)
+{
+    if (o->dlq_subject)
+        jsd__strlcpy(out, o->dlq_subject, cap);
+    else
+        jsd__snprintf(out, cap, "jsd.dlq.%s.%s", o->stream, o->durable);
+}
+
+jsd_status jsd_consumer_check(jsd_conn *conn, const jsd_consumer_opts *o, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    char dlq[JSD_SUBJECT_MAX + 64], dlq_stream[JSD_STREAM_NAME_MAX + 1];
+
+    if (!o)
+        return jsd__err(err, JSD_ERR_INVALID, "consumer check: missing options");
+    if (!js)
+        return jsd__err(err, JSD_ERR_INVALID, "consumer check: connection without JetStream");
+    jsd_status st = jsd__consumer_check_opts(o, err);
+    if (st != JSD_OK)
+        return st;
+    natsStatus s = js_GetStreamInfo(&si, js, o->stream, NULL, &jerr);
+    if (s != NATS_OK) {
+        if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+            return jsd__err(err, JSD_ERR_NOT_FOUND, "stream \"%s\" does not exist", o->stream);
+        return jsd__err_nats(err, s, jerr, "stream info");
+    }
+    jsStreamInfo_Destroy(si);
+    jsd__consumer_default_dlq_subject(o, dlq, sizeof(dlq));
+    if (!jsd__subject_valid_exact(dlq, err))
+        return JSD_ERR_CONFIG;
+    return check_dlq(js, o->stream, dlq, dlq_stream, sizeof(dlq_stream), err);
+}
+
+jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *o)
+{
+    jsConsumerInfo *ci = NULL;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    jsd_status st = JSD_OK;
+
+    natsStatus s = js_GetStreamInfo(&si, c->js, c->stream, NULL, &jerr);
+    if (s != NATS_OK) {
+        if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+            return jsd__cerr(c, JSD_ERR_NOT_FOUND, "stream \"%s\" does not exist", c->stream);
+        return jsd__err_nats(&c->err, s, jerr, "stream info");
+    }
+    s = js_GetConsumerInfo(&ci, c->js, c->stream, c->durable, NULL, &jerr);
+    if (s != NATS_OK) {
+        jsStreamInfo_Destroy(si);
+        if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)
+            return jsd__cerr(c, JSD_ERR_NOT_FOUND,
+                             "durable \"%s\" does not exist on stream \"%s\" (create it first, "
+                             "e.g. with jsd_consumer_ensure or `jsdurable provision`)",
+                             c->durable, c->stream);
+        return jsd__err_nats(&c->err, s, jerr, "consumer info");
+    }
+    const jsConsumerConfig *cc = ci->Config;
+    if (!cc || cc->AckPolicy != js_AckExplicit) {
+        st = jsd__cerr(c, JSD_ERR_CONFIG, "durable \"%s\" must use explicit acks", c->durable);
+        goto done;
+    }
+    if (cc->DeliverSubject && *cc->DeliverSubject) {
+        st = jsd__cerr(c, JSD_ERR_CONFIG,
+                       "durable \"%s\" is a push consumer; a pull consumer is needed", c->durable);
+        goto done;
+    }
+    c->max_deliver = cc->MaxDeliver > 0 ? (int)cc->MaxDeliver : -1;
+    /* The ack wait in force is the server's, not the one asked for: with a
+     * backoff list JetStream waits backoff[0] for the first ACK and
+     * backoff[n] after delivery n+1. Keep-alives follow the shortest. */
+    c->ack_wait_ms = cc->AckWait > 0 ? cc->AckWait / 1000000LL : 30000;
+    for (int i = 0; i < cc->BackOffLen; i++)
+        if (cc->BackOff[i] > 0)
+            c->ack_wait_ms = JSD_MIN(c->ack_wait_ms, cc->BackOff[i] / 1000000LL);
+    c->ack_wait_ms = JSD_MAX(1, c->ack_wait_ms);
+    c->keepalive_ms = JSD_MAX(1, c->ack_wait_ms / 3);
+    if (c->max_deliver == 1) {
+        st = jsd__cerr(
+            c, JSD_ERR_CONFIG,
+            "durable \"%s\" has max_deliver 1: no delivery is left to retry a failed park "
+            "(use >= 2)",
+            c->durable);
+        goto done;
+    }
+    if (o->max_deliver > 0) {
+        if (c->max_deliver > 0 && o->max_deliver >= c->max_deliver) {
+            st = jsd__cerr(c, JSD_ERR_CONFIG,
+                           "park threshold %d must be below the durable's max_deliver %d (one "
+                           "spare delivery retries a failed park)",
+                           o->max_deliver, c->max_deliver);
+            goto done;
+        }
+        c->park_at = o->max_deliver;
+    } else {
+        c->park_at = c->max_deliver > 0 ? c->max_deliver - 1 : 0; /* 0: never park */
+    }
+    if (c->batch == 0) {
+        /* Half the durable's in-flight window (at most 512): the batch in
+         * hand and the one the fetcher pulls ahead both fit in it. */
+        int64_t half = cc->MaxAckPending > 0 ? cc->MaxAckPending / 2 : 256;
+        c->batch = (int)JSD_MAX(1, JSD_MIN(512, half));
+    }
+    if (cc->MaxAckPending > 0 && c->batch > cc->MaxAckPending)
+        c->batch = (int)cc->MaxAckPending;
+
+    /* The retention guard (IN-2, DESIGN "deduplication windows are finite"). */
+    if (o->inbox_retention_ms > 0) {
+        int64_t dupw = si->Config ? si->Config->Duplicates / 1000000LL : 0;
+        if (c->max_deliver < 0) {
+            st =
+                jsd__cerr(c, JSD_ERR_CONFIG,
+                          "durable \"%s\" redelivers without limit, so no inbox retention (%" PRId64
+                          " ms) is long enough; bound max_deliver or keep inbox rows (retention 0)",
+                          c->durable, o->inbox_retention_ms);
+            goto done;
+        }
+        int64_t h = redelivery_horizon_ms(cc);
+        if (o->inbox_retention_ms < h) {
+            st = jsd__cerr(c, JSD_ERR_CONFIG,
+                           "inbox retention %" PRId64
+                           " ms is shorter than the redelivery horizon %" PRId64
+                           " ms of durable \"%s\" (ack_wait x max_deliver + backoff); raise it",
+                           o->inbox_retention_ms, h, c->durable);
+            goto done;
+        }
+        if (o->inbox_retention_ms < dupw) {
+            st = jsd__cerr(c, JSD_ERR_CONFIG,
+                           "inbox retention %" PRId64
+                           " ms is shorter than stream \"%s\"'s duplicate "
+                           "window %" PRId64 " ms; raise it",
+                           o->inbox_retention_ms, c->stream, dupw);
+            goto done;
+        }
+    }
+
+    st = check_dlq(c->js, c->stream, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream), &c->err);
+done:
+    jsConsumerInfo_Destroy(ci);
+    jsStreamInfo_Destroy(si);
+    return st;
+}
