@@ -221,7 +221,7 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
         st = jsd__err(err, JSD_ERR_NOMEM, "consumer create: cannot start the fetcher thread");
         goto fail;
     }
-    JSD_INFO("ingress",
+    JSD_INFO("consumer",
              "bound to durable %s on stream %s (batch %d, park after %d deliveries, dead "
              "letters to %s in %s)",
              c->durable, c->stream, c->batch, c->park_at, c->dlq_subject, c->dlq_stream);
@@ -343,7 +343,7 @@ static void settle(jsd_consumer *c)
     size_t na = 0, nl = 0;
     bool dlq_ok = false, dlq_failed = false;
     if (!acks)
-        JSD_WARN("ingress",
+        JSD_WARN("consumer",
                  "out of memory: the ACKs of %zu deliveries are not sent; they will be "
                  "redelivered and answered from the inbox",
                  c->nd);
@@ -418,7 +418,7 @@ jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool unt
         if (st != JSD_OK) {
             if (st == JSD_ERR_INVALID || st == JSD_ERR_NOMEM)
                 return st;
-            JSD_WARN("ingress", "%s/%s: %s; retrying", c->stream, c->durable, c->err.msg);
+            JSD_WARN("consumer", "%s/%s: %s; retrying", c->stream, c->durable, c->err.msg);
             jsd__sleep_ms(backoff);
             backoff = JSD_MIN(backoff * 2, 2000);
             continue;

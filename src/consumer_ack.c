@@ -96,7 +96,7 @@ static void ack_reap(jsd__ack *a)
         jsd_counter_add(a->commits, JSD_MIN(g->confirmed_fresh, g->n_fresh));
         if (ok < g->sent) {
             books_add(a, &a->stats->ack_unconfirmed, g->sent - ok);
-            JSD_WARN("ingress",
+            JSD_WARN("consumer",
                      "%zu of %zu ACKs on %s/%s unconfirmed after %d ms; those deliveries will be "
                      "redelivered and answered from the inbox",
                      g->sent - ok, g->sent, a->stream, a->durable, a->timeout_ms);
@@ -172,7 +172,7 @@ void jsd__ack_send(jsd__ack *a, jsd_delivery **acks, size_t n, size_t n_fresh)
         jsd__snprintf(reply, sizeof(reply), "%s.%" PRIu64 ".%zu", a->prefix, gen, i);
         natsStatus s = natsConnection_PublishRequest(a->nc, to, reply, "+ACK", 4);
         if (s != NATS_OK) {
-            JSD_WARN("ingress",
+            JSD_WARN("consumer",
                      "ACK of %s:%" PRIu64 " not sent (%s); it will be redelivered "
                      "and found in the inbox",
                      a->stream, acks[i]->seq, natsStatus_GetText(s));
@@ -193,7 +193,7 @@ void jsd__nak(jsd_consumer *c, jsd_delivery *d, int64_t delay_ms)
     /* nats.c takes the delay in milliseconds */
     natsStatus s = natsMsg_NakWithDelay(d->msg, delay_ms > 0 ? delay_ms : c->retry_delay_ms, NULL);
     if (s != NATS_OK)
-        JSD_WARN("ingress", "NAK of %s:%" PRIu64 " failed (%s); it comes back after ack_wait",
+        JSD_WARN("consumer", "NAK of %s:%" PRIu64 " failed (%s); it comes back after ack_wait",
                  c->stream, d->seq, natsStatus_GetText(s));
     STAT_ADD(c, retried, 1);
     jsd_counter_inc(c->m->deliveries[JSD_RESULT_RETRY]);

@@ -439,7 +439,7 @@ static jsd_status hold_stop(jsd_consumer *c, jsd_status why)
     size_t n = c->nd;
     char cause[JSD__ERROR_TEXT_MAX + 1];
     jsd__strlcpy(cause, jsd_store_errmsg(c->store), sizeof(cause));
-    JSD_WARN("ingress",
+    JSD_WARN("consumer",
              "%s/%s: stopped during a store outage: %zu held deliveries left unacked; the "
              "server redelivers them after the ack wait (%" PRId64 " ms), one delivery each",
              c->stream, c->durable, n, c->ack_wait_ms);
@@ -471,7 +471,7 @@ static jsd_status hold_and_apply(jsd_consumer *c, jsd_handler h, void *user, int
         c->hold_since_ms = jsd__mono_ms();
         STAT_ADD(c, store_outages, 1);
         jsd_counter_inc(c->m_outages);
-        JSD_WARN("ingress",
+        JSD_WARN("consumer",
                  "%s/%s: store outage (%s): holding %zu deliveries, kept alive every %" PRId64
                  " ms and retried until the store answers; no delivery attempt is spent",
                  c->stream, c->durable, jsd_store_errmsg(c->store), c->nd, c->keepalive_ms);
@@ -503,7 +503,7 @@ static jsd_status hold_and_apply(jsd_consumer *c, jsd_handler h, void *user, int
         why = st;
         jsd__err_copy(&c->err, jsd_store_error(c->store));
     }
-    JSD_WARN("ingress",
+    JSD_WARN("consumer",
              "%s/%s: the store answers again after %" PRId64 " ms; %zu held deliveries "
              "applied",
              c->stream, c->durable, jsd__mono_ms() - c->hold_since_ms, c->nd);
@@ -526,7 +526,7 @@ jsd_status jsd__apply(jsd_consumer *c, jsd_handler h, void *user, bool *committe
     }
     if (st != JSD_OK) {
         jsd__err_copy(&c->err, jsd_store_error(c->store));
-        JSD_WARN("ingress", "batch of %zu on %s/%s not committed (%s); NAK, they come again",
+        JSD_WARN("consumer", "batch of %zu on %s/%s not committed (%s); NAK, they come again",
                  c->nd, c->stream, c->durable, jsd_store_errmsg(c->store));
         STAT_ADD(c, commit_failures, 1);
         for (size_t i = 0; i < c->nd; i++)

@@ -65,7 +65,7 @@ static jsd_status republish_record(jsd_consumer *c, const jsd__poison_record *r,
     st = jsd__store_poison_mark_published(c->store, r->stream, r->consumer, r->stream_seq,
                                           c->dlq_stream, dseq);
     if (st != JSD_OK)
-        JSD_WARN("ingress",
+        JSD_WARN("consumer",
                  "poison record %s:%" PRIu64 " published as %s:%" PRIu64
                  " but not marked (%s); it is published again (the same id) later",
                  r->stream, r->stream_seq, c->dlq_stream, dseq, jsd_store_errmsg(c->store));
@@ -113,14 +113,14 @@ void jsd__bury_sweep(jsd_consumer *c, bool force)
     }
     if (published) {
         STAT_ADD(c, dlq_republished, published);
-        JSD_INFO("ingress", "%s/%s: %zu stored dead letters published to %s", c->stream,
+        JSD_INFO("consumer", "%s/%s: %zu stored dead letters published to %s", c->stream,
                  c->durable, published, c->dlq_stream);
     }
     STAT_SET(c, poison_unpublished, left);
     jsd_gauge_set(c->m_dlq_unpublished, (double)left);
     if (left) {
         c->sweep_backoff_ms = JSD_MIN(JSD_MAX(c->sweep_backoff_ms * 2, 500), 30000);
-        JSD_WARN("ingress",
+        JSD_WARN("consumer",
                  "%s/%s: %zu poison records are stored but not in the dead-letter stream %s "
                  "(%s); retrying in %" PRId64 " ms",
                  c->stream, c->durable, left, c->dlq_stream, e.msg[0] ? e.msg : "not published",
@@ -169,7 +169,7 @@ void jsd__bury(jsd_consumer *c, jsd_delivery *d, bool *dlq_ok, bool *dlq_failed)
             /* Not the message's failure, and no delivery is spent on
              * it: the poison record is durable, and jsd__bury_sweep
              * republishes it from the store. */
-            JSD_WARN("ingress",
+            JSD_WARN("consumer",
                      "dead letter for %s:%" PRIu64 " not published (%s); its poison "
                      "record stays in the store and is republished from there",
                      c->stream, d->seq, e.msg);
@@ -181,7 +181,7 @@ void jsd__bury(jsd_consumer *c, jsd_delivery *d, bool *dlq_ok, bool *dlq_failed)
             *dlq_ok = true;
             if (jsd__store_poison_mark_published(c->store, c->stream, c->durable, d->seq,
                                                  c->dlq_stream, dseq) != JSD_OK)
-                JSD_WARN("ingress", "poison record %s:%" PRIu64 " not marked published: %s",
+                JSD_WARN("consumer", "poison record %s:%" PRIu64 " not marked published: %s",
                          c->stream, d->seq, jsd_store_errmsg(c->store));
             jsd_counter_inc(c->m->dead_letters);
             JSD_CRASH_POINT("poison.after_dlq_publish");
@@ -190,7 +190,7 @@ void jsd__bury(jsd_consumer *c, jsd_delivery *d, bool *dlq_ok, bool *dlq_failed)
     if (d->state == D_POISON) {
         natsStatus ts = natsMsg_Term(d->msg, NULL);
         if (ts != NATS_OK)
-            JSD_WARN("ingress", "TERM of %s:%" PRIu64 " failed (%s); it will come again",
+            JSD_WARN("consumer", "TERM of %s:%" PRIu64 " failed (%s); it will come again",
                      c->stream, d->seq, natsStatus_GetText(ts));
         STAT_ADD(c, poisoned, 1);
         jsd_counter_inc(c->m->deliveries[JSD_RESULT_POISON]);

@@ -92,7 +92,7 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
                         "backoff at the ack wait or drop it",
                         cfg->backoff_ms[0], cfg->ack_wait_ms);
     if (cfg->n_backoff > 0 && cfg->backoff_ms[0] > cfg->ack_wait_ms)
-        JSD_WARN("ingress",
+        JSD_WARN("consumer",
                  "durable \"%s\": backoff starts at %" PRId64 " ms, so JetStream waits that long "
                  "for the first ACK, not the ack wait %" PRId64 " ms",
                  durable, cfg->backoff_ms[0], cfg->ack_wait_ms);
