@@ -10,6 +10,7 @@
 #ifndef JSD_TEST_H
 #define JSD_TEST_H
 
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -42,8 +43,14 @@ int jsd_test_main(int argc, char **argv, const struct CMUnitTest *tests, size_t 
     }
 
 /* `expr` must return JSD_OK; on failure prints the status name and, when
- * given, the error text. */
-#define ASSERT_OK(expr)                                                                            \
+ * given, the error text: ASSERT_OK(expr) or ASSERT_OK(expr, errtext), where
+ * errtext is the handle's last error (jsd_store_errmsg(s), err.msg, ...). The
+ * text is evaluated only after expr has failed, so it reads the error that
+ * call left. ASSERT_OK_E(expr, errtext) is the same as the two-argument form. */
+#define ASSERT_OK(...) JSD__ASSERT_OK_PICK(__VA_ARGS__, ASSERT_OK_E, JSD__ASSERT_OK_1, -)(__VA_ARGS__)
+#define JSD__ASSERT_OK_PICK(a, b, name, ...) name
+
+#define JSD__ASSERT_OK_1(expr)                                                                     \
     do {                                                                                           \
         jsd_status jsd__s = (expr);                                                                \
         if (jsd__s != JSD_OK)                                                                      \
@@ -53,9 +60,11 @@ int jsd_test_main(int argc, char **argv, const struct CMUnitTest *tests, size_t 
 #define ASSERT_OK_E(expr, errtext)                                                                 \
     do {                                                                                           \
         jsd_status jsd__s = (expr);                                                                \
-        if (jsd__s != JSD_OK)                                                                      \
+        if (jsd__s != JSD_OK) {                                                                    \
+            const char *jsd__t = (errtext);                                                        \
             fail_msg("`%s` returned %s, expected JSD_OK: %s", #expr, jsd_status_name(jsd__s),      \
-                     (errtext));                                                                   \
+                     jsd__t ? jsd__t : "(no error text)");                                         \
+        }                                                                                          \
     } while (0)
 
 #define ASSERT_STATUS(expr, want)                                                                  \
@@ -86,6 +95,28 @@ int jsd_test_main(int argc, char **argv, const struct CMUnitTest *tests, size_t 
         if (!(jsd__a <= jsd__b))                                                                   \
             fail_msg("`%s <= %s` (%lld <= %lld)", #a, #b, jsd__a, jsd__b);                         \
     } while (0)
+
+/* Typed comparisons: the operands are converted to the named type (no cast,
+ * so passing a pointer or a struct is a compile error, not a silent
+ * truncation) and printed with that type's format. Use them for uint64_t
+ * sequences and counters (ASSERT_EQ goes through long long, which turns values
+ * above INT64_MAX negative), int64_t times, size_t lengths and pointers. */
+#define JSD__ASSERT_TYPED(type, fmt, a, op, b)                                                     \
+    do {                                                                                           \
+        type jsd__a = (a);                                                                         \
+        type jsd__b = (b);                                                                         \
+        if (!(jsd__a op jsd__b))                                                                   \
+            fail_msg("`%s " #op " %s` (" fmt " " #op " " fmt ")", #a, #b, jsd__a, jsd__b);         \
+    } while (0)
+#define ASSERT_U64_EQ(a, b)  JSD__ASSERT_TYPED(uint64_t, "%" PRIu64, a, ==, b)
+#define ASSERT_U64_NE(a, b)  JSD__ASSERT_TYPED(uint64_t, "%" PRIu64, a, !=, b)
+#define ASSERT_U64_LE(a, b)  JSD__ASSERT_TYPED(uint64_t, "%" PRIu64, a, <=, b)
+#define ASSERT_I64_EQ(a, b)  JSD__ASSERT_TYPED(int64_t, "%" PRId64, a, ==, b)
+#define ASSERT_I64_LE(a, b)  JSD__ASSERT_TYPED(int64_t, "%" PRId64, a, <=, b)
+#define ASSERT_SIZE_EQ(a, b) JSD__ASSERT_TYPED(size_t, "%zu", a, ==, b)
+#define ASSERT_SIZE_LE(a, b) JSD__ASSERT_TYPED(size_t, "%zu", a, <=, b)
+#define ASSERT_PTR_EQ(a, b)  JSD__ASSERT_TYPED(const void *, "%p", a, ==, b)
+#define ASSERT_PTR_NE(a, b)  JSD__ASSERT_TYPED(const void *, "%p", a, !=, b)
 
 #define ASSERT_TRUE(c)                                                                             \
     do {                                                                                           \
