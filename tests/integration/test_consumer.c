@@ -9,7 +9,7 @@
 #include <pthread.h>
 
 #include "store/store.h"
-#include "test_consumer_util.h"
+#include "consumer_env.h"
 
 typedef struct hctx {
     cenv *e;

@@ -7,7 +7,7 @@
  * exactly one death envelope, the dead-letter stream is required, and dead
  * letters can be listed, shown, replayed and purged (FIX-3, IN-2, DLQ-1..3).
  */
-#include "test_consumer_util.h"
+#include "consumer_env.h"
 
 static char out[65536];
 

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "test_consumer_util.h"
+#include "consumer_env.h"
 
 /* ack wait 1.5 s x max_deliver 3 (+ NAK delays of 200 ms): the whole
  * redelivery schedule is over in under 5 s; the outages below last longer. */

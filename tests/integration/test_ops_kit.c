@@ -27,7 +27,7 @@
 
 #include "fixture.h"
 #include "test.h"
-#include "test_consumer_util.h"
+#include "consumer_env.h"
 
 /* ---- small helpers ---------------------------------------------------------- */
 

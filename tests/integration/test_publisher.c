@@ -7,7 +7,8 @@
  */
 #include <stdlib.h>
 
-#include "test_publisher_helpers.h"
+#include "conn_int.h"
+#include "publisher_env.h"
 
 typedef struct env {
     jsd_conn *conn;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "proxy.h"
-#include "test_publisher_helpers.h"
+#include "publisher_env.h"
 
 static int run(const char *url_env, const char *args, const char *input, char *out, size_t cap)
 {

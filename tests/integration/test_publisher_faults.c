@@ -10,7 +10,8 @@
  */
 #include <stdlib.h>
 
-#include "test_publisher_helpers.h"
+#include "conn_int.h"
+#include "publisher_env.h"
 
 static void stream_on(jsCtx *js, const char *name, const char *filter, int64_t window_ms)
 {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "proxy.h"
-#include "test_publisher_helpers.h"
+#include "publisher_env.h"
 
 typedef struct env {
     jsd_fx_proxy px;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "pubengine.h"
-#include "test_publisher_helpers.h"
+#include "publisher_env.h"
 
 typedef struct responder {
     natsConnection *nc;

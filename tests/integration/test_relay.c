@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "proxy.h"
-#include "test_relay_util.h"
+#include "relay_env.h"
 
 /* A stream and subject root unique to this test process. */
 typedef struct rt_env {

@@ -11,7 +11,7 @@
  * what it left unpublished. Bad rows are made with raw SQL through the native
  * drivers.
  */
-#include "test_relay_util.h"
+#include "relay_env.h"
 
 typedef struct fx_env {
     rt_store st;

@@ -24,7 +24,7 @@
 #include "fixture.h"
 #include "store/store.h"
 #include "test.h"
-#include "test_relay_util.h"
+#include "relay_env.h"
 
 enum { BE_SQLITE = 1, BE_PG = 2 };
 static int be_sqlite = BE_SQLITE, be_pg = BE_PG;

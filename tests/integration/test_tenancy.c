@@ -4,7 +4,8 @@
  * tenant publishes under the derived idempotency id to its own subject, and
  * the same key is a duplicate while another tenant's same key is not.
  */
-#include "test_publisher_helpers.h"
+#include "conn_int.h"
+#include "publisher_env.h"
 
 static jsd_tenancy *table(jsd_conn *c)
 {

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../integration/test_consumer_util.h"
+#include "consumer_env.h"
 
 #define N_MSGS  20000
 #define N_PROCS 3

@@ -9,9 +9,12 @@
  * PostgreSQL database (each publishing a share, per-key order kept), per-key
  * order across a crash.
  */
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <jansson.h>
 
-#include "../integration/test_relay_util.h"
+#include "relay_env.h"
 
 #define N_EFFECTS 3000
 

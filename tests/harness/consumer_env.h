@@ -1,0 +1,73 @@
+/*
+ * Shared set-up for the ingress tests (test_consumer*.c, test_ops_kit.c,
+ * slow/test_consumer_crash.c): a stream and a dead-letter stream with unique
+ * names on the run's shared nats-server, a store on either back end, raw
+ * nats.c for administration and observation, and small SQL helpers that work
+ * on SQLite and PostgreSQL alike. Compiled once (consumer_env.c) and linked
+ * into every test; it brings in test.h and fixture.h, which all its users need.
+ */
+#ifndef JSD_CONSUMER_ENV_H
+#define JSD_CONSUMER_ENV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+#include <nats/nats.h>
+#include <sqlite3.h>
+
+#include "fixture.h"
+#include "test.h"
+
+typedef struct cenv {
+    bool pg;
+    char store_url[512];
+    jsd_store *store;
+    jsd_conn *conn;
+    natsConnection *nc;
+    jsCtx *js;
+    char stream[64], prefix[64], dlq_stream[64], durable[64], dlq_subject[160];
+} cenv;
+
+/* Open e->conn (the library's) and e->nc / e->js (raw nats.c) on the shared
+ * nats-server. */
+void cenv_connect(cenv *e);
+/* A stream capturing "<prefix>.>" and a dead-letter stream capturing
+ * "jsd.dlq.<stream>.>", plus a store on the chosen back end. */
+void cenv_up(cenv *e, bool pg);
+/* The same with a store URL of the test's own (a private PostgreSQL, a
+ * SQLite file on a small tmpfs); NULL: a fresh one on the run's shared
+ * services. */
+void cenv_up_at(cenv *e, bool pg, const char *store_url);
+/* Delete both streams, close everything cenv_up opened. */
+void cenv_down(cenv *e);
+
+/* Create the durable with explicit settings. */
+void cenv_durable(cenv *e, int64_t ack_wait_ms, int max_deliver, int max_ack_pending,
+                  const int64_t *backoff_ms, int n_backoff);
+
+/* Publish n messages "<prefix>.k" with body "msg-k" (k = first..first+n-1),
+ * Nats-Msg-Id "id-k" and the given Jsd-Type (NULL: none). */
+void cenv_publish(cenv *e, int first, int n, const char *type);
+/* Publish one message with an arbitrary body. */
+void cenv_publish_raw(cenv *e, const char *subj_tail, const void *body, int len,
+                      const char *type, const char *msg_id);
+
+/* Run one statement inside tx on its native handle; true on success. */
+bool tx_exec(jsd_tx *tx, const char *sql);
+/* Run one statement in a transaction of its own; fails the test on error. */
+void store_exec(jsd_store *s, const char *sql);
+/* One integer from a query (-1 on error). */
+long long store_scalar(jsd_store *s, const char *sql);
+
+/* The durable's info (NULL on error); jsConsumerInfo_Destroy it. */
+jsConsumerInfo *cenv_info(cenv *e);
+/* Messages in a stream (-1 on error). */
+long long stream_msgs(cenv *e, const char *stream);
+/* Nothing pending and nothing awaiting an ACK on the durable. */
+bool cenv_settled(cenv *e);
+/* A consumer on e's stream and durable (o may be NULL: defaults); o's stream,
+ * durable and inbox retention are set here, fetch_wait_ms defaults to 200. */
+jsd_consumer *cenv_consumer(cenv *e, jsd_consumer_opts *o);
+
+#endif
