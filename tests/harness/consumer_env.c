@@ -91,7 +91,7 @@ void cenv_down(cenv *e)
 
 /* Create the durable with explicit settings. */
 void cenv_durable(cenv *e, int64_t ack_wait_ms, int max_deliver, int max_ack_pending,
-                                const int64_t *backoff_ms, int n_backoff)
+                  const int64_t *backoff_ms, int n_backoff)
 {
     jsd_durable_config dc;
     jsd_error err;
@@ -133,8 +133,8 @@ void cenv_publish(cenv *e, int first, int n, const char *type)
 }
 
 /* Publish one message with an arbitrary body. */
-void cenv_publish_raw(cenv *e, const char *subj_tail, const void *body, int len,
-                                    const char *type, const char *msg_id)
+void cenv_publish_raw(cenv *e, const char *subj_tail, const void *body, int len, const char *type,
+                      const char *msg_id)
 {
     char subj[128];
     natsMsg *m = NULL;

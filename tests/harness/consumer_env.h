@@ -50,8 +50,8 @@ void cenv_durable(cenv *e, int64_t ack_wait_ms, int max_deliver, int max_ack_pen
  * Nats-Msg-Id "id-k" and the given Jsd-Type (NULL: none). */
 void cenv_publish(cenv *e, int first, int n, const char *type);
 /* Publish one message with an arbitrary body. */
-void cenv_publish_raw(cenv *e, const char *subj_tail, const void *body, int len,
-                      const char *type, const char *msg_id);
+void cenv_publish_raw(cenv *e, const char *subj_tail, const void *body, int len, const char *type,
+                      const char *msg_id);
 
 /* Run one statement inside tx on its native handle; true on success. */
 bool tx_exec(jsd_tx *tx, const char *sql);

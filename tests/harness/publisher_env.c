@@ -64,7 +64,6 @@ jsCtx *ph_js(natsConnection *nc)
     return js;
 }
 
-
 void ph_add_stream(jsCtx *js, const ph_stream *p)
 {
     jsStreamConfig cfg;
@@ -115,8 +114,8 @@ uint64_t ph_out_msgs(natsConnection *nc)
     return out;
 }
 
-jsd_publisher *ph_bind(jsd_conn *c, const char *stream, const char *subject,
-                                     int admission, int deadline_ms)
+jsd_publisher *ph_bind(jsd_conn *c, const char *stream, const char *subject, int admission,
+                       int deadline_ms)
 {
     jsd_publisher_opts o;
     jsd_publisher *p = NULL;

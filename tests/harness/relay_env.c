@@ -13,7 +13,6 @@
 
 /* ---- the store and its rows ---------------------------------------------------- */
 
-
 /* A fresh, empty store of the given kind; its native reader is opened after
  * the first jsd_store_open (which creates the schema). */
 void rt_store_new(rt_store *st, rt_backend kind)
@@ -156,7 +155,6 @@ long long rt_published(rt_store *st)
 
 /* ---- enqueueing ---------------------------------------------------------------------- */
 
-
 void rt_enqueue(jsd_store *s, const rt_enqueue_opts *o)
 {
     const char *owner = o->owner ? o->owner : "o";
@@ -195,7 +193,6 @@ void rt_enqueue(jsd_store *s, const rt_enqueue_opts *o)
 }
 
 /* ---- NATS, read with a separate nats.c connection ------------------------------------ */
-
 
 void rt_nats_open(rt_nats *n, const char *url)
 {
@@ -307,9 +304,8 @@ static int rt_cmp_str(const void *a, const void *b)
  * i in [first, first+n), and nothing else: count, distinct Nats-Msg-Ids and
  * the ids equal to jsd_effect_msg_id of each effect under the store's namespace.
  */
-void rt_assert_exactly_once(rt_store *st, rt_nats *nt, const char *stream,
-                                             const char *owner, const char *prefix, int first,
-                                             int n)
+void rt_assert_exactly_once(rt_store *st, rt_nats *nt, const char *stream, const char *owner,
+                            const char *prefix, int first, int n)
 {
     char ns[JSD_NAMESPACE_MAX + 1];
     rt_ns(st, ns);
@@ -395,7 +391,6 @@ void rt_assert_receipts_match(rt_store *st, rt_nats *nt, const char *stream)
 
 /* ---- a relay in a thread ------------------------------------------------------------- */
 
-
 static void *rt_relay_main(void *arg)
 {
     rt_relay *t = arg;
@@ -418,7 +413,7 @@ jsd_conn *rt_conn(const char *url)
 
 /* Make a relay with its own store handle and connection (opts may be NULL). */
 void rt_relay_make(rt_relay *t, const rt_store *st, const char *nats_url,
-                                    const jsd_relay_opts *opts)
+                   const jsd_relay_opts *opts)
 {
     memset(t, 0, sizeof(*t));
     t->store = rt_open(st);
@@ -461,9 +456,8 @@ void rt_relay_finish(rt_relay *t)
 
 /* Spawn `jsdurable relay --store URL --nats URL <extra...>` with JSD_CRASH_AT
  * set to crash_at when given; stderr and stdout go to log. */
-pid_t rt_spawn_relay(const char *store_url, const char *nats_url,
-                                      const char *crash_at, const char *log,
-                                      const char *const *extra)
+pid_t rt_spawn_relay(const char *store_url, const char *nats_url, const char *crash_at,
+                     const char *log, const char *const *extra)
 {
     const char *argv[48];
     int a = 0;

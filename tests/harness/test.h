@@ -47,7 +47,8 @@ int jsd_test_main(int argc, char **argv, const struct CMUnitTest *tests, size_t 
  * errtext is the handle's last error (jsd_store_errmsg(s), err.msg, ...). The
  * text is evaluated only after expr has failed, so it reads the error that
  * call left. ASSERT_OK_E(expr, errtext) is the same as the two-argument form. */
-#define ASSERT_OK(...) JSD__ASSERT_OK_PICK(__VA_ARGS__, ASSERT_OK_E, JSD__ASSERT_OK_1, -)(__VA_ARGS__)
+#define ASSERT_OK(...)                                                                             \
+    JSD__ASSERT_OK_PICK(__VA_ARGS__, ASSERT_OK_E, JSD__ASSERT_OK_1, -)(__VA_ARGS__)
 #define JSD__ASSERT_OK_PICK(a, b, name, ...) name
 
 #define JSD__ASSERT_OK_1(expr)                                                                     \
