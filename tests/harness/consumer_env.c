@@ -152,7 +152,7 @@ void cenv_publish_raw(cenv *e, const char *subj_tail, const void *body, int len,
     natsMsg_Destroy(m);
 }
 
-bool tx_exec(jsd_tx *tx, const char *sql)
+bool cenv_tx_exec(jsd_tx *tx, const char *sql)
 {
     sqlite3 *db = jsd_tx_sqlite(tx);
     if (db)
@@ -163,11 +163,11 @@ bool tx_exec(jsd_tx *tx, const char *sql)
     return ok;
 }
 
-void store_exec(jsd_store *s, const char *sql)
+void cenv_store_exec(jsd_store *s, const char *sql)
 {
     jsd_tx *tx = NULL;
     ASSERT_OK(jsd_tx_begin(s, &tx), jsd_store_errmsg(s));
-    if (!tx_exec(tx, sql)) {
+    if (!cenv_tx_exec(tx, sql)) {
         jsd_tx_rollback(tx);
         fail_msg("SQL failed: %s", sql);
     }
@@ -175,7 +175,7 @@ void store_exec(jsd_store *s, const char *sql)
 }
 
 /* One integer from a query (-1 on error). */
-long long store_scalar(jsd_store *s, const char *sql)
+long long cenv_store_scalar(jsd_store *s, const char *sql)
 {
     jsd_tx *tx = NULL;
     long long v = -1;
@@ -208,7 +208,7 @@ jsConsumerInfo *cenv_info(cenv *e)
 }
 
 /* Messages in a stream (-1 on error). */
-long long stream_msgs(cenv *e, const char *stream)
+long long cenv_stream_msgs(cenv *e, const char *stream)
 {
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;

@@ -54,16 +54,16 @@ void cenv_publish_raw(cenv *e, const char *subj_tail, const void *body, int len,
                       const char *msg_id);
 
 /* Run one statement inside tx on its native handle; true on success. */
-bool tx_exec(jsd_tx *tx, const char *sql);
+bool cenv_tx_exec(jsd_tx *tx, const char *sql);
 /* Run one statement in a transaction of its own; fails the test on error. */
-void store_exec(jsd_store *s, const char *sql);
+void cenv_store_exec(jsd_store *s, const char *sql);
 /* One integer from a query (-1 on error). */
-long long store_scalar(jsd_store *s, const char *sql);
+long long cenv_store_scalar(jsd_store *s, const char *sql);
 
 /* The durable's info (NULL on error); jsConsumerInfo_Destroy it. */
 jsConsumerInfo *cenv_info(cenv *e);
 /* Messages in a stream (-1 on error). */
-long long stream_msgs(cenv *e, const char *stream);
+long long cenv_stream_msgs(cenv *e, const char *stream);
 /* Nothing pending and nothing awaiting an ACK on the durable. */
 bool cenv_settled(cenv *e);
 /* A consumer on e's stream and durable (o may be NULL: defaults); o's stream,

@@ -31,10 +31,10 @@ typedef struct hctx {
 
 static void effects_table(cenv *e)
 {
-    store_exec(e->store, "CREATE TABLE effects(seq BIGINT, body TEXT)");
-    store_exec(e->store, "CREATE TABLE parent(id BIGINT PRIMARY KEY)");
-    store_exec(e->store, "CREATE TABLE child(pid BIGINT REFERENCES parent(id) DEFERRABLE "
-                         "INITIALLY DEFERRED)");
+    cenv_store_exec(e->store, "CREATE TABLE effects(seq BIGINT, body TEXT)");
+    cenv_store_exec(e->store, "CREATE TABLE parent(id BIGINT PRIMARY KEY)");
+    cenv_store_exec(e->store, "CREATE TABLE child(pid BIGINT REFERENCES parent(id) DEFERRABLE "
+                              "INITIALLY DEFERRED)");
 }
 
 static jsd_disposition sink(jsd_tx *tx, const jsd_delivery *d, void *user)
@@ -69,7 +69,7 @@ static jsd_disposition sink(jsd_tx *tx, const jsd_delivery *d, void *user)
     }
     snprintf(sql, sizeof(sql), "INSERT INTO effects(seq, body) VALUES (%llu, '%.*s')",
              (unsigned long long)seq, (int)(len < 60 ? len : 60), p ? p : "");
-    if (!tx_exec(tx, sql))
+    if (!cenv_tx_exec(tx, sql))
         return jsd_disposition_retry(0, "insert failed");
     if (h->poison_reason)
         return jsd_disposition_poison(h->poison_reason);
@@ -82,7 +82,7 @@ static jsd_disposition sink(jsd_tx *tx, const jsd_delivery *d, void *user)
     if (h->fail_commit_left > 0) {
         h->fail_commit_left--;
         /* A deferred foreign key: the statement succeeds, the COMMIT fails. */
-        if (!tx_exec(tx, "INSERT INTO child(pid) VALUES (424242)"))
+        if (!cenv_tx_exec(tx, "INSERT INTO child(pid) VALUES (424242)"))
             return jsd_disposition_retry(0, "could not arm the failing commit");
     }
     return jsd_disposition_commit();
@@ -90,12 +90,12 @@ static jsd_disposition sink(jsd_tx *tx, const jsd_delivery *d, void *user)
 
 static long long effects(cenv *e)
 {
-    return store_scalar(e->store, "SELECT COUNT(*) FROM effects");
+    return cenv_store_scalar(e->store, "SELECT COUNT(*) FROM effects");
 }
 
 static long long distinct_effects(cenv *e)
 {
-    return store_scalar(e->store, "SELECT COUNT(DISTINCT seq) FROM effects");
+    return cenv_store_scalar(e->store, "SELECT COUNT(DISTINCT seq) FROM effects");
 }
 
 /* Poll until cond or the deadline. */
@@ -141,7 +141,7 @@ static void commit_then_confirmed_ack(bool pg)
     ASSERT_EQ(ci->AckFloor.Stream, 300);
     jsConsumerInfo_Destroy(ci);
     /* The inbox holds every delivery identity. */
-    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox"), 300);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox"), 300);
     /* Counted in the process-wide metrics registry. */
     double v = 0;
     ASSERT_OK(jsd_metrics_get(jsd_metrics_default(), "jsd_deliveries_total", "commit", &v));
@@ -216,7 +216,7 @@ static void redelivery_hits_inbox(bool pg)
         ASSERT_EQ(natsMsg_GetMetaData(&md, list.Msgs[i]), NATS_OK);
         snprintf(sql, sizeof(sql), "INSERT INTO effects(seq, body) VALUES (%llu, 'x')",
                  (unsigned long long)md->Sequence.Stream);
-        ASSERT_TRUE(tx_exec(tx, sql));
+        ASSERT_TRUE(cenv_tx_exec(tx, sql));
         ASSERT_OK(
             jsd__tx_inbox_insert(tx, e.stream, e.durable, md->Sequence.Stream, NULL, 1, NULL));
         jsMsgMetaData_Destroy(md);
@@ -470,7 +470,7 @@ static void drain_settles_batch_in_hand(bool pg)
 /* ---- poison on first delivery ------------------------------------------------------------ */
 static void check_one_death(cenv *e, const char *reason, uint64_t stream_seq)
 {
-    ASSERT_EQ(stream_msgs(e, e->dlq_stream), 1);
+    ASSERT_EQ(cenv_stream_msgs(e, e->dlq_stream), 1);
     jsd_dead_letter d;
     jsd_error err;
     jsd_error_clear(&err);
@@ -510,9 +510,9 @@ static void poison_on_first_delivery(bool pg)
     POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.poisoned >= 2 && s.committed >= 1), 10000);
     ASSERT_EQ(h.calls, 1); /* the handler never saw the poison */
     ASSERT_EQ(effects(&e), 1);
-    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 2);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 2);
     /* Poison records with diagnostics and the original bytes. */
-    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison"), 2);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison"), 2);
     jsd_dead_letter d;
     jsd_error err;
     ASSERT_OK_E(jsd_dlq_get(e.conn, e.dlq_stream, 1, &d, &err), err.msg);
@@ -701,7 +701,7 @@ static void msg_id_duplicate_caught(bool pg)
     POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 1), 10000);
     jsd_test_sleep_ms(400); /* past the window: the next publish is stored anew */
     cenv_publish_raw(&e, "a", "one", 3, NULL, "same-id");
-    ASSERT_EQ(stream_msgs(&e, e.stream), 2);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.stream), 2);
     POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.duplicates >= 1), 10000);
     ASSERT_EQ(h.calls, 1);
     ASSERT_EQ(effects(&e), 1);

@@ -36,13 +36,13 @@ static int dlq(cenv *e, const char *args)
 
 static void sink_table(cenv *e)
 {
-    store_exec(e->store, "CREATE TABLE sink(subject TEXT, body TEXT, msg_id TEXT, seq BIGINT, "
-                         "dlv BIGINT)");
+    cenv_store_exec(e->store, "CREATE TABLE sink(subject TEXT, body TEXT, msg_id TEXT, seq BIGINT, "
+                              "dlv BIGINT)");
 }
 
 static long long rows(cenv *e)
 {
-    return store_scalar(e->store, "SELECT COUNT(*) FROM sink");
+    return cenv_store_scalar(e->store, "SELECT COUNT(*) FROM sink");
 }
 
 /* ---- parameters are bound, never spliced ------------------------------------------------ */
@@ -66,7 +66,7 @@ static void binds_parameters(bool pg)
              ":subject $1 ?' "
              "AND msg_id = 'evil-1' AND seq = 1 AND dlv = 1 AND subject = '%s.x'",
              e.prefix);
-    ASSERT_EQ(store_scalar(e.store, sql), 1);
+    ASSERT_EQ(cenv_store_scalar(e.store, sql), 1);
     ASSERT_TRUE(cenv_settled(&e));
     /* Running again finds nothing to do. */
     rc = consume(&e, NULL, NULL);
@@ -92,7 +92,7 @@ static void filter_subject(bool pg)
     ASSERT_EQ(rows(&e), 2);
     char sql[256];
     snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM sink WHERE subject = '%s.a'", e.prefix);
-    ASSERT_EQ(store_scalar(e.store, sql), 2);
+    ASSERT_EQ(cenv_store_scalar(e.store, sql), 2);
     jsConsumerInfo *ci = cenv_info(&e);
     ASSERT_TRUE(ci && ci->Config->FilterSubject);
     ASSERT_STREQ(ci->Config->FilterSubject, extra + 9);
@@ -122,7 +122,7 @@ static void crash_after_commit(bool pg)
         fail_msg("consume exited %d: %s", rc, out);
     ASSERT_CONTAINS(out, "100 duplicates"); /* answered by the inbox */
     ASSERT_EQ(rows(&e), 500);
-    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM sink"), 500);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM sink"), 500);
     ASSERT_TRUE(cenv_settled(&e));
     cenv_down(&e);
 }
@@ -164,13 +164,13 @@ static void poison_crash_points(bool pg)
         if (!KILLED(rc))
             fail_msg("%s: consume should have been killed, exited %d: %s", points[i], rc, out);
         ASSERT_CONTAINS(out, points[i]);
-        ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison"), 1);
+        ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison"), 1);
         rc = consume(&e, NULL, "--accept-type t.ok");
         if (rc != 0)
             fail_msg("%s: consume exited %d: %s", points[i], rc, out);
         ASSERT_CONTAINS(out, "1 poisoned");
-        ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 1); /* one death envelope */
-        ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison"), 1);
+        ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 1); /* one death envelope */
+        ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison"), 1);
         ASSERT_EQ(rows(&e), 3);
         ASSERT_TRUE(cenv_settled(&e)); /* TERMed */
         cenv_down(&e);
@@ -255,7 +255,7 @@ static void dlq_tools(bool pg)
     int rc = consume(&e, NULL, "--accept-type t.ok --payload json");
     if (rc != 0)
         fail_msg("consume exited %d: %s", rc, out);
-    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 1);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 1);
     ASSERT_EQ(dlq(&e, "list"), 0);
     ASSERT_CONTAINS(out, "poison");
     ASSERT_CONTAINS(out, "malformed JSON");
@@ -266,7 +266,7 @@ static void dlq_tools(bool pg)
     /* Replay: back to its subject, new id, Jsd-Replay-Of; twice is stored once. */
     ASSERT_EQ(dlq(&e, "replay 1"), 0);
     ASSERT_EQ(dlq(&e, "replay 1"), 0);
-    ASSERT_EQ(stream_msgs(&e, e.stream), 2);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.stream), 2);
     natsMsg *m = NULL;
     jsErrCode jerr = 0;
     ASSERT_EQ(js_GetMsg(&m, e.js, e.stream, 2, NULL, &jerr), NATS_OK);
@@ -285,7 +285,7 @@ static void dlq_tools(bool pg)
     ASSERT_TRUE(strcmp(v, "bad-1") != 0);
     natsMsg_Destroy(m);
     ASSERT_EQ(dlq(&e, "purge --all"), 0);
-    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 0);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 0);
     ASSERT_EQ(dlq(&e, "replay"), 64); /* needs SEQ or --all */
     cenv_down(&e);
 }

@@ -50,7 +50,7 @@ static jsd_disposition apply(jsd_tx *tx, const jsd_delivery *d, void *user)
              (unsigned long long)jsd_delivery_stream_seq(d), (int)(len < 2000 ? len : 2000),
              p ? p : "");
     /* Like any handler that checks its SQL: a failure is a retry. */
-    if (!tx_exec(tx, sql))
+    if (!cenv_tx_exec(tx, sql))
         return jsd_disposition_retry(0, "insert failed");
     return jsd_disposition_commit();
 }
@@ -64,7 +64,7 @@ static void *run_main(void *arg)
 
 static void effects_table(cenv *e)
 {
-    store_exec(e->store, "CREATE TABLE effects(seq BIGINT, body TEXT)");
+    cenv_store_exec(e->store, "CREATE TABLE effects(seq BIGINT, body TEXT)");
 }
 
 /* A second handle on the store for the test's own reads: the consumer's is
@@ -104,13 +104,13 @@ static double metric(const char *name, const char *label)
  * each, nothing parked, no attempt spent, nothing counted as a retry. */
 static void check_applied_once(cenv *e, jsd_store *obs, runner *r, long long n)
 {
-    ASSERT_WAIT(store_scalar(obs, "SELECT COUNT(*) FROM effects") == n, 30000);
-    ASSERT_EQ(store_scalar(obs, "SELECT COUNT(DISTINCT seq) FROM effects"), n);
-    ASSERT_EQ(store_scalar(obs, "SELECT COUNT(*) FROM jsd_inbox"), n);
-    ASSERT_EQ(store_scalar(obs, "SELECT COUNT(*) FROM jsd_poison"), 0);
+    ASSERT_WAIT(cenv_store_scalar(obs, "SELECT COUNT(*) FROM effects") == n, 30000);
+    ASSERT_EQ(cenv_store_scalar(obs, "SELECT COUNT(DISTINCT seq) FROM effects"), n);
+    ASSERT_EQ(cenv_store_scalar(obs, "SELECT COUNT(*) FROM jsd_inbox"), n);
+    ASSERT_EQ(cenv_store_scalar(obs, "SELECT COUNT(*) FROM jsd_poison"), 0);
     ASSERT_WAIT(cenv_settled(e), 10000);
     ASSERT_EQ(redelivered(e), 0);
-    ASSERT_EQ(stream_msgs(e, e->dlq_stream), 0);
+    ASSERT_EQ(cenv_stream_msgs(e, e->dlq_stream), 0);
     jsd_consumer_stats s = stats_of(r->c);
     ASSERT_TRUE(s.store_outages >= 1);
     ASSERT_EQ(s.held, 0);
@@ -151,7 +151,7 @@ static void pg_outage_loses_nothing(void **state)
     ASSERT_EQ(pthread_create(&th, NULL, run_main, &r), 0);
 
     cenv_publish(&e, 1, 20, NULL);
-    ASSERT_WAIT(store_scalar(obs, "SELECT COUNT(*) FROM effects") == 20, 20000);
+    ASSERT_WAIT(cenv_store_scalar(obs, "SELECT COUNT(*) FROM effects") == 20, 20000);
     ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
     cenv_publish(&e, 21, 300, NULL);
     ASSERT_WAIT(stats_of(r.c).held > 0, 10000);
@@ -204,8 +204,8 @@ static void drain_while_held_fails(void **state)
     r2.c = cenv_consumer(&e, NULL);
     r2.rc = jsd_consumer_run(r2.c, apply, &r2, true);
     ASSERT_OK_E(r2.rc, jsd_consumer_errmsg(r2.c));
-    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM effects"), 5);
-    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox"), 5);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM effects"), 5);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox"), 5);
     jsd_consumer_destroy(r2.c);
     cenv_down(&e);
 }
@@ -279,7 +279,7 @@ static void sqlite_full_disk_loses_nothing(void **state)
     ASSERT_EQ(pthread_create(&th, NULL, run_main, &r), 0);
 
     cenv_publish(&e, 1, 10, NULL);
-    ASSERT_WAIT(store_scalar(obs, "SELECT COUNT(*) FROM effects") == 10, 20000);
+    ASSERT_WAIT(cenv_store_scalar(obs, "SELECT COUNT(*) FROM effects") == 10, 20000);
     fill_disk(filler);
     /* 1 KiB bodies: far more than any page the database or its WAL holds free. */
     static char body[1024];
@@ -341,7 +341,7 @@ static void dlq_full_then_room(bool pg)
     char filler_subj[200];
     snprintf(filler_subj, sizeof(filler_subj), "jsd.dlq.%s.filler", e.stream);
     ASSERT_EQ(js_Publish(NULL, e.js, filler_subj, "x", 1, NULL, NULL), NATS_OK);
-    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 1);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 1);
 
     static const char *const types[] = {"t.ok"};
     jsd_consumer_opts o;
@@ -363,14 +363,15 @@ static void dlq_full_then_room(bool pg)
     /* Settled with the server at once: no delivery spent on the refusal. */
     ASSERT_WAIT(cenv_settled(&e), 5000);
     ASSERT_EQ(redelivered(&e), 0);
-    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 1);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 1);
     /* Stored, flagged as unpublished (store stats, `status`, the metric). */
     jsd_store_stats st;
     ASSERT_OK(jsd_store_stats_get(e.store, &st));
     ASSERT_EQ(st.poison_records, 5);
     ASSERT_EQ(st.poison_unpublished, 5);
     ASSERT_EQ(unpublished_in_status(&e), 5);
-    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison WHERE dlq_seq IS NULL"), 5);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison WHERE dlq_seq IS NULL"),
+              5);
     /* An --until-idle run does not call that done. */
     ASSERT_STATUS(jsd_consumer_run(r.c, apply, &r, true), JSD_ERR_NATS);
     ASSERT_CONTAINS(jsd_consumer_errmsg(r.c), "5 poison records");
@@ -385,16 +386,17 @@ static void dlq_full_then_room(bool pg)
         ASSERT_OK(jsd_store_stats_get(e.store, &st));
     }
     ASSERT_EQ(st.poison_unpublished, 0);
-    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison WHERE dlq_seq IS NULL"), 0);
-    ASSERT_EQ(store_scalar(e.store, "SELECT COUNT(DISTINCT dlq_seq) FROM jsd_poison"), 5);
-    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 6); /* the filler + one per poison message */
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison WHERE dlq_seq IS NULL"),
+              0);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(DISTINCT dlq_seq) FROM jsd_poison"), 5);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 6); /* the filler + one per poison message */
     ASSERT_EQ(unpublished_in_status(&e), 0);
     ASSERT_EQ(stats_of(r.c).dlq_republished, 5);
     ASSERT_EQ(metric("jsd_poison_unpublished", NULL), 0);
     /* A further sweep publishes nothing again. */
     for (int i = 0; i < 3; i++)
         ASSERT_OK(jsd_consumer_poll(r.c, apply, &r, NULL));
-    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 6);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 6);
     ASSERT_OK_E(jsd_consumer_run(r.c, apply, &r, true), jsd_consumer_errmsg(r.c));
     jsd_consumer_destroy(r.c);
     cenv_down(&e);

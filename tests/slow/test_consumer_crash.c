@@ -79,7 +79,7 @@ static void publish_many(cenv *e, int n)
     jsPubOptions_Init(&po);
     po.MaxWait = 60000;
     ASSERT_EQ(js_PublishAsyncComplete(e->js, &po), NATS_OK);
-    ASSERT_EQ(stream_msgs(e, e->stream), n);
+    ASSERT_EQ(cenv_stream_msgs(e, e->stream), n);
 }
 
 static void shared_durable_random_kills(bool pg)
@@ -87,7 +87,7 @@ static void shared_durable_random_kills(bool pg)
     cenv e;
     proc p[N_PROCS] = {{0}};
     cenv_up(&e, pg);
-    store_exec(e.store, "CREATE TABLE effects(seq BIGINT, body TEXT)");
+    cenv_store_exec(e.store, "CREATE TABLE effects(seq BIGINT, body TEXT)");
     cenv_durable(&e, 2000, 50, 1024, NULL, 0);
     publish_many(&e, N_MSGS);
 
@@ -106,7 +106,7 @@ static void shared_durable_random_kills(bool pg)
             if (waitpid(p[k].pid, NULL, WNOHANG) == p[k].pid)
                 p[k].pid = spawn_consumer(&e, k, p[k].starts++);
         bool crashed = p[0].starts >= 2;
-        long long done = store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM effects");
+        long long done = cenv_store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM effects");
         if (done >= N_MSGS * 9 / 10 && kills >= 8 && crashed)
             break;
         /* Process 0 is left to reach its crash point before it is killed. */
@@ -118,7 +118,7 @@ static void shared_durable_random_kills(bool pg)
     }
     /* Let the survivors finish: everything applied, nothing pending, nothing in flight. */
     ASSERT_WAIT(cenv_settled(&e) &&
-                    store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM effects") == N_MSGS,
+                    cenv_store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM effects") == N_MSGS,
                 300000);
     for (int i = 0; i < N_PROCS; i++) {
         kill(p[i].pid, SIGTERM);
@@ -127,13 +127,13 @@ static void shared_durable_random_kills(bool pg)
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
             fail_msg("consumer %d did not drain cleanly (status %d)", i, st);
     }
-    long long total = store_scalar(e.store, "SELECT COUNT(*) FROM effects");
-    long long distinct = store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM effects");
+    long long total = cenv_store_scalar(e.store, "SELECT COUNT(*) FROM effects");
+    long long distinct = cenv_store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM effects");
     print_message("%d kills, %lld rows, %lld distinct messages\n", kills, total, distinct);
     ASSERT_TRUE(kills >= 8);
     ASSERT_EQ(distinct, N_MSGS);
     ASSERT_EQ(total, N_MSGS); /* exactly once: no unique key helped */
-    ASSERT_EQ(stream_msgs(&e, e.dlq_stream), 0);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 0);
     /* Redeliveries did happen (at least the batch committed before the crash
      * point): the inbox, not luck, kept the count. */
     ASSERT_TRUE(p[0].starts >= 2);
