@@ -34,19 +34,6 @@ struct jsd_publisher {
     size_t cap;
 };
 
-const char *jsd_outcome_str(jsd_outcome o)
-{
-    switch (o) {
-#define JSD__OUTCOME_STR(name, text)                                                               \
-    case JSD_OUTCOME_##name:                                                                       \
-        return text;
-        JSD_OUTCOME_MAP(JSD__OUTCOME_STR)
-#undef JSD__OUTCOME_STR
-    default:
-        return "?";
-    }
-}
-
 void jsd_publisher_opts_init(jsd_publisher_opts *o)
 {
     memset(o, 0, sizeof(*o));
@@ -62,12 +49,9 @@ static jsd_status check_opts(const jsd_publisher_opts *o, jsd_error *err)
         return JSD_ERR_INVALID;
     if (!jsd__subject_valid_publish(o->subject, err))
         return JSD_ERR_INVALID;
-    if (o->admission < 1 || o->admission > JSD_ADMISSION_MAX)
-        return jsd__err(err, JSD_ERR_INVALID, "admission %d is outside 1..%d", o->admission,
-                        JSD_ADMISSION_MAX);
-    if (o->deadline_ms <= 0 || o->deadline_ms > JSD_DEADLINE_MAX_MS)
-        return jsd__err(err, JSD_ERR_INVALID, "deadline %d ms is outside (0, %d] ms",
-                        o->deadline_ms, JSD_DEADLINE_MAX_MS);
+    jsd_status admitted = jsd__admission_check(o->admission, o->deadline_ms, err);
+    if (admitted != JSD_OK)
+        return admitted;
     if (o->expected_duplicate_window_ms < 0)
         return jsd__err(err, JSD_ERR_INVALID, "expected duplicate window %lld ms is negative",
                         (long long)o->expected_duplicate_window_ms);
@@ -307,9 +291,7 @@ bool jsd_publish_submit(jsd_publisher *p, const char *msg_id, const void *payloa
     /* Admission first: an overloaded publisher answers RETRYABLE whatever
      * the input. */
     if (jsd__pubengine_inflight(p->eng) + p->n_parked >= p->cap) {
-        res->outcome = JSD_OUTCOME_RETRYABLE;
-        snprintf(res->reason, sizeof(res->reason),
-                 "admission full: %zu publications in flight; try again later", p->cap);
+        jsd__admission_full(res, p->cap);
         remember(p, res);
         return false;
     }

@@ -1,5 +1,6 @@
 /*
- * Status names and texts (from the one X-macro list in jsdurable/status.h) and
+ * Status names and texts (from the one X-macro list in jsdurable/status.h),
+ * the publication outcome names (jsdurable/publisher.h's JSD_OUTCOME_MAP) and
  * the helpers that fill a jsd_error.
  */
 #include <stdio.h>
@@ -64,6 +65,19 @@ void jsd__err_copy(jsd_error *dst, const jsd_error *src)
 {
     if (dst && src && dst != src)
         memcpy(dst, src, sizeof(*dst));
+}
+
+const char *jsd_outcome_str(jsd_outcome o)
+{
+    switch (o) {
+#define JSD__OUTCOME_STR(name, text)                                                               \
+    case JSD_OUTCOME_##name:                                                                       \
+        return text;
+        JSD_OUTCOME_MAP(JSD__OUTCOME_STR)
+#undef JSD__OUTCOME_STR
+    default:
+        return "?";
+    }
 }
 
 const char *jsd_version(void)
