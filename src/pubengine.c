@@ -130,12 +130,6 @@ static void result_init(jsd_publish_result *res, jsd_outcome o)
     res->outcome = o;
 }
 
-static void timespec_at_mono(struct timespec *ts, int64_t mono_ms)
-{
-    ts->tv_sec = (time_t)(mono_ms / 1000);
-    ts->tv_nsec = (long)((mono_ms % 1000) * 1000000);
-}
-
 /* Must hold lk. */
 static void queue_slot(jsd__pubengine *e, uint32_t slot)
 {
@@ -418,12 +412,9 @@ jsd_status jsd__pubengine_create(jsd__pubengine **out, jsd_conn *conn, const jsd
     *out = NULL;
     if (!conn || !o)
         return jsd__err(err, JSD_ERR_INVALID, "publication engine: connection and options needed");
-    if (o->admission < 1 || o->admission > JSD_ADMISSION_MAX)
-        return jsd__err(err, JSD_ERR_INVALID, "admission %d is outside 1..%d", o->admission,
-                        JSD_ADMISSION_MAX);
-    if (o->deadline_ms <= 0 || o->deadline_ms > JSD_DEADLINE_MAX_MS)
-        return jsd__err(err, JSD_ERR_INVALID, "deadline %d ms is outside (0, %d] ms",
-                        o->deadline_ms, JSD_DEADLINE_MAX_MS);
+    jsd_status admitted = jsd__admission_check(o->admission, o->deadline_ms, err);
+    if (admitted != JSD_OK)
+        return admitted;
     natsConnection *nc = jsd__conn_nats(conn);
     if (!nc)
         return jsd__err(err, JSD_ERR_INVALID, "publication engine: the connection is not open");
@@ -451,11 +442,7 @@ jsd_status jsd__pubengine_create(jsd__pubengine **out, jsd_conn *conn, const jsd
     e->batch_wait_ms = BATCH_WAIT_MS;
     e->swept_epoch = jsd_conn_reconnects(conn);
     pthread_mutex_init(&e->lk, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    jsd__cond_init_mono(&e->cv);
     e->entries = jsd__calloc(e->cap, sizeof(entry));
     e->free_stack = jsd__calloc(e->cap, sizeof(uint32_t));
     e->ring = jsd__calloc(e->cap, sizeof(uint32_t));
@@ -510,9 +497,7 @@ void jsd__pubengine_destroy(jsd__pubengine *e)
         int64_t end = jsd__mono_ms() + 10000;
         pthread_mutex_lock(&e->lk);
         while (!e->sub_done && jsd__mono_ms() < end) {
-            struct timespec ts;
-            timespec_at_mono(&ts, jsd__mono_ms() + 50);
-            pthread_cond_timedwait(&e->cv, &e->lk, &ts);
+            jsd__cond_wait_ms(&e->cv, &e->lk, 50);
         }
         leak = !e->sub_done;
         pthread_mutex_unlock(&e->lk);
@@ -654,8 +639,7 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     /* 1. admission, before anything else */
     /* only the owner thread takes or frees slots, so this count is exact */
     if (atomic_load(&e->used) >= e->cap) {
-        res->outcome = JSD_OUTCOME_RETRYABLE;
-        set_reason(res, "admission full: %zu publications in flight; try again later", e->cap);
+        jsd__admission_full(res, e->cap);
         return false;
     }
     /* 2. input and limits */
@@ -948,11 +932,9 @@ size_t jsd__pubengine_poll(jsd__pubengine *e, jsd_publish_done *done, size_t max
         size_t want = used >= 64 ? JSD_MIN(max, used / 8) : 1;
         int64_t wake = JSD_MIN(
             end, JSD_MIN(e->next_expiry, now + (want > 1 ? e->batch_wait_ms : CONN_CHECK_MS)));
-        struct timespec ts;
-        timespec_at_mono(&ts, wake);
         e->wake_at = want;
         e->waiting = true;
-        pthread_cond_timedwait(&e->cv, &e->lk, &ts);
+        jsd__cond_wait_until_ms(&e->cv, &e->lk, wake);
         e->waiting = false;
         e->wake_at = 1;
         /* Completions trickling in (a slow, e.g. fsync-bound, broker): wait
@@ -984,6 +966,25 @@ size_t jsd__pubengine_max_payload(const jsd__pubengine *e)
 uint64_t jsd__pubengine_late_replies(const jsd__pubengine *e)
 {
     return e ? atomic_load(&((jsd__pubengine *)e)->late) : 0;
+}
+
+/* ---- admission ----------------------------------------------------------------------- */
+
+jsd_status jsd__admission_check(int admission, int deadline_ms, jsd_error *err)
+{
+    if (admission < 1 || admission > JSD_ADMISSION_MAX)
+        return jsd__err(err, JSD_ERR_INVALID, "admission %d is outside 1..%d", admission,
+                        JSD_ADMISSION_MAX);
+    if (deadline_ms <= 0 || deadline_ms > JSD_DEADLINE_MAX_MS)
+        return jsd__err(err, JSD_ERR_INVALID, "deadline %d ms is outside (0, %d] ms", deadline_ms,
+                        JSD_DEADLINE_MAX_MS);
+    return JSD_OK;
+}
+
+void jsd__admission_full(jsd_publish_result *res, size_t cap)
+{
+    res->outcome = JSD_OUTCOME_RETRYABLE;
+    set_reason(res, "admission full: %zu publications in flight; try again later", cap);
 }
 
 /* ---- stream lookup ------------------------------------------------------------------ */

@@ -141,6 +141,20 @@ jsd_outcome jsd__pubengine_judge_reply(const void *data, size_t len, const char 
  */
 bool jsd__js_err_permanent(int js_err_code);
 
+/* ---- admission: one check, one set of codes ------------------------------------- */
+
+/*
+ * The admission bound and default deadline every publishing handle takes
+ * (jsd_publisher_opts, jsd_tenancy_opts, the engine itself): JSD_ERR_INVALID
+ * with "admission N is outside 1..1024" or "deadline N ms is outside (0,
+ * 300000] ms" as include/jsdurable/publisher.h documents, JSD_OK otherwise.
+ */
+jsd_status jsd__admission_check(int admission, int deadline_ms, jsd_error *err);
+
+/* Fill res as RETRYABLE "admission full" for a handle holding cap
+ * publications in flight: the one answer of an overloaded publisher. */
+void jsd__admission_full(jsd_publish_result *res, size_t cap);
+
 /* ---- stream lookup for the relay ------------------------------------------------ */
 
 /*

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "jsd_int.h"
+#include "pubengine.h"
 #include "subject.h"
 
 #define TENANT_MAX 64
@@ -53,12 +54,9 @@ jsd_status jsd_tenancy_create(jsd_tenancy **out, jsd_conn *conn, const jsd_tenan
     if (strlen(o->ns) > JSD_KEY_MAX)
         return jsd__err(err, JSD_ERR_LIMIT, "tenancy: namespace is %zu bytes; the limit is %d",
                         strlen(o->ns), JSD_KEY_MAX);
-    if (o->admission < 1 || o->admission > JSD_ADMISSION_MAX)
-        return jsd__err(err, JSD_ERR_INVALID, "admission %d is outside 1..%d", o->admission,
-                        JSD_ADMISSION_MAX);
-    if (o->deadline_ms <= 0 || o->deadline_ms > JSD_DEADLINE_MAX_MS)
-        return jsd__err(err, JSD_ERR_INVALID, "deadline %d ms is outside (0, %d] ms",
-                        o->deadline_ms, JSD_DEADLINE_MAX_MS);
+    jsd_status admitted = jsd__admission_check(o->admission, o->deadline_ms, err);
+    if (admitted != JSD_OK)
+        return admitted;
     jsd_tenancy *t = jsd__calloc(1, sizeof(*t));
     if (!t)
         return jsd__err(err, JSD_ERR_NOMEM, "tenancy: out of memory");
