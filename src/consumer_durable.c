@@ -142,10 +142,10 @@ static int64_t redelivery_horizon_ms(const jsConsumerConfig *cc)
 }
 
 /* The dead-letter stream: it must exist, and not be the stream we read. */
-static jsd_status check_dlq(jsCtx *js, const char *stream, const char *dlq_subject,
+static jsd_status check_dlq(jsd_conn *conn, const char *stream, const char *dlq_subject,
                             char *dlq_stream, size_t cap, jsd_error *err)
 {
-    jsd_status st = jsd__stream_for_subject_js(js, dlq_subject, dlq_stream, cap, err);
+    jsd_status st = jsd__stream_for_subject(conn, dlq_subject, dlq_stream, cap, err);
     if (st == JSD_ERR_NOT_FOUND)
         return jsd__err(err, JSD_ERR_CONFIG,
                         "no stream captures the dead-letter subject \"%s\"; create a dead-letter "
@@ -220,7 +220,7 @@ jsd_status jsd_consumer_check(jsd_conn *conn, const jsd_consumer_opts *o, jsd_er
     jsd__consumer_default_dlq_subject(o, dlq, sizeof(dlq));
     if (!jsd__subject_valid_exact(dlq, err))
         return JSD_ERR_CONFIG;
-    return check_dlq(js, o->stream, dlq, dlq_stream, sizeof(dlq_stream), err);
+    return check_dlq(conn, o->stream, dlq, dlq_stream, sizeof(dlq_stream), err);
 }
 
 jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *o)
@@ -325,7 +325,7 @@ jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *
         }
     }
 
-    st = check_dlq(c->js, c->stream, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream), &c->err);
+    st = check_dlq(c->conn, c->stream, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream), &c->err);
 done:
     jsConsumerInfo_Destroy(ci);
     jsStreamInfo_Destroy(si);

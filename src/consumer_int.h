@@ -16,6 +16,7 @@
 
 #include "jsd_int.h"
 #include "store/store.h"
+#include "streams.h"
 #include "subject.h"
 
 /* ---- envelope.c ------------------------------------------------------------- */
@@ -57,10 +58,6 @@ typedef struct jsd__death {
 jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dlq_stream,
                               const jsd__death *d, int timeout_ms, uint64_t *dlq_seq,
                               jsd_error *err);
-
-/* Find the stream capturing subject; JSD_ERR_NOT_FOUND when none does. */
-jsd_status jsd__stream_for_subject_js(jsCtx *js, const char *subject, char *out, size_t cap,
-                                      jsd_error *err);
 
 /* ---- the consumer (consumer*.c, delivery.c) ------------------------------------ */
 

@@ -129,38 +129,6 @@ done:
     return st;
 }
 
-jsd_status jsd__stream_for_subject_js(jsCtx *js, const char *subject, char *out, size_t cap,
-                                      jsd_error *err)
-{
-    jsStreamNamesList *names = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s = js_StreamNames(&names, js, NULL, &jerr);
-    if (s == NATS_NOT_FOUND) {
-        return jsd__err(err, JSD_ERR_NOT_FOUND, "no stream captures \"%s\" (there are no streams)",
-                        subject);
-    }
-    if (s != NATS_OK)
-        return jsd__err_nats(err, s, jerr, "list streams");
-    jsd_status st = JSD_ERR_NOT_FOUND;
-    for (int i = 0; names && i < names->Count && st == JSD_ERR_NOT_FOUND; i++) {
-        jsStreamInfo *si = NULL;
-        if (js_GetStreamInfo(&si, js, names->List[i], NULL, &jerr) != NATS_OK || !si)
-            continue;
-        for (int k = 0; si->Config && k < si->Config->SubjectsLen; k++) {
-            const char *f = si->Config->Subjects[k];
-            if (f && jsd__subject_valid_filter(f, NULL) && jsd__subject_matches(f, subject)) {
-                st = jsd__strlcpy(out, names->List[i], cap) ? JSD_OK : JSD_ERR_LIMIT;
-                break;
-            }
-        }
-        jsStreamInfo_Destroy(si);
-    }
-    jsStreamNamesList_Destroy(names);
-    if (st == JSD_ERR_NOT_FOUND)
-        return jsd__err(err, st, "no stream captures \"%s\"", subject);
-    return st;
-}
-
 jsd_status jsd_dlq_replay(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_seq,
                           uint64_t *new_seq, jsd_error *err)
 {

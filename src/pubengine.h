@@ -155,27 +155,4 @@ jsd_status jsd__admission_check(int admission, int deadline_ms, jsd_error *err);
  * publications in flight: the one answer of an overloaded publisher. */
 void jsd__admission_full(jsd_publish_result *res, size_t cap);
 
-/* ---- stream lookup for the relay ------------------------------------------------ */
-
-/*
- * Find the stream that captures an exact subject, asking the server
- * ($JS.API.STREAM.NAMES with a subject filter) within the connection's request
- * timeout. name_out receives the stream name. JSD_ERR_NOT_FOUND when no stream
- * captures it; JSD_ERR_TIMEOUT / JSD_ERR_NATS otherwise. Uncached: see
- * jsd__stream_cache below.
- */
-jsd_status jsd__stream_for_subject(jsd_conn *conn, const char *subject, char *name_out, size_t cap,
-                                   jsd_error *err);
-
-/* A small cache of subject -> stream answers (64 entries, LRU-ish, entries
- * expire after ttl_ms so a re-created stream is noticed). Not thread-safe:
- * one per owner thread. */
-typedef struct jsd__stream_cache jsd__stream_cache;
-jsd_status jsd__stream_cache_create(jsd__stream_cache **out, jsd_conn *conn, int64_t ttl_ms);
-void jsd__stream_cache_destroy(jsd__stream_cache *c);
-jsd_status jsd__stream_cache_lookup(jsd__stream_cache *c, const char *subject, char *name_out,
-                                    size_t cap, jsd_error *err);
-/* Forget one subject (e.g. after a FAILED 10060 or no responders). */
-void jsd__stream_cache_forget(jsd__stream_cache *c, const char *subject);
-
 #endif

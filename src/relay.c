@@ -80,15 +80,12 @@
 #include "conn_int.h"
 #include "jsd_int.h"
 #include "pubengine.h"
+#include "streams.h"
 #include "store/store.h"
 #include "subject.h"
 
 #define COMP "relay"
 
-#define STREAM_CACHE_BUCKETS 256
-#define STREAM_CACHE_MAX     4096
-#define STREAM_NEG_TTL_MS    1000  /* "no stream captures" is re-checked after this */
-#define STREAM_POS_TTL_MS    60000 /* a found stream is re-checked after this */
 #define STOP_SLICE_MS        100   /* the longest a wait ignores jsd_relay_stop */
 #define UNAVAILABLE_PAUSE_MS 250   /* claims pause after a publication found NATS down */
 #define RECEIPT_RETRIES      5     /* store retries of a batch's receipt commit */
@@ -98,28 +95,6 @@
 #define GAUGES_EVERY_MS      5000
 #define ACK_GATHER_MIN       32 /* acks per wake-up worth waiting for under load */
 #define ACK_GATHER_US        200
-
-/* ---- stream lookup cache ------------------------------------------------------ */
-
-typedef struct scache_entry {
-    struct scache_entry *next;
-    char *subject;
-    char stream[JSD_STREAM_NAME_MAX + 1]; /* "" = no stream captures it */
-    int64_t expires_ms;                   /* monotonic */
-} scache_entry;
-
-typedef struct scache {
-    scache_entry *b[STREAM_CACHE_BUCKETS];
-    size_t n;
-} scache;
-
-/* Streams whose duplicate window was checked against the retry horizon. */
-#define WINDOW_CHECKS_MAX 64
-typedef struct window_check {
-    char stream[JSD_STREAM_NAME_MAX + 1];
-    int64_t window_ms;
-    int64_t expires_ms; /* monotonic: re-read after this (the window may change) */
-} window_check;
 
 /* ---- batches in flight ------------------------------------------------------------ */
 
@@ -163,9 +138,7 @@ struct jsd_relay {
     jsd_relay_opts o;
     jsd__backoff backoff;
     jsd__pubengine *eng;
-    scache cache;
-    window_check windows[WINDOW_CHECKS_MAX];
-    size_t n_windows;
+    jsd__streams *streams; /* subject -> stream, and each stream's duplicate window */
     jsd_status fatal; /* JSD_OK, or why the run stopped itself (a window too short) */
 
     rbatch *head, *tail; /* batches in flight, oldest first */
@@ -318,106 +291,27 @@ static jsd_status check_opts(const jsd_relay_opts *o, jsd_error *err)
     return JSD_OK;
 }
 
-/* ---- stream cache ------------------------------------------------------------------ */
-
-static uint32_t hash_str(const char *s)
-{
-    uint32_t h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
-}
-
-static void scache_clear(scache *c)
-{
-    for (size_t i = 0; i < STREAM_CACHE_BUCKETS; i++) {
-        scache_entry *e = c->b[i];
-        while (e) {
-            scache_entry *n = e->next;
-            jsd__free(e->subject);
-            jsd__free(e);
-            e = n;
-        }
-        c->b[i] = NULL;
-    }
-    c->n = 0;
-}
-
-static scache_entry *scache_find(scache *c, const char *subject)
-{
-    for (scache_entry *e = c->b[hash_str(subject) % STREAM_CACHE_BUCKETS]; e; e = e->next)
-        if (!strcmp(e->subject, subject))
-            return e;
-    return NULL;
-}
-
-static void scache_forget(scache *c, const char *subject)
-{
-    scache_entry **pp = &c->b[hash_str(subject) % STREAM_CACHE_BUCKETS];
-    for (; *pp; pp = &(*pp)->next) {
-        if (!strcmp((*pp)->subject, subject)) {
-            scache_entry *e = *pp;
-            *pp = e->next;
-            jsd__free(e->subject);
-            jsd__free(e);
-            c->n--;
-            return;
-        }
-    }
-}
+/* ---- stream lookup ---------------------------------------------------------------- */
 
 /*
  * The stream that captures subject, into stream (cap JSD_STREAM_NAME_MAX + 1):
  * JSD_OK with a name, JSD_ERR_NOT_FOUND when no stream captures it, another
- * status when the lookup could not be made (NATS down, timeout).
+ * status when the lookup could not be made (NATS down, timeout). Answers come
+ * from the shared stream cache (src/streams.c).
  */
 static jsd_status stream_for(jsd_relay *r, const char *subject, char *stream, char *why,
                              size_t why_cap)
 {
-    int64_t now = jsd__mono_ms();
-    scache_entry *e = scache_find(&r->cache, subject);
-    if (e && e->expires_ms > now) {
-        jsd__strlcpy(stream, e->stream, JSD_STREAM_NAME_MAX + 1);
-        if (!stream[0]) {
-            jsd__snprintf(why, why_cap, "no stream captures subject %s", subject);
-            return JSD_ERR_NOT_FOUND;
-        }
-        return JSD_OK;
-    }
     jsd_error err;
     jsd_error_clear(&err);
-    jsd_status s = jsd__stream_for_subject(r->conn, subject, stream, JSD_STREAM_NAME_MAX + 1, &err);
-    if (s != JSD_OK && s != JSD_ERR_NOT_FOUND) {
-        jsd__snprintf(why, why_cap, "stream lookup for %s: %s", subject, err.msg);
-        return s;
-    }
-    if (!e) {
-        if (r->cache.n >= STREAM_CACHE_MAX)
-            scache_clear(&r->cache);
-        e = jsd__calloc(1, sizeof(*e));
-        char *dup = jsd__strdup(subject);
-        if (!e || !dup) {
-            jsd__free(e);
-            jsd__free(dup);
-            jsd__snprintf(why, why_cap, "out of memory caching the stream of %s", subject);
-            return JSD_ERR_NOMEM;
-        }
-        e->subject = dup;
-        uint32_t h = hash_str(subject) % STREAM_CACHE_BUCKETS;
-        e->next = r->cache.b[h];
-        r->cache.b[h] = e;
-        r->cache.n++;
-    }
-    if (s == JSD_ERR_NOT_FOUND) {
-        e->stream[0] = '\0';
-        e->expires_ms = now + STREAM_NEG_TTL_MS;
+    jsd_status s = jsd__streams_lookup(r->streams, subject, stream, JSD_STREAM_NAME_MAX + 1, &err);
+    if (s == JSD_ERR_NOT_FOUND)
         jsd__snprintf(why, why_cap, "no stream captures subject %s", subject);
-        stream[0] = '\0';
-        return JSD_ERR_NOT_FOUND;
-    }
-    jsd__strlcpy(e->stream, stream, sizeof(e->stream));
-    e->expires_ms = now + STREAM_POS_TTL_MS;
-    return JSD_OK;
+    else if (s == JSD_ERR_NOMEM)
+        jsd__snprintf(why, why_cap, "%s", err.msg);
+    else if (s != JSD_OK)
+        jsd__snprintf(why, why_cap, "stream lookup for %s: %s", subject, err.msg);
+    return s;
 }
 
 /*
@@ -433,43 +327,24 @@ static jsd_status stream_for(jsd_relay *r, const char *subject, char *stream, ch
  */
 static jsd_status window_fits(jsd_relay *r, const char *stream, char *why, size_t why_cap)
 {
-    int64_t now = jsd__mono_ms();
-    window_check *w = NULL;
-    for (size_t i = 0; i < r->n_windows; i++)
-        if (!strcmp(r->windows[i].stream, stream)) {
-            w = &r->windows[i];
-            break;
-        }
-    if (!w || w->expires_ms <= now) {
-        jsStreamInfo *si = NULL;
-        jsErrCode jerr = 0;
-        natsStatus ns = js_GetStreamInfo(&si, jsd__conn_js(r->conn), stream, NULL, &jerr);
-        if (ns != NATS_OK) {
-            jsd__snprintf(why, why_cap, "reading the duplicate window of stream %s: %s (%d)",
-                          stream, natsStatus_GetText(ns), (int)jerr);
-            return ns == NATS_NOT_FOUND ? JSD_ERR_NOT_FOUND : JSD_ERR_NATS;
-        }
-        int64_t win = si->Config ? si->Config->Duplicates / 1000000 : 0;
-        jsStreamInfo_Destroy(si);
-        if (!w) {
-            if (r->n_windows == WINDOW_CHECKS_MAX)
-                r->n_windows = 0; /* forget them all: they are read again */
-            w = &r->windows[r->n_windows++];
-            jsd__strlcpy(w->stream, stream, sizeof(w->stream));
-        }
-        w->window_ms = win;
-        w->expires_ms = now + STREAM_POS_TTL_MS;
+    int64_t window_ms = 0;
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status s = jsd__streams_dup_window(r->streams, stream, &window_ms, &err);
+    if (s != JSD_OK) {
+        jsd__snprintf(why, why_cap, "%s", err.msg);
+        return s;
     }
     int64_t horizon =
         (int64_t)r->o.publish_deadline_ms + (int64_t)r->o.backoff_cap_ms + (int64_t)r->o.lease_ms;
-    if (w->window_ms <= 0 || horizon < w->window_ms)
+    if (window_ms <= 0 || horizon < window_ms)
         return JSD_OK;
     jsd__snprintf(why, why_cap,
                   "stream %s keeps message ids for %lld ms (its duplicate window), but this relay "
                   "may retry an effect up to %lld ms after it was stored (publish deadline %d + "
                   "backoff cap %d + lease %d ms): such a retry would be stored twice. Lower the "
                   "deadline, backoff cap or lease, or raise the stream's duplicate window",
-                  stream, (long long)w->window_ms, (long long)horizon, r->o.publish_deadline_ms,
+                  stream, (long long)window_ms, (long long)horizon, r->o.publish_deadline_ms,
                   r->o.backoff_cap_ms, r->o.lease_ms);
     if (r->fatal == JSD_OK) {
         r->fatal = jsd__err(&r->err, JSD_ERR_CONFIG, "%s", why);
@@ -542,6 +417,12 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     s = jsd__pubengine_create(&r->eng, conn, &eo, err);
     if (s != JSD_OK)
         goto fail;
+    s = jsd__streams_create(&r->streams, conn, JSD__STREAMS_POS_TTL_MS, JSD__STREAMS_NEG_TTL_MS,
+                            JSD__STREAMS_MAX);
+    if (s != JSD_OK) {
+        jsd__err(err, s, "out of memory creating the relay's stream cache");
+        goto fail;
+    }
     jsd_error_clear(&r->err);
     *out = r;
     return JSD_OK;
@@ -575,7 +456,7 @@ void jsd_relay_destroy(jsd_relay *r)
         b = n;
     }
     batch_free(r->spare);
-    scache_clear(&r->cache);
+    jsd__streams_destroy(r->streams);
     if (r->sync_init) {
         pthread_mutex_destroy(&r->store_mu);
         pthread_mutex_destroy(&r->wq_mu);
@@ -732,7 +613,7 @@ static void settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, const 
         }
         /* A stream that no longer captures the subject, or another stream now
          * does (10060 wrong expected stream): look it up again next time. */
-        scache_forget(&r->cache, subject);
+        jsd__streams_forget(r->streams, subject);
         /* fall through */
     default:
         if (res->js_err_code)

@@ -13,6 +13,7 @@
 
 #include "pubengine.h"
 #include "publisher_env.h"
+#include "streams.h"
 
 typedef struct responder {
     natsConnection *nc;
@@ -260,19 +261,19 @@ static void stream_lookup(void **state)
     ASSERT_CONTAINS(err.msg, "no stream captures");
     ASSERT_STATUS(jsd__stream_for_subject(c, "a.*", got, sizeof(got), &err), JSD_ERR_INVALID);
 
-    jsd__stream_cache *cache = NULL;
-    ASSERT_OK(jsd__stream_cache_create(&cache, c, 60000));
+    jsd__streams *cache = NULL;
+    ASSERT_OK(jsd__streams_create(&cache, c, 60000, 0, 0));
     snprintf(subject, sizeof(subject), "%s.b.x", stream);
-    ASSERT_OK(jsd__stream_cache_lookup(cache, subject, got, sizeof(got), &err));
+    ASSERT_OK(jsd__streams_lookup(cache, subject, got, sizeof(got), &err));
     ASSERT_STREQ(got, stream);
     /* served from the cache even after the stream is gone ... */
     ph_delete_stream(js, stream);
-    ASSERT_OK(jsd__stream_cache_lookup(cache, subject, got, sizeof(got), &err));
+    ASSERT_OK(jsd__streams_lookup(cache, subject, got, sizeof(got), &err));
     /* ... until forgotten */
-    jsd__stream_cache_forget(cache, subject);
-    ASSERT_STATUS(jsd__stream_cache_lookup(cache, subject, got, sizeof(got), &err),
+    jsd__streams_forget(cache, subject);
+    ASSERT_STATUS(jsd__streams_lookup(cache, subject, got, sizeof(got), &err),
                   JSD_ERR_NOT_FOUND);
-    jsd__stream_cache_destroy(cache);
+    jsd__streams_destroy(cache);
     jsCtx_Destroy(js);
     natsConnection_Destroy(direct);
     jsd_conn_close(c);
