@@ -22,6 +22,7 @@
 
 #include "conn_int.h"
 #include "ingress_int.h"
+#include "puback.h"
 #include "subject.h"
 
 jsd_status jsd_death_msg_id(const char *stream, uint64_t seq, char out[65])
@@ -115,8 +116,8 @@ jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dl
         st = jsd__err_nats(err, s, jerr, what);
         goto done;
     }
-    if (!pa || !pa->Stream || (dlq_stream && *dlq_stream && strcmp(pa->Stream, dlq_stream) != 0) ||
-        pa->Sequence == 0) {
+    int64_t ack_seq = pa ? (int64_t)JSD_MIN(pa->Sequence, (uint64_t)INT64_MAX) : 0;
+    if (jsd__puback_judge(pa ? pa->Stream : NULL, ack_seq, dlq_stream) != JSD__PUBACK_OK) {
         st = jsd__err(err, JSD_ERR_NATS, "death envelope: unexpected PubAck from stream \"%s\"",
                       pa && pa->Stream ? pa->Stream : "");
         goto done;

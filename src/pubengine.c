@@ -30,6 +30,7 @@
 #include <jansson.h>
 
 #include "conn_int.h"
+#include "puback.h"
 #include "pubengine.h"
 #include "subject.h"
 
@@ -41,19 +42,6 @@
 #define KEEP_OUT_MAX   4096 /* payloads up to this size are freed by the reply thread */
 
 enum { E_FREE = 0, E_WRITING, E_INFLIGHT, E_QUEUED, E_TAKEN };
-
-/* A reply as read on nats.c's thread, before it is matched against what the
- * entry expected. */
-enum { R_NORESP = 1, R_STATUS, R_MALFORMED, R_ERROR, R_ACK };
-typedef struct parsed_reply {
-    int kind;
-    int code;       /* R_STATUS: status; R_ERROR: JetStream code */
-    int err_code;   /* R_ERROR */
-    int dlen;       /* R_MALFORMED: reply size */
-    int64_t seq;    /* R_ACK */
-    bool dup;       /* R_ACK */
-    char text[160]; /* R_ACK: stream; R_ERROR: description; R_MALFORMED: what */
-} parsed_reply;
 
 typedef struct entry {
     uint64_t id;
@@ -67,7 +55,7 @@ typedef struct entry {
     uint64_t epoch; /* reconnect count when written */
     int64_t seen_ms;
     bool has_reply;
-    parsed_reply rp;
+    jsd__reply rp;
     /* The published message, kept (small ones only) so that the thread that
      * destroys the reply destroys it too: nats.c hands each destroyed message
      * to its collector thread under one lock, and two threads doing so
@@ -155,154 +143,6 @@ static void release_slot(jsd__pubengine *e, uint32_t slot)
     atomic_fetch_sub(&e->used, 1);
 }
 
-/* ---- reading replies ----------------------------------------------------------------- */
-
-static void copy_printable(char *dst, size_t cap, const char *src)
-{
-    size_t n = 0;
-    for (; src && *src && n + 1 < cap; src++)
-        dst[n++] = ((unsigned char)*src >= 0x20 && (unsigned char)*src < 0x7f) ? *src : '?';
-    dst[n] = '\0';
-}
-
-/* The usual acknowledgement, {"stream":"S", "seq":N} with an optional
- * ,"duplicate": true|false (nats-server puts spaces after some separators),
- * read without allocating. Anything else (a domain, escapes, errors) returns
- * false and goes to jansson. */
-typedef struct scan {
-    const char *d;
-    size_t n, i;
-} scan;
-
-static void sc_ws(scan *s)
-{
-    while (s->i < s->n && (s->d[s->i] == ' ' || s->d[s->i] == '\t'))
-        s->i++;
-}
-
-static bool sc_lit(scan *s, const char *lit)
-{
-    size_t l = strlen(lit);
-    sc_ws(s);
-    if (s->n - s->i < l || memcmp(s->d + s->i, lit, l) != 0)
-        return false;
-    s->i += l;
-    return true;
-}
-
-static bool parse_ack_fast(const char *d, size_t n, parsed_reply *p)
-{
-    scan s = {d, n, 0};
-    size_t k = 0;
-    if (!sc_lit(&s, "{") || !sc_lit(&s, "\"stream\"") || !sc_lit(&s, ":") || !sc_lit(&s, "\""))
-        return false;
-    while (s.i < n && d[s.i] != '"' && k + 1 < sizeof(p->text)) {
-        if ((unsigned char)d[s.i] < 0x20 || d[s.i] == '\\')
-            return false;
-        p->text[k++] = d[s.i++];
-    }
-    p->text[k] = '\0';
-    if (k == 0 || !sc_lit(&s, "\"") || !sc_lit(&s, ",") || !sc_lit(&s, "\"seq\"") ||
-        !sc_lit(&s, ":"))
-        return false;
-    sc_ws(&s);
-    int64_t seq = 0;
-    size_t digits = 0;
-    while (s.i < n && d[s.i] >= '0' && d[s.i] <= '9' && digits < 18) {
-        seq = seq * 10 + (d[s.i++] - '0');
-        digits++;
-    }
-    if (digits == 0 || (s.i < n && d[s.i] >= '0' && d[s.i] <= '9') ||
-        (digits > 1 && d[s.i - digits] == '0')) /* JSON has no leading zeros */
-        return false;
-    p->dup = false;
-    if (sc_lit(&s, ",")) {
-        if (!sc_lit(&s, "\"duplicate\"") || !sc_lit(&s, ":"))
-            return false;
-        if (sc_lit(&s, "true"))
-            p->dup = true;
-        else if (!sc_lit(&s, "false"))
-            return false;
-    }
-    if (!sc_lit(&s, "}"))
-        return false;
-    sc_ws(&s);
-    if (s.i != n)
-        return false;
-    p->kind = R_ACK;
-    p->seq = seq;
-    return true;
-}
-
-/* Read a reply (nats.c's thread; touches nothing shared). */
-static void parse_body(const char *data, int dlen, const char *status, parsed_reply *p);
-
-static void parse_reply(natsMsg *msg, parsed_reply *p)
-{
-    const char *status = NULL;
-    if (natsMsg_IsNoResponders(msg)) {
-        memset(p, 0, sizeof(*p));
-        p->kind = R_NORESP;
-        return;
-    }
-    if (natsMsgHeader_Get(msg, "Status", &status) != NATS_OK)
-        status = NULL;
-    parse_body(natsMsg_GetData(msg), natsMsg_GetDataLength(msg), status, p);
-}
-
-/* A reply's status header (NULL if none) and body -> parsed_reply. Pure. */
-static void parse_body(const char *data, int dlen, const char *status, parsed_reply *p)
-{
-    memset(p, 0, sizeof(*p));
-    if (status && *status) {
-        char shown[16];
-        copy_printable(shown, sizeof(shown), status);
-        long code = strtol(shown, NULL, 10);
-        p->kind = R_STATUS;
-        p->code = code > 0 && code < 1000 ? (int)code : 0;
-        copy_printable(p->text, sizeof(p->text), shown);
-        return;
-    }
-    p->dlen = dlen;
-    if (data && dlen > 0 && parse_ack_fast(data, (size_t)dlen, p))
-        return;
-    memset(p, 0, sizeof(*p));
-    p->dlen = dlen;
-    p->kind = R_MALFORMED;
-    json_error_t jerr;
-    json_t *root = (data && dlen > 0) ? json_loadb(data, (size_t)dlen, 0, &jerr) : NULL;
-    if (!root || !json_is_object(root)) {
-        jsd__strlcpy(p->text, "not a JSON object", sizeof(p->text));
-        json_decref(root);
-        return;
-    }
-    json_t *jerrobj = json_object_get(root, "error");
-    if (jerrobj) {
-        json_t *jc = json_object_get(jerrobj, "code");
-        json_t *je = json_object_get(jerrobj, "err_code");
-        json_t *jd = json_object_get(jerrobj, "description");
-        p->kind = R_ERROR;
-        p->code = json_is_integer(jc) ? (int)json_integer_value(jc) : 0;
-        p->err_code = json_is_integer(je) ? (int)json_integer_value(je) : 0;
-        copy_printable(p->text, sizeof(p->text), json_is_string(jd) ? json_string_value(jd) : "");
-        json_decref(root);
-        return;
-    }
-    json_t *js = json_object_get(root, "stream");
-    json_t *jq = json_object_get(root, "seq");
-    json_t *jdup = json_object_get(root, "duplicate");
-    if (!json_is_string(js) || !json_is_integer(jq) || (jdup && !json_is_boolean(jdup))) {
-        jsd__strlcpy(p->text, "no stream or sequence", sizeof(p->text));
-        json_decref(root);
-        return;
-    }
-    p->kind = R_ACK;
-    p->seq = (int64_t)json_integer_value(jq);
-    p->dup = jdup && json_is_true(jdup);
-    copy_printable(p->text, sizeof(p->text), json_string_value(js));
-    json_decref(root);
-}
-
 /* ---- nats.c callbacks: only hand data over ------------------------------------------ */
 
 static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
@@ -325,9 +165,9 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
         }
     }
     int64_t seen = jsd__now_ms();
-    parsed_reply rp;
+    jsd__reply rp;
     if (ok)
-        parse_reply(msg, &rp);
+        jsd__reply_parse(msg, &rp);
     natsMsg *out = NULL;
     bool matched = false;
     pthread_mutex_lock(&e->lk);
@@ -762,25 +602,25 @@ bool jsd__js_err_permanent(int js_err_code)
 }
 
 /* Turn a read reply into an outcome (owner thread). */
-static void settle_reply(const entry *en, const parsed_reply *p, jsd_publish_result *res)
+static void settle_reply(const entry *en, const jsd__reply *p, jsd_publish_result *res)
 {
     result_init(res, JSD_OUTCOME_UNKNOWN);
     switch (p->kind) {
-    case R_NORESP:
+    case JSD__REPLY_NORESP:
         res->outcome = JSD_OUTCOME_FAILED;
         res->nats_status = NATS_NO_RESPONDERS;
         res->status_code = 503;
         set_reason(res, "no stream captures subject \"%s\" (no responders); nothing was stored",
                    en->subject);
         return;
-    case R_STATUS:
+    case JSD__REPLY_STATUS:
         res->status_code = p->code;
         set_reason(res,
                    "the reply carried status %s and no acknowledgement; the message may "
                    "be stored: retry with the same id",
                    p->text);
         return;
-    case R_ERROR:
+    case JSD__REPLY_ERROR:
         res->status_code = p->code;
         res->js_err_code = p->err_code;
         if (p->code >= 400 && p->code < 500) {
@@ -796,15 +636,16 @@ static void settle_reply(const entry *en, const parsed_reply *p, jsd_publish_res
                        p->text, p->code, p->err_code);
         }
         return;
-    case R_ACK:
-        if (strcmp(p->text, en->stream) != 0) {
+    case JSD__REPLY_ACK: {
+        jsd__puback_verdict v = jsd__puback_judge(p->text, p->seq, en->stream);
+        if (v == JSD__PUBACK_NO_STREAM || v == JSD__PUBACK_FOREIGN) {
             char shown[64];
-            copy_printable(shown, sizeof(shown), p->text);
+            jsd__copy_printable(shown, sizeof(shown), p->text);
             set_reason(res,
                        "foreign acknowledgement naming stream \"%s\", expected \"%s\"; the "
                        "message may be stored: retry with the same id",
                        shown, en->stream);
-        } else if (p->seq <= 0) {
+        } else if (v == JSD__PUBACK_NO_SEQ) {
             set_reason(res,
                        "acknowledgement with sequence %lld; the message may be stored: retry "
                        "with the same id",
@@ -817,6 +658,7 @@ static void settle_reply(const entry *en, const parsed_reply *p, jsd_publish_res
             res->receipt.accepted_at_ms = en->seen_ms;
         }
         return;
+    }
     default:
         set_reason(res,
                    "malformed acknowledgement (%d bytes, %s); the message may be stored: "
@@ -854,11 +696,11 @@ jsd_outcome jsd__pubengine_judge_reply(const void *data, size_t len, const char 
                                        const char *expected_stream, jsd_publish_result *res)
 {
     entry en; /* only stream, subject and seen_ms are read */
-    parsed_reply p;
+    jsd__reply p;
     memset(&en, 0, sizeof(en));
     jsd__strlcpy(en.stream, expected_stream ? expected_stream : "", sizeof(en.stream));
     jsd__strlcpy(en.subject, "(judged)", sizeof(en.subject));
-    parse_body(data, len > INT32_MAX ? INT32_MAX : (int)len, status, &p);
+    jsd__reply_parse_body(data, len > INT32_MAX ? INT32_MAX : (int)len, status, &p);
     settle_reply(&en, &p, res);
     return res->outcome;
 }

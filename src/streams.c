@@ -13,19 +13,12 @@
 #include <jansson.h>
 
 #include "conn_int.h"
+#include "puback.h"
 #include "streams.h"
 #include "subject.h"
 
 #define BUCKETS     256
 #define WINDOWS_MAX 64
-
-static void copy_printable(char *dst, size_t cap, const char *src)
-{
-    size_t n = 0;
-    for (; src && *src && n + 1 < cap; src++)
-        dst[n++] = ((unsigned char)*src >= 0x20 && (unsigned char)*src < 0x7f) ? *src : '?';
-    dst[n] = '\0';
-}
 
 /* ---- one request ------------------------------------------------------------------- */
 
@@ -78,7 +71,7 @@ jsd_status jsd__stream_for_subject(jsd_conn *conn, const char *subject, char *na
         json_t *ec = json_object_get(je, "err_code");
         json_t *d = json_object_get(je, "description");
         char desc[160];
-        copy_printable(desc, sizeof(desc), json_is_string(d) ? json_string_value(d) : "");
+        jsd__copy_printable(desc, sizeof(desc), json_is_string(d) ? json_string_value(d) : "");
         st = jsd__err(err, JSD_ERR_NATS, "looking up the stream for \"%s\": %s", subject, desc);
         if (err)
             err->js_err_code = json_is_integer(ec) ? (int)json_integer_value(ec) : 0;
