@@ -175,9 +175,15 @@ struct jsd_relay {
     jsd_metric *m_dead, *m_inflight, *m_first_dup;
     int64_t last_gauges_ms;
 
-    int64_t last_store_warn_ms;
-    uint64_t logged_published, logged_errors; /* for the progress line */
+    int64_t last_store_warn_ms; /* under err_mu */
+
+    /* The last error: written by the publishing thread and the receipt
+     * writer, read by jsd_relay_errmsg, always under err_mu. err_shown is
+     * the copy jsd_relay_errmsg hands out. */
+    pthread_mutex_t err_mu;
     jsd_error err;
+    char err_shown[JSD_ERRMSG_MAX];
+    uint64_t logged_published, logged_errors; /* for the progress line */
 };
 
 /* ---- metrics: the one place relay counters reach the metrics module ----------- */
@@ -291,6 +297,21 @@ static jsd_status check_opts(const jsd_relay_opts *o, jsd_error *err)
     return JSD_OK;
 }
 
+/* ---- the last error ----------------------------------------------------------------- */
+
+/* Record the handle's last error (any thread). Returns s. */
+static jsd_status relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);
+static jsd_status relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&r->err_mu);
+    jsd__verr(&r->err, s, fmt, ap);
+    pthread_mutex_unlock(&r->err_mu);
+    va_end(ap);
+    return s;
+}
+
 /* ---- stream lookup ---------------------------------------------------------------- */
 
 /*
@@ -347,7 +368,7 @@ static jsd_status window_fits(jsd_relay *r, const char *stream, char *why, size_
                   stream, (long long)window_ms, (long long)horizon, r->o.publish_deadline_ms,
                   r->o.backoff_cap_ms, r->o.lease_ms);
     if (r->fatal == JSD_OK) {
-        r->fatal = jsd__err(&r->err, JSD_ERR_CONFIG, "%s", why);
+        r->fatal = relay_err(r, JSD_ERR_CONFIG, "%s", why);
         JSD_ERROR(COMP, "%s; the relay stops", why);
     }
     atomic_store(&r->stop, 1);
@@ -383,7 +404,8 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     atomic_store(&r->left_failing, -1);
     atomic_store(&r->left_dead, -1);
     if (pthread_mutex_init(&r->store_mu, NULL) != 0 || pthread_mutex_init(&r->wq_mu, NULL) != 0 ||
-        pthread_cond_init(&r->wq_cv, NULL) != 0 || pthread_cond_init(&r->wq_idle_cv, NULL) != 0) {
+        pthread_mutex_init(&r->err_mu, NULL) != 0 || pthread_cond_init(&r->wq_cv, NULL) != 0 ||
+        pthread_cond_init(&r->wq_idle_cv, NULL) != 0) {
         jsd__free(r);
         return jsd__err(err, JSD_ERR_INTERNAL, "cannot initialise the relay's locks");
     }
@@ -423,8 +445,7 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
         jsd__err(err, s, "out of memory creating the relay's stream cache");
         goto fail;
     }
-    jsd_error_clear(&r->err);
-    *out = r;
+    *out = r; /* r->err is clear: calloc */
     return JSD_OK;
 fail:
     jsd_relay_destroy(r);
@@ -460,6 +481,7 @@ void jsd_relay_destroy(jsd_relay *r)
     if (r->sync_init) {
         pthread_mutex_destroy(&r->store_mu);
         pthread_mutex_destroy(&r->wq_mu);
+        pthread_mutex_destroy(&r->err_mu);
         pthread_cond_destroy(&r->wq_cv);
         pthread_cond_destroy(&r->wq_idle_cv);
     }
@@ -468,7 +490,15 @@ void jsd_relay_destroy(jsd_relay *r)
 
 const char *jsd_relay_errmsg(const jsd_relay *r)
 {
-    return r ? r->err.msg : "";
+    if (!r)
+        return "";
+    /* The copy is the caller's thread's, as for every handle's errmsg: the
+     * text under err_mu may change while the relay runs. */
+    jsd_relay *w = (jsd_relay *)r;
+    pthread_mutex_lock(&w->err_mu);
+    jsd__strlcpy(w->err_shown, w->err.msg, sizeof(w->err_shown));
+    pthread_mutex_unlock(&w->err_mu);
+    return w->err_shown;
 }
 
 void jsd_relay_stop(jsd_relay *r)
@@ -515,12 +545,15 @@ jsd_status jsd_outbox_trouble_get(jsd_store *s, jsd_outbox_trouble *out)
 static void store_trouble(jsd_relay *r, const char *what)
 {
     count(r, RC_STORE_ERRORS, 1);
-    jsd__err(&r->err, JSD_ERR_STORE, "%s: %s", what, jsd_store_errmsg(r->store));
     int64_t now = jsd__mono_ms();
-    if (now - r->last_store_warn_ms >= 5000) {
+    pthread_mutex_lock(&r->err_mu);
+    jsd__err(&r->err, JSD_ERR_STORE, "%s: %s", what, jsd_store_errmsg(r->store));
+    bool warn = now - r->last_store_warn_ms >= 5000;
+    if (warn)
         r->last_store_warn_ms = now;
+    pthread_mutex_unlock(&r->err_mu);
+    if (warn)
         JSD_WARN(COMP, "%s failed, will retry: %s", what, jsd_store_errmsg(r->store));
-    }
 }
 
 static rbatch *batch_new(jsd_relay *r, size_t cap)
@@ -632,12 +665,12 @@ static int claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
 {
     rbatch *b = batch_new(r, (size_t)want);
     if (!b) {
-        jsd__err(&r->err, JSD_ERR_NOMEM, "out of memory claiming a batch");
+        relay_err(r, JSD_ERR_NOMEM, "out of memory claiming a batch");
         return -1;
     }
     if (!jsd__random_hex(b->token, 16)) {
         batch_recycle(r, b);
-        jsd__err(&r->err, JSD_ERR_INTERNAL, "cannot draw a lease token");
+        relay_err(r, JSD_ERR_INTERNAL, "cannot draw a lease token");
         return -1;
     }
     pthread_mutex_lock(&r->store_mu);
@@ -1108,7 +1141,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         return JSD_ERR_INVALID;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&r->running, &expected, 1))
-        return jsd__err(&r->err, JSD_ERR_BUSY, "the relay is already running");
+        return relay_err(r, JSD_ERR_BUSY, "the relay is already running");
 
     bool want_claim = true;  /* a claim may find work */
     int64_t pause_until = 0; /* monotonic: no claims before this */
