@@ -12,22 +12,18 @@
  *   write is refused before anything was buffered, the slot is released and
  *   the outcome is decided at once.
  * - nats.c's threads (subscription callback, async-error listener) read the
- *   reply without touching shared state (the usual acknowledgement without
- *   allocating), then only store the result or a "denied" mark in the entry
+ *   reply without touching shared state (jsd__reply_parse in src/puback.c:
+ *   the usual acknowledgement without allocating), then only store the result or a "denied" mark in the entry
  *   under the lock and queue the slot; the owner thread decides the outcome
- *   against what the entry expected, in poll.
+ *   against what the entry expected (jsd__puback_judge), in poll.
  * - Nothing waits without a bound: each entry has a deadline, and poll settles
  *   as UNKNOWN any entry whose deadline passed or whose connection was lost or
  *   replaced while it was in flight (its acknowledgement cannot come any more).
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include <jansson.h>
 
 #include "conn_int.h"
 #include "puback.h"
