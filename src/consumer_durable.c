@@ -325,7 +325,8 @@ jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *
         }
     }
 
-    st = check_dlq(c->conn, c->stream, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream), &c->err);
+    st = check_dlq(c->conn, c->stream, c->dlq_subject, c->dlq_stream, sizeof(c->dlq_stream),
+                   &c->err);
 done:
     jsConsumerInfo_Destroy(ci);
     jsStreamInfo_Destroy(si);

@@ -139,7 +139,8 @@ void jsd__reply_parse_body(const char *data, int dlen, const char *status, jsd__
         p->kind = JSD__REPLY_ERROR;
         p->code = json_is_integer(jc) ? (int)json_integer_value(jc) : 0;
         p->err_code = json_is_integer(je) ? (int)json_integer_value(je) : 0;
-        jsd__copy_printable(p->text, sizeof(p->text), json_is_string(jd) ? json_string_value(jd) : "");
+        jsd__copy_printable(p->text, sizeof(p->text),
+                            json_is_string(jd) ? json_string_value(jd) : "");
         json_decref(root);
         return;
     }

@@ -13,9 +13,10 @@
  *   the outcome is decided at once.
  * - nats.c's threads (subscription callback, async-error listener) read the
  *   reply without touching shared state (jsd__reply_parse in src/puback.c:
- *   the usual acknowledgement without allocating), then only store the result or a "denied" mark in the entry
- *   under the lock and queue the slot; the owner thread decides the outcome
- *   against what the entry expected (jsd__puback_judge), in poll.
+ *   the usual acknowledgement without allocating), then only store the result
+ *   or a "denied" mark in the entry under the lock and queue the slot; the
+ *   owner thread decides the outcome against what the entry expected
+ *   (jsd__puback_judge), in poll.
  * - Nothing waits without a bound: each entry has a deadline, and poll settles
  *   as UNKNOWN any entry whose deadline passed or whose connection was lost or
  *   replaced while it was in flight (its acknowledgement cannot come any more).

@@ -86,9 +86,9 @@
 
 #define COMP "relay"
 
-#define STOP_SLICE_MS        100   /* the longest a wait ignores jsd_relay_stop */
-#define UNAVAILABLE_PAUSE_MS 250   /* claims pause after a publication found NATS down */
-#define RECEIPT_RETRIES      5     /* store retries of a batch's receipt commit */
+#define STOP_SLICE_MS        100 /* the longest a wait ignores jsd_relay_stop */
+#define UNAVAILABLE_PAUSE_MS 250 /* claims pause after a publication found NATS down */
+#define RECEIPT_RETRIES      5   /* store retries of a batch's receipt commit */
 #define DRAIN_MAX            512
 #define IDLE_FLOOR_MS        100 /* shortest idle wait when something due was not claimable */
 #define PROGRESS_EVERY_MS    10000
@@ -139,7 +139,7 @@ struct jsd_relay {
     jsd__backoff backoff;
     jsd__pubengine *eng;
     jsd__streams *streams; /* subject -> stream, and each stream's duplicate window */
-    jsd_status fatal; /* JSD_OK, or why the run stopped itself (a window too short) */
+    jsd_status fatal;      /* JSD_OK, or why the run stopped itself (a window too short) */
 
     rbatch *head, *tail; /* batches in flight, oldest first */
     rbatch *spare;       /* one recycled batch */

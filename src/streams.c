@@ -262,8 +262,7 @@ jsd_status jsd__streams_lookup(jsd__streams *c, const char *subject, char *name_
             pthread_mutex_unlock(&c->mu);
             jsd__free(e);
             jsd__free(dup);
-            return jsd__err(err, JSD_ERR_NOMEM, "out of memory caching the stream of %s",
-                            subject);
+            return jsd__err(err, JSD_ERR_NOMEM, "out of memory caching the stream of %s", subject);
         }
         e->subject = dup;
         uint32_t h = hash_str(subject) % BUCKETS;

@@ -271,8 +271,7 @@ static void stream_lookup(void **state)
     ASSERT_OK(jsd__streams_lookup(cache, subject, got, sizeof(got), &err));
     /* ... until forgotten */
     jsd__streams_forget(cache, subject);
-    ASSERT_STATUS(jsd__streams_lookup(cache, subject, got, sizeof(got), &err),
-                  JSD_ERR_NOT_FOUND);
+    ASSERT_STATUS(jsd__streams_lookup(cache, subject, got, sizeof(got), &err), JSD_ERR_NOT_FOUND);
     jsd__streams_destroy(cache);
     jsCtx_Destroy(js);
     natsConnection_Destroy(direct);
