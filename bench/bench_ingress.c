@@ -203,7 +203,7 @@ static long long count_rows(jsd_store *s)
 {
     jsd_tx *tx = NULL;
     long long v = -1;
-    if (jsd_tx_begin(s, &tx) != JSD_OK)
+    if (jsd_tx_begin(&tx, s) != JSD_OK)
         return -1;
     if (jsd_tx_sqlite(tx)) {
         sqlite3_stmt *st = NULL;
@@ -252,7 +252,7 @@ static double ingress(const char *store_url, int run, bool pg)
     if (jsd_store_open(&store, store_url, &err) != JSD_OK)
         die("store open", err.msg);
     jsd_tx *tx = NULL;
-    if (jsd_tx_begin(store, &tx) != JSD_OK)
+    if (jsd_tx_begin(&tx, store) != JSD_OK)
         die("begin", jsd_store_errmsg(store));
     if (jsd_tx_sqlite(tx)) {
         sqlite3_exec(jsd_tx_sqlite(tx), "DROP TABLE IF EXISTS effects", NULL, NULL, NULL);
@@ -266,7 +266,7 @@ static double ingress(const char *store_url, int run, bool pg)
         die("create table", jsd_store_errmsg(store));
     if (pg) {
         /* a fresh inbox per run */
-        if (jsd_tx_begin(store, &tx) == JSD_OK) {
+        if (jsd_tx_begin(&tx, store) == JSD_OK) {
             PQclear(PQexec(jsd_tx_pg(tx), "DELETE FROM jsd_inbox"));
             jsd_tx_commit(tx);
         }

@@ -145,7 +145,7 @@ static void enqueue(jsd_store *s, const char *prefix, const char *subject, int n
     memset(payload, 'p', sizeof(payload));
     for (int i = 0; i < n;) {
         jsd_tx *tx = NULL;
-        if (jsd_tx_begin(s, &tx) != JSD_OK)
+        if (jsd_tx_begin(&tx, s) != JSD_OK)
             die("begin: %s", jsd_store_errmsg(s));
         for (int k = 0; k < per_tx && i < n; k++, i++) {
             char id[32];
@@ -398,7 +398,7 @@ static void produce(jsd_store *app, int64_t *committed_us, int n, const char *su
                         .subject = subject,
                         .payload = payload,
                         .len = sizeof(payload)};
-        if (jsd_tx_begin(app, &tx) != JSD_OK || jsd_tx_emit(tx, &e) != JSD_OK ||
+        if (jsd_tx_begin(&tx, app) != JSD_OK || jsd_tx_emit(tx, &e) != JSD_OK ||
             jsd_tx_commit(tx) != JSD_OK)
             die("enqueue: %s", jsd_store_errmsg(app));
         committed_us[i] = mono_us();

@@ -200,7 +200,7 @@ static int enqueue(const char *backend, const char *url, int per_tx, bool batch_
     double t0 = now_s(), t;
     do {
         jsd_tx *tx;
-        if (jsd_tx_begin(s, &tx) != JSD_OK)
+        if (jsd_tx_begin(&tx, s) != JSD_OK)
             return fail("begin", jsd_store_errmsg(s));
         for (int i = 0; i < per_tx; i++) {
             snprintf(ids[i], sizeof(ids[i]), "r%d-%ld", run_no, rows + i);

@@ -325,7 +325,7 @@ static int check_statement(jsd_store *store, sink *k)
     jsd_tx *tx = NULL;
     char why[512] = "";
     bool ok;
-    if (jsd_tx_begin(store, &tx) != JSD_OK) {
+    if (jsd_tx_begin(&tx, store) != JSD_OK) {
         cli_err("consume", "cannot begin a transaction: %s", jsd_store_errmsg(store));
         return CLI_UNAVAILABLE;
     }
@@ -596,7 +596,7 @@ int cmd_consume(int argc, char **argv)
         fprintf(stderr, "jsdurable consume: created durable %s on stream %s\n", durable, stream);
 
     if (metrics) {
-        st = jsd_metrics_serve(jsd_metrics_default(), conn, metrics, &msrv, &err);
+        st = jsd_metrics_serve(&msrv, jsd_metrics_default(), conn, metrics, &err);
         if (st != JSD_OK) {
             cli_err("consume", "--metrics %s: %s", metrics, err.msg);
             rc = cli_exit_for(st);
@@ -641,7 +641,7 @@ int cmd_consume(int argc, char **argv)
         rc = cli_exit_for(st);
     }
 out:
-    jsd_metrics_server_stop(msrv);
+    jsd_metrics_server_destroy(msrv);
     jsd_consumer_destroy(cons);
     sqlite3_finalize(k.stmt);
     free(k.pg_sql);

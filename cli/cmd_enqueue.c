@@ -114,7 +114,7 @@ static int enqueue_one(const char *url, jsd_effect *e)
         rc = cli_exit_for(s);
         goto done;
     }
-    if ((s = jsd_tx_begin(store, &tx)) != JSD_OK || (s = jsd_tx_emit(tx, e)) != JSD_OK ||
+    if ((s = jsd_tx_begin(&tx, store)) != JSD_OK || (s = jsd_tx_emit(tx, e)) != JSD_OK ||
         (s = jsd_tx_commit(tx)) != JSD_OK) {
         cli_err("enqueue", "%s; nothing was committed", jsd_store_errmsg(store));
         if (tx && s != JSD_OK)
@@ -229,7 +229,7 @@ static jsd_status commit_batch(jsd_store *store, line_effect *b, size_t n, jsd_e
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
         arr[i] = b[i].e;
-    jsd_status s = jsd_tx_begin(store, &tx);
+    jsd_status s = jsd_tx_begin(&tx, store);
     if (s == JSD_OK && (s = jsd_tx_emit_batch(tx, arr, n, &bad)) != JSD_OK) {
         cli_err("enqueue", "line %ld: %s", b[bad < n ? bad : 0].lineno, jsd_store_errmsg(store));
         jsd_tx_rollback(tx);

@@ -47,16 +47,16 @@ typedef struct prov_out {
     int n_changed;
 } prov_out;
 
-static void on_report(const jsd_topo_report *r, void *user)
+static void on_report(const jsd_topology_report *r, void *user)
 {
     prov_out *po = user;
-    const char *word = jsd_topo_action_str(r->action);
-    if (r->dry_run && r->action == JSD_TOPO_CREATED)
+    const char *word = jsd_topology_action_str(r->action);
+    if (r->dry_run && r->action == JSD_TOPOLOGY_CREATED)
         word = "would create";
-    else if (r->dry_run && r->action == JSD_TOPO_UPDATED)
+    else if (r->dry_run && r->action == JSD_TOPOLOGY_UPDATED)
         word = "would update";
     po->n_objects++;
-    if (r->action == JSD_TOPO_CREATED || r->action == JSD_TOPO_UPDATED)
+    if (r->action == JSD_TOPOLOGY_CREATED || r->action == JSD_TOPOLOGY_UPDATED)
         po->n_changed++;
     printf("%s %s: %s", r->kind, r->name, word);
     if (r->n_changes) {
@@ -83,14 +83,14 @@ int cmd_provision(int argc, char **argv)
     cli_conn cc;
     const char *file = NULL;
     bool check_only = false;
-    jsd_topo_apply_opts ao;
+    jsd_topology_apply_opts ao;
     jsd_topology *topo = NULL;
     jsd_conn *conn = NULL;
     jsd_error err;
     int rc = CLI_OK, opt;
 
     cli_conn_init(&cc);
-    jsd_topo_apply_opts_init(&ao);
+    jsd_topology_apply_opts_init(&ao);
     jsd_error_clear(&err);
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -100,9 +100,9 @@ int cmd_provision(int argc, char **argv)
             break;
         case 'p':
             if (!strcmp(optarg, "create")) {
-                ao.policy = JSD_TOPO_CREATE;
+                ao.policy = JSD_TOPOLOGY_CREATE;
             } else if (!strcmp(optarg, "reconcile")) {
-                ao.policy = JSD_TOPO_RECONCILE;
+                ao.policy = JSD_TOPOLOGY_RECONCILE;
             } else {
                 cli_err("provision", "--policy takes create or reconcile, not \"%s\"", optarg);
                 rc = CLI_USAGE;
@@ -177,10 +177,10 @@ int cmd_provision(int argc, char **argv)
     }
     printf("%s: %d objects, %d %s (%s policy)\n", ao.dry_run ? "dry run" : "done", po.n_objects,
            po.n_changed, ao.dry_run ? "would change" : "changed",
-           ao.policy == JSD_TOPO_RECONCILE ? "reconcile" : "create");
+           ao.policy == JSD_TOPOLOGY_RECONCILE ? "reconcile" : "create");
 done:
     jsd_conn_close(conn);
-    jsd_topology_free(topo);
+    jsd_topology_destroy(topo);
     cli_conn_free(&cc);
     return rc;
 }

@@ -221,7 +221,7 @@ int cmd_relay(int argc, char **argv)
     if (metrics_addr) {
         s = jsd_metrics_create(&metrics, &err);
         if (s == JSD_OK)
-            s = jsd_metrics_serve(metrics, conn, metrics_addr, &msrv, &err);
+            s = jsd_metrics_serve(&msrv, metrics, conn, metrics_addr, &err);
         if (s != JSD_OK) {
             cli_err("relay", "--metrics %s: %s", metrics_addr,
                     err.msg[0] ? err.msg : jsd_status_str(s));
@@ -283,7 +283,7 @@ int cmd_relay(int argc, char **argv)
     }
 
 out:
-    jsd_metrics_server_stop(msrv);
+    jsd_metrics_server_destroy(msrv);
     jsd_relay_destroy(relay);
     jsd_metrics_destroy(metrics);
     jsd_conn_close(conn);

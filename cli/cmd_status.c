@@ -119,7 +119,7 @@ static int nats_states(cli_conn *cc, const char **names, size_t n_names, jsd_str
         }
         if (st != JSD_OK) {
             for (size_t i = 0; i < *n; i++)
-                jsd_stream_state_release(&(*out)[i]);
+                jsd_stream_state_clear(&(*out)[i]);
             free(*out);
             *out = NULL;
             *n = 0;

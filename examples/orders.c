@@ -101,7 +101,7 @@ int main(int argc, char **argv)
         return 73;
     }
     jsd_tx *tx = NULL;
-    if (jsd_tx_begin(store, &tx) != JSD_OK || app_exec(tx, CREATE_SQL, -1, NULL, 0) != 0 ||
+    if (jsd_tx_begin(&tx, store) != JSD_OK || app_exec(tx, CREATE_SQL, -1, NULL, 0) != 0 ||
         jsd_tx_commit(tx) != JSD_OK) {
         fprintf(stderr, "orders: cannot create the orders table: %s\n", jsd_store_errmsg(store));
         jsd_store_close(store);
@@ -112,7 +112,7 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     long long done = 0;
     while (done < count) {
-        if (jsd_tx_begin(store, &tx) != JSD_OK)
+        if (jsd_tx_begin(&tx, store) != JSD_OK)
             break;
         long long n = count - done < per_tx ? count - done : per_tx;
         int failed = 0;

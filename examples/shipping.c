@@ -147,7 +147,7 @@ int main(int argc, char **argv)
         return 73;
     }
     jsd_tx *tx = NULL;
-    if (jsd_tx_begin(store, &tx) != JSD_OK || app_exec(tx, CREATE_SQL, 0, 0, 0) != 0 ||
+    if (jsd_tx_begin(&tx, store) != JSD_OK || app_exec(tx, CREATE_SQL, 0, 0, 0) != 0 ||
         jsd_tx_commit(tx) != JSD_OK) {
         fprintf(stderr, "shipping: cannot create the shipments table\n");
         goto out;

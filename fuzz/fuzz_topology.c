@@ -33,23 +33,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         size_t ns = jsd_topology_stream_count(t);
         for (size_t i = 0; i < ns; i++) {
-            const jsd_topo_stream *st = jsd_topology_stream(t, i);
+            const jsd_topology_stream *st = jsd_topology_stream_at(t, i);
             if (!st || !st->name || st->n_subjects == 0)
                 abort();
             for (size_t k = 0; k < st->n_subjects; k++)
                 for (size_t j = 0; j < ns; j++) {
-                    const jsd_topo_stream *o = jsd_topology_stream(t, j);
+                    const jsd_topology_stream *o = jsd_topology_stream_at(t, j);
                     for (size_t m = 0; j != i && m < o->n_subjects; m++)
                         if (jsd_subjects_overlap(st->subjects[k], o->subjects[m]))
                             abort(); /* overlaps must have been refused */
                 }
         }
         for (size_t i = 0; i < jsd_topology_consumer_count(t); i++) {
-            const jsd_topo_consumer *c = jsd_topology_consumer(t, i);
+            const jsd_topology_consumer *c = jsd_topology_consumer_at(t, i);
             if (!c || !c->durable || !c->stream || c->ack_wait_ms <= 0)
                 abort();
         }
-        jsd_topology_free(t);
+        jsd_topology_destroy(t);
     } else {
         if (t || (s != JSD_ERR_CONFIG && s != JSD_ERR_LIMIT && s != JSD_ERR_NOMEM) || !e.msg[0])
             abort();

@@ -397,7 +397,7 @@ static jsd_status apply_batch(jsd_consumer *c, jsd_handler h, void *user, int64_
         c->d[i].fresh = c->d[i].dup = false;
         c->d[i].reason[0] = '\0';
     }
-    jsd_status st = jsd_tx_begin(c->store, &tx);
+    jsd_status st = jsd_tx_begin(&tx, c->store);
     for (size_t i = 0; st == JSD_OK && !abort && i < c->nd; i++) {
         keep_alive(c, wpi_at);
         st = apply_fast(c, tx, &c->d[i], h, user, &abort, &failed);
@@ -417,7 +417,7 @@ static jsd_status apply_batch(jsd_consumer *c, jsd_handler h, void *user, int64_
         }
         if (fail_at != SIZE_MAX)
             jsd__strlcpy(c->d[fail_at].reason, keep, sizeof(c->d[fail_at].reason));
-        st = jsd_tx_begin(c->store, &tx);
+        st = jsd_tx_begin(&tx, c->store);
         for (size_t i = 0; st == JSD_OK && i < c->nd; i++) {
             keep_alive(c, wpi_at);
             st = apply_one(c, tx, &c->d[i], h, user, i == fail_at ? &failed : NULL);

@@ -25,7 +25,7 @@
 #include "puback.h"
 #include "subject.h"
 
-jsd_status jsd_death_msg_id(const char *stream, uint64_t seq, char out[65])
+jsd_status jsd_dlq_msg_id(const char *stream, uint64_t seq, char out[65])
 {
     char num[24];
     jsd__snprintf(num, sizeof(num), "%" PRIu64, seq);
@@ -65,7 +65,7 @@ jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dl
     jsd_status st = JSD_OK;
     char id[65], seq[24], dlv[24], when[40], errtext[257];
 
-    if ((st = jsd_death_msg_id(d->stream, d->stream_seq, id)) != JSD_OK)
+    if ((st = jsd_dlq_msg_id(d->stream, d->stream_seq, id)) != JSD_OK)
         return jsd__err(err, st, "cannot derive the death envelope's message id (%s)",
                         jsd_status_str(st));
     jsd__snprintf(seq, sizeof(seq), "%" PRIu64, d->stream_seq);

@@ -91,7 +91,7 @@ jsd_status jsd_stream_state_get(jsd_conn *c, const char *stream, jsd_stream_stat
     jsStreamInfo_Destroy(si);
     jsd_status st = fill_durables(c, out, err);
     if (st != JSD_OK)
-        jsd_stream_state_release(out);
+        jsd_stream_state_clear(out);
     return st;
 }
 
@@ -133,7 +133,7 @@ jsd_status jsd_stream_states_list(jsd_conn *c, jsd_stream_state **out, size_t *n
     return JSD_OK;
 }
 
-void jsd_stream_state_release(jsd_stream_state *s)
+void jsd_stream_state_clear(jsd_stream_state *s)
 {
     if (!s)
         return;
@@ -145,6 +145,6 @@ void jsd_stream_state_release(jsd_stream_state *s)
 void jsd_stream_states_free(jsd_stream_state *arr, size_t n)
 {
     for (size_t i = 0; arr && i < n; i++)
-        jsd_stream_state_release(&arr[i]);
+        jsd_stream_state_clear(&arr[i]);
     jsd__free(arr);
 }

@@ -749,8 +749,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return ok;
 }
 
-jsd_status jsd_metrics_serve(jsd_metrics *m, jsd_conn *conn, const char *addr,
-                             jsd_metrics_server **out, jsd_error *err)
+jsd_status jsd_metrics_serve(jsd_metrics_server **out, jsd_metrics *m, jsd_conn *conn,
+                             const char *addr, jsd_error *err)
 {
     char host[256];
     const char *port_s;
@@ -829,7 +829,7 @@ int jsd_metrics_server_port(const jsd_metrics_server *s)
     return s ? s->port : 0;
 }
 
-void jsd_metrics_server_stop(jsd_metrics_server *s)
+void jsd_metrics_server_destroy(jsd_metrics_server *s)
 {
     if (!s)
         return;

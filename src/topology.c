@@ -362,8 +362,8 @@ static jsd_status parse_stream(const json_t *o, topo_stream *s, jsd_error *err)
     size_t n = json_array_size(subs);
     if (n == 0)
         return perr(err, p, "is empty: a stream captures at least one subject");
-    if (n > JSD_TOPO_SUBJECTS_MAX)
-        return perr(err, p, "has %zu subjects; the limit is %d", n, JSD_TOPO_SUBJECTS_MAX);
+    if (n > JSD_TOPOLOGY_SUBJECTS_MAX)
+        return perr(err, p, "has %zu subjects; the limit is %d", n, JSD_TOPOLOGY_SUBJECTS_MAX);
     s->subjects = jsd__calloc(n, sizeof(char *));
     if (!s->subjects)
         return jsd__err(err, JSD_ERR_NOMEM, "out of memory parsing %s", p);
@@ -392,13 +392,13 @@ static jsd_status parse_stream(const json_t *o, topo_stream *s, jsd_error *err)
     static const char *const discards[] = {"old", "new", NULL};
     if ((st = get_enum(o, path, "storage", storages, 0, &e, err)) != JSD_OK)
         return st;
-    s->pub.storage = (jsd_topo_storage)e;
+    s->pub.storage = (jsd_topology_storage)e;
     if ((st = get_enum(o, path, "retention", retentions, 0, &e, err)) != JSD_OK)
         return st;
-    s->pub.retention = (jsd_topo_retention)e;
+    s->pub.retention = (jsd_topology_retention)e;
     if ((st = get_enum(o, path, "discard", discards, 0, &e, err)) != JSD_OK)
         return st;
-    s->pub.discard = (jsd_topo_discard)e;
+    s->pub.discard = (jsd_topology_discard)e;
     if ((st = get_dur(o, path, "max_age", 1000, 3650 * DAY_MS, true, 0, &s->pub.max_age_ms, err)) !=
         JSD_OK)
         return st;
@@ -410,7 +410,8 @@ static jsd_status parse_stream(const json_t *o, topo_stream *s, jsd_error *err)
     if ((st = get_int(o, path, "max_msgs_per_subject", 1, MAX_LIMIT_MSGS, true, -1,
                       &s->pub.max_msgs_per_subject, err)) != JSD_OK)
         return st;
-    if ((st = get_int(o, path, "replicas", 1, JSD_TOPO_REPLICAS_MAX, false, 1, &v, err)) != JSD_OK)
+    if ((st = get_int(o, path, "replicas", 1, JSD_TOPOLOGY_REPLICAS_MAX, false, 1, &v, err)) !=
+        JSD_OK)
         return st;
     s->pub.replicas = (int)v;
 
@@ -506,8 +507,8 @@ static jsd_status parse_consumer(const json_t *o, jsd_topology *t, topo_consumer
             return perr(err, p, "must be an array of durations such as [\"1s\", \"5s\"], not %s",
                         json_kind(bo));
         size_t n = json_array_size(bo);
-        if (n > JSD_TOPO_BACKOFF_MAX)
-            return perr(err, p, "has %zu steps; the limit is %d", n, JSD_TOPO_BACKOFF_MAX);
+        if (n > JSD_TOPOLOGY_BACKOFF_MAX)
+            return perr(err, p, "has %zu steps; the limit is %d", n, JSD_TOPOLOGY_BACKOFF_MAX);
         if (n) {
             c->backoff = jsd__calloc(n, sizeof(int64_t));
             if (!c->backoff)
@@ -551,13 +552,13 @@ static jsd_status check_dead_letter(const jsd_topology *t, jsd_error *err)
 {
     const topo_stream *d = &t->streams[t->dead_letter];
     char p[PATH_CAP];
-    if (d->pub.storage != JSD_TOPO_FILE) {
+    if (d->pub.storage != JSD_TOPOLOGY_FILE) {
         subpath(p, d->path, "storage");
         return perr(err, p,
                     "the dead-letter stream must use \"file\" storage: its records are the only "
                     "evidence of a poison message");
     }
-    if (d->pub.retention != JSD_TOPO_LIMITS) {
+    if (d->pub.retention != JSD_TOPOLOGY_LIMITS) {
         subpath(p, d->path, "retention");
         return perr(err, p,
                     "the dead-letter stream must use \"limits\" retention: interest or workqueue "
@@ -625,7 +626,7 @@ static jsd_status topo_validate(jsd_topology *t, jsd_error *err)
     return JSD_OK;
 }
 
-void jsd_topology_free(jsd_topology *t)
+void jsd_topology_destroy(jsd_topology *t)
 {
     if (!t)
         return;
@@ -649,10 +650,10 @@ jsd_status jsd_topology_parse(jsd_topology **out, const char *json, size_t len, 
     *out = NULL;
     if (!json && len)
         return jsd__err(err, JSD_ERR_INVALID, "jsd_topology_parse: json is NULL");
-    if (len > JSD_TOPO_FILE_MAX)
+    if (len > JSD_TOPOLOGY_FILE_MAX)
         return jsd__err(err, JSD_ERR_LIMIT,
-                        "topology is %zu bytes; the limit is %d bytes (JSD_TOPO_FILE_MAX)", len,
-                        JSD_TOPO_FILE_MAX);
+                        "topology is %zu bytes; the limit is %d bytes (JSD_TOPOLOGY_FILE_MAX)", len,
+                        JSD_TOPOLOGY_FILE_MAX);
     t = jsd__calloc(1, sizeof(*t));
     if (!t)
         return jsd__err(err, JSD_ERR_NOMEM, "out of memory parsing the topology");
@@ -690,14 +691,14 @@ jsd_status jsd_topology_parse(jsd_topology **out, const char *json, size_t len, 
         st = perr(err, "streams", "missing or empty: declare at least one stream");
         goto fail;
     }
-    if (ns + (dl ? 1 : 0) > JSD_TOPO_STREAMS_MAX) {
+    if (ns + (dl ? 1 : 0) > JSD_TOPOLOGY_STREAMS_MAX) {
         st = perr(err, "streams", "declares %zu streams; the limit is %d", ns + (dl ? 1 : 0),
-                  JSD_TOPO_STREAMS_MAX);
+                  JSD_TOPOLOGY_STREAMS_MAX);
         goto fail;
     }
-    if (nc > JSD_TOPO_CONSUMERS_MAX) {
+    if (nc > JSD_TOPOLOGY_CONSUMERS_MAX) {
         st = perr(err, "consumers", "declares %zu consumers; the limit is %d", nc,
-                  JSD_TOPO_CONSUMERS_MAX);
+                  JSD_TOPOLOGY_CONSUMERS_MAX);
         goto fail;
     }
     t->streams = jsd__calloc(ns + 1, sizeof(topo_stream));
@@ -761,7 +762,7 @@ jsd_status jsd_topology_parse(jsd_topology **out, const char *json, size_t len, 
     *out = t;
     return JSD_OK;
 fail:
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
     return st;
 }
 
@@ -782,10 +783,10 @@ jsd_status jsd_topology_load(jsd_topology **out, const char *path, jsd_error *er
     }
     for (;;) {
         if (n == cap) {
-            if (cap > JSD_TOPO_FILE_MAX) {
+            if (cap > JSD_TOPOLOGY_FILE_MAX) {
                 st = jsd__err(err, JSD_ERR_LIMIT,
-                              "topology file %s is larger than %d bytes (JSD_TOPO_FILE_MAX)", path,
-                              JSD_TOPO_FILE_MAX);
+                              "topology file %s is larger than %d bytes (JSD_TOPOLOGY_FILE_MAX)",
+                              path, JSD_TOPOLOGY_FILE_MAX);
                 goto done;
             }
             char *nb = jsd__realloc(buf, cap * 2);
@@ -822,7 +823,7 @@ size_t jsd_topology_stream_count(const jsd_topology *t)
     return t ? t->n_streams : 0;
 }
 
-const jsd_topo_stream *jsd_topology_stream(const jsd_topology *t, size_t i)
+const jsd_topology_stream *jsd_topology_stream_at(const jsd_topology *t, size_t i)
 {
     return t && i < t->n_streams ? &t->streams[i].pub : NULL;
 }
@@ -832,12 +833,12 @@ size_t jsd_topology_consumer_count(const jsd_topology *t)
     return t ? t->n_consumers : 0;
 }
 
-const jsd_topo_consumer *jsd_topology_consumer(const jsd_topology *t, size_t i)
+const jsd_topology_consumer *jsd_topology_consumer_at(const jsd_topology *t, size_t i)
 {
     return t && i < t->n_consumers ? &t->consumers[i].pub : NULL;
 }
 
-const jsd_topo_stream *jsd_topology_dead_letter(const jsd_topology *t)
+const jsd_topology_stream *jsd_topology_dead_letter(const jsd_topology *t)
 {
     return t && t->dead_letter >= 0 ? &t->streams[t->dead_letter].pub : NULL;
 }

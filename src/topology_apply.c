@@ -18,25 +18,25 @@
 
 /* ---- applying ------------------------------------------------------------------ */
 
-const char *jsd_topo_action_str(jsd_topo_action a)
+const char *jsd_topology_action_str(jsd_topology_action a)
 {
     switch (a) {
-    case JSD_TOPO_CREATED:
+    case JSD_TOPOLOGY_CREATED:
         return "created";
-    case JSD_TOPO_UNCHANGED:
+    case JSD_TOPOLOGY_UNCHANGED:
         return "unchanged";
-    case JSD_TOPO_KEPT:
+    case JSD_TOPOLOGY_KEPT:
         return "kept";
-    case JSD_TOPO_UPDATED:
+    case JSD_TOPOLOGY_UPDATED:
         return "updated";
     }
     return "?";
 }
 
-void jsd_topo_apply_opts_init(jsd_topo_apply_opts *o)
+void jsd_topology_apply_opts_init(jsd_topology_apply_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->policy = JSD_TOPO_CREATE;
+    o->policy = JSD_TOPOLOGY_CREATE;
 }
 
 #define MAX_CHANGES 16
@@ -45,8 +45,8 @@ typedef struct plan_item {
     bool is_consumer;
     size_t index; /* into streams or consumers */
     char name[300];
-    jsd_topo_action action;
-    jsd_topo_change changes[MAX_CHANGES];
+    jsd_topology_action action;
+    jsd_topology_change changes[MAX_CHANGES];
     size_t n_changes;
     jsStreamInfo *si;   /* existing stream, or NULL */
     jsConsumerInfo *ci; /* existing consumer, or NULL */
@@ -78,11 +78,11 @@ static void fmt_count(char *out, size_t cap, int64_t v)
         jsd__snprintf(out, cap, "%lld", (long long)v);
 }
 
-static jsd_topo_change *add_change(plan_item *it, const char *field)
+static jsd_topology_change *add_change(plan_item *it, const char *field)
 {
     if (it->n_changes >= MAX_CHANGES)
         return NULL;
-    jsd_topo_change *ch = &it->changes[it->n_changes++];
+    jsd_topology_change *ch = &it->changes[it->n_changes++];
     memset(ch, 0, sizeof(*ch));
     ch->field = field;
     return ch;
@@ -94,7 +94,7 @@ static void diff_count(plan_item *it, const char *field, int64_t server, int64_t
         server = -1;
     if (server == file)
         return;
-    jsd_topo_change *ch = add_change(it, field);
+    jsd_topology_change *ch = add_change(it, field);
     if (ch) {
         fmt_count(ch->server, sizeof(ch->server), server);
         fmt_count(ch->file, sizeof(ch->file), file);
@@ -107,7 +107,7 @@ static void diff_dur(plan_item *it, const char *field, int64_t server_ns, int64_
     int64_t server_ms = server_ns / NS_PER_MS;
     if (server_ms == file_ms)
         return;
-    jsd_topo_change *ch = add_change(it, field);
+    jsd_topology_change *ch = add_change(it, field);
     if (ch) {
         fmt_dur(ch->server, sizeof(ch->server), server_ms, zero_none);
         fmt_dur(ch->file, sizeof(ch->file), file_ms, zero_none);
@@ -118,7 +118,7 @@ static void diff_word(plan_item *it, const char *field, const char *server, cons
 {
     if (!strcmp(server, file))
         return;
-    jsd_topo_change *ch = add_change(it, field);
+    jsd_topology_change *ch = add_change(it, field);
     if (ch) {
         jsd__strlcpy(ch->server, server, sizeof(ch->server));
         jsd__strlcpy(ch->file, file, sizeof(ch->file));
@@ -164,15 +164,15 @@ static const char *discard_word(int v)
 {
     return v == js_DiscardNew ? "new" : "old";
 }
-static jsStorageType storage_of(jsd_topo_storage s)
+static jsStorageType storage_of(jsd_topology_storage s)
 {
-    return s == JSD_TOPO_MEMORY ? js_MemoryStorage : js_FileStorage;
+    return s == JSD_TOPOLOGY_MEMORY ? js_MemoryStorage : js_FileStorage;
 }
-static jsRetentionPolicy retention_of(jsd_topo_retention r)
+static jsRetentionPolicy retention_of(jsd_topology_retention r)
 {
-    return r == JSD_TOPO_INTEREST    ? js_InterestPolicy
-           : r == JSD_TOPO_WORKQUEUE ? js_WorkQueuePolicy
-                                     : js_LimitsPolicy;
+    return r == JSD_TOPOLOGY_INTEREST    ? js_InterestPolicy
+           : r == JSD_TOPOLOGY_WORKQUEUE ? js_WorkQueuePolicy
+                                         : js_LimitsPolicy;
 }
 
 /* Immutable differences first; they refuse the plan. */
@@ -201,7 +201,7 @@ static jsd_status diff_stream(plan_item *it, const topo_stream *s, const jsStrea
 
     if (!same_set((const char *const *)cfg->Subjects, (size_t)cfg->SubjectsLen, s->subjects,
                   s->pub.n_subjects)) {
-        jsd_topo_change *ch = add_change(it, "subjects");
+        jsd_topology_change *ch = add_change(it, "subjects");
         if (ch) {
             join_list(ch->server, sizeof(ch->server), (const char *const *)cfg->Subjects,
                       (size_t)cfg->SubjectsLen);
@@ -215,7 +215,7 @@ static jsd_status diff_stream(plan_item *it, const topo_stream *s, const jsStrea
     diff_count(it, "max_msgs", cfg->MaxMsgs, s->pub.max_msgs);
     diff_count(it, "max_msgs_per_subject", cfg->MaxMsgsPerSubject, s->pub.max_msgs_per_subject);
     diff_word(it, "discard", discard_word(cfg->Discard),
-              s->pub.discard == JSD_TOPO_DISCARD_NEW ? "new" : "old");
+              s->pub.discard == JSD_TOPOLOGY_DISCARD_NEW ? "new" : "old");
     diff_dur(it, "duplicate_window", cfg->Duplicates, s->pub.duplicate_window_ms, false);
     diff_count(it, "replicas", cfg->Replicas <= 0 ? 1 : cfg->Replicas, s->pub.replicas);
     return JSD_OK;
@@ -234,7 +234,7 @@ static void stream_cfg_apply(jsStreamConfig *cfg, const topo_stream *s)
     cfg->MaxBytes = s->pub.max_bytes;
     cfg->MaxMsgs = s->pub.max_msgs;
     cfg->MaxMsgsPerSubject = s->pub.max_msgs_per_subject;
-    cfg->Discard = s->pub.discard == JSD_TOPO_DISCARD_NEW ? js_DiscardNew : js_DiscardOld;
+    cfg->Discard = s->pub.discard == JSD_TOPOLOGY_DISCARD_NEW ? js_DiscardNew : js_DiscardOld;
     cfg->Duplicates = s->pub.duplicate_window_ms * NS_PER_MS;
     cfg->Replicas = s->pub.replicas;
     cfg->NoAck = false;
@@ -305,7 +305,7 @@ static jsd_status diff_consumer(jsd_conn *conn, plan_item *it, const topo_consum
     for (size_t i = 0; bo_same && i < c->pub.n_backoff; i++)
         bo_same = cfg->BackOff[i] / NS_PER_MS == c->pub.backoff_ms[i];
     if (!bo_same) {
-        jsd_topo_change *ch = add_change(it, "backoff");
+        jsd_topology_change *ch = add_change(it, "backoff");
         if (ch) {
             for (int side = 0; side < 2; side++) {
                 char *out = side ? ch->file : ch->server;
@@ -326,7 +326,8 @@ static jsd_status diff_consumer(jsd_conn *conn, plan_item *it, const topo_consum
     return JSD_OK;
 }
 
-void jsd__topo_consumer_config(jsConsumerConfig *cfg, const jsd_topo_consumer *c, int64_t *bo_ns)
+void jsd__topo_consumer_config(jsConsumerConfig *cfg, const jsd_topology_consumer *c,
+                               int64_t *bo_ns)
 {
     cfg->Durable = c->durable;
     if (c->description)
@@ -344,16 +345,16 @@ void jsd__topo_consumer_config(jsConsumerConfig *cfg, const jsd_topo_consumer *c
     cfg->BackOffLen = (int)c->n_backoff;
 }
 
-static void report_item(const jsd_topo_apply_opts *o, const plan_item *it)
+static void report_item(const jsd_topology_apply_opts *o, const plan_item *it)
 {
     if (!o->report)
         return;
-    jsd_topo_report r = {.kind = it->is_consumer ? "consumer" : "stream",
-                         .name = it->name,
-                         .action = it->action,
-                         .dry_run = o->dry_run,
-                         .changes = it->changes,
-                         .n_changes = it->n_changes};
+    jsd_topology_report r = {.kind = it->is_consumer ? "consumer" : "stream",
+                             .name = it->name,
+                             .action = it->action,
+                             .dry_run = o->dry_run,
+                             .changes = it->changes,
+                             .n_changes = it->n_changes};
     o->report(&r, o->user);
 }
 
@@ -388,7 +389,7 @@ static jsd_status check_server_overlap(const jsd_topology *t, const topo_stream 
     return JSD_OK;
 }
 
-jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo_apply_opts *o,
+jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topology_apply_opts *o,
                               jsd_error *err)
 {
     jsd_status st = JSD_OK;
@@ -407,7 +408,7 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
     if (!js)
         return jsd__err(err, JSD_ERR_NO_JETSTREAM,
                         "provisioning needs JetStream; the connection has no JetStream context");
-    bool reconcile = o->policy == JSD_TOPO_RECONCILE;
+    bool reconcile = o->policy == JSD_TOPOLOGY_RECONCILE;
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.Wait = o->timeout_ms > 0 ? o->timeout_ms : jsd__conn_request_timeout_ms(c);
@@ -436,15 +437,15 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
                 !strcmp(list->List[k]->Config->Name, s->pub.name))
                 it->si = list->List[k];
         if (!it->si) {
-            it->action = JSD_TOPO_CREATED;
+            it->action = JSD_TOPOLOGY_CREATED;
         } else {
             if ((st = diff_stream(it, s, it->si->Config, reconcile, err)) != JSD_OK)
                 goto done;
-            it->action = !it->n_changes ? JSD_TOPO_UNCHANGED
-                         : reconcile    ? JSD_TOPO_UPDATED
-                                        : JSD_TOPO_KEPT;
+            it->action = !it->n_changes ? JSD_TOPOLOGY_UNCHANGED
+                         : reconcile    ? JSD_TOPOLOGY_UPDATED
+                                        : JSD_TOPOLOGY_KEPT;
         }
-        if (it->action == JSD_TOPO_CREATED || it->action == JSD_TOPO_UPDATED)
+        if (it->action == JSD_TOPOLOGY_CREATED || it->action == JSD_TOPOLOGY_UPDATED)
             if ((st = check_server_overlap(t, s, list, reconcile, err)) != JSD_OK)
                 goto done;
     }
@@ -467,21 +468,21 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
                 it->ci = NULL;
         }
         if (!it->ci) {
-            it->action = JSD_TOPO_CREATED;
+            it->action = JSD_TOPOLOGY_CREATED;
             continue;
         }
         if ((st = diff_consumer(c, it, tc, it->ci->Config, reconcile, err)) != JSD_OK)
             goto done;
-        it->action = !it->n_changes ? JSD_TOPO_UNCHANGED
-                     : reconcile    ? JSD_TOPO_UPDATED
-                                    : JSD_TOPO_KEPT;
+        it->action = !it->n_changes ? JSD_TOPOLOGY_UNCHANGED
+                     : reconcile    ? JSD_TOPOLOGY_UPDATED
+                                    : JSD_TOPOLOGY_KEPT;
     }
 
     /* ---- act */
     for (size_t i = 0; i < n_plan; i++) {
         plan_item *it = &plan[i];
-        bool act =
-            !o->dry_run && (it->action == JSD_TOPO_CREATED || it->action == JSD_TOPO_UPDATED);
+        bool act = !o->dry_run &&
+                   (it->action == JSD_TOPOLOGY_CREATED || it->action == JSD_TOPOLOGY_UPDATED);
         if (act && !it->is_consumer) {
             const topo_stream *s = &t->streams[it->index];
             jsStreamConfig cfg;
@@ -501,12 +502,13 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
                 st = jsd__err_nats(err, ns, jerr, what);
                 goto done;
             }
-            JSD_INFO("topology", "stream \"%s\" %s", s->pub.name, jsd_topo_action_str(it->action));
+            JSD_INFO("topology", "stream \"%s\" %s", s->pub.name,
+                     jsd_topology_action_str(it->action));
         } else if (act) {
             const topo_consumer *tc = &t->consumers[it->index];
             jsConsumerConfig cfg;
             jsConsumerInfo *res = NULL;
-            int64_t bo[JSD_TOPO_BACKOFF_MAX];
+            int64_t bo[JSD_TOPOLOGY_BACKOFF_MAX];
             if (it->ci)
                 cfg = *it->ci->Config;
             else
@@ -522,7 +524,8 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
                 st = jsd__err_nats(err, ns, jerr, what);
                 goto done;
             }
-            JSD_INFO("topology", "consumer \"%s\" %s", it->name, jsd_topo_action_str(it->action));
+            JSD_INFO("topology", "consumer \"%s\" %s", it->name,
+                     jsd_topology_action_str(it->action));
         }
         report_item(o, it);
     }

@@ -17,13 +17,13 @@
 #define PATH_CAP 128
 
 typedef struct topo_stream {
-    jsd_topo_stream pub;
+    jsd_topology_stream pub;
     const char **subjects;
     char path[PATH_CAP]; /* "streams[2]" or "dead_letter" */
 } topo_stream;
 
 typedef struct topo_consumer {
-    jsd_topo_consumer pub;
+    jsd_topology_consumer pub;
     int64_t *backoff;
     size_t stream_index;
     char path[PATH_CAP];
@@ -43,8 +43,9 @@ struct jsd_topology {
  * FilterSubject, AckWait, MaxDeliver, MaxAckPending, InactiveThreshold and
  * BackOff over a cfg the caller made with jsConsumerConfig_Init (or read from
  * the server, for an update: other fields are left as they are). bo_ns holds
- * c->n_backoff entries (at most JSD_TOPO_BACKOFF_MAX) and must live as long as
+ * c->n_backoff entries (at most JSD_TOPOLOGY_BACKOFF_MAX) and must live as long as
  * cfg; cfg points into c's strings and bo_ns, it copies nothing. */
-void jsd__topo_consumer_config(jsConsumerConfig *cfg, const jsd_topo_consumer *c, int64_t *bo_ns);
+void jsd__topo_consumer_config(jsConsumerConfig *cfg, const jsd_topology_consumer *c,
+                               int64_t *bo_ns);
 
 #endif

@@ -285,7 +285,7 @@ const char *jsd_consumer_dlq_stream(const jsd_consumer *c);
 
 /* The death envelope's Nats-Msg-Id for (stream, seq); out holds 65 bytes.
  * JSD_OK, or JSD_ERR_NOMEM / JSD_ERR_INTERNAL (the digest failed; out is ""). */
-jsd_status jsd_death_msg_id(const char *stream, uint64_t seq, char out[65]);
+jsd_status jsd_dlq_msg_id(const char *stream, uint64_t seq, char out[65]);
 
 /*
  * Replay one dead letter: fetch message dlq_seq of dlq_stream, republish its

@@ -161,8 +161,8 @@ typedef struct jsd_metrics_server jsd_metrics_server;
  * Any other path is 404, any other method 405. conn (optional) is observed on
  * every scrape. The registry and conn must outlive the server.
  */
-jsd_status jsd_metrics_serve(jsd_metrics *m, jsd_conn *conn, const char *addr,
-                             jsd_metrics_server **out, jsd_error *err);
+jsd_status jsd_metrics_serve(jsd_metrics_server **out, jsd_metrics *m, jsd_conn *conn,
+                             const char *addr, jsd_error *err);
 /*
  * Readiness hook for /readyz, called on the server's thread: return true when
  * ready, or false after writing what is missing (one short line, no secrets)
@@ -174,7 +174,7 @@ void jsd_metrics_server_set_ready(jsd_metrics_server *s, jsd_ready_fn fn, void *
 /* The bound port (useful after port 0). */
 int jsd_metrics_server_port(const jsd_metrics_server *s);
 /* Stop and free. Accepts NULL. */
-void jsd_metrics_server_stop(jsd_metrics_server *s);
+void jsd_metrics_server_destroy(jsd_metrics_server *s);
 
 #ifdef __cplusplus
 }

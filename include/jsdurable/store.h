@@ -117,7 +117,7 @@ typedef struct jsd_effect {
     const char *order_key; /* NULL: unordered; else published in commit order per key */
 } jsd_effect;
 
-jsd_status jsd_tx_begin(jsd_store *s, jsd_tx **out);
+jsd_status jsd_tx_begin(jsd_tx **out, jsd_store *s);
 /* The native handle for the application's own SQL inside the transaction:
  * NULL when the store is of the other kind. */
 struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx);

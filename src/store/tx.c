@@ -140,7 +140,7 @@ static jsd_status need_tx(jsd_tx *tx, const char *what)
     return JSD_OK;
 }
 
-jsd_status jsd_tx_begin(jsd_store *s, jsd_tx **out)
+jsd_status jsd_tx_begin(jsd_tx **out, jsd_store *s)
 {
     if (!s || !out)
         return JSD_ERR_INVALID;
@@ -563,7 +563,7 @@ jsd_status jsd__store_poison_insert(jsd_store *s, const jsd__poison *p, bool *in
         return JSD_ERR_INVALID;
     jsd_tx *tx;
     jsd_status rc = check_poison(s, p);
-    if (rc != JSD_OK || (rc = jsd_tx_begin(s, &tx)) != JSD_OK)
+    if (rc != JSD_OK || (rc = jsd_tx_begin(&tx, s)) != JSD_OK)
         return rc;
     rc = poison_insert(s, p, inserted);
     if (rc != JSD_OK) {

@@ -576,7 +576,7 @@ static bool app_row(jsd_tx *tx, const char *id, const char *key)
 static int commit_batch(run *R, jsd_store *s, int first, int n)
 {
     jsd_tx *tx = NULL;
-    if (jsd_tx_begin(s, &tx) != JSD_OK)
+    if (jsd_tx_begin(&tx, s) != JSD_OK)
         return 0;
     for (int i = first; i < first + n; i++) {
         char id[32], key[16], payload[64];

@@ -166,7 +166,7 @@ bool cenv_tx_exec(jsd_tx *tx, const char *sql)
 void cenv_store_exec(jsd_store *s, const char *sql)
 {
     jsd_tx *tx = NULL;
-    ASSERT_OK(jsd_tx_begin(s, &tx), jsd_store_errmsg(s));
+    ASSERT_OK(jsd_tx_begin(&tx, s), jsd_store_errmsg(s));
     if (!cenv_tx_exec(tx, sql)) {
         jsd_tx_rollback(tx);
         fail_msg("SQL failed: %s", sql);
@@ -179,7 +179,7 @@ long long cenv_store_scalar(jsd_store *s, const char *sql)
 {
     jsd_tx *tx = NULL;
     long long v = -1;
-    if (jsd_tx_begin(s, &tx) != JSD_OK)
+    if (jsd_tx_begin(&tx, s) != JSD_OK)
         return -1;
     sqlite3 *db = jsd_tx_sqlite(tx);
     if (db) {

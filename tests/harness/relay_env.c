@@ -167,7 +167,7 @@ void rt_enqueue(jsd_store *s, const rt_enqueue_opts *o)
     int i = 0;
     while (i < o->n) {
         jsd_tx *tx = NULL;
-        ASSERT_OK(jsd_tx_begin(s, &tx), jsd_store_errmsg(s));
+        ASSERT_OK(jsd_tx_begin(&tx, s), jsd_store_errmsg(s));
         for (int k = 0; k < per_tx && i < o->n; k++, i++) {
             int idx = o->first + i;
             char id[64], subject[300], key[128];

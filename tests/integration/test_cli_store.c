@@ -278,7 +278,7 @@ static void status_and_gc(void **state)
     make_url(state, url, sizeof(url));
     jsd_store *s = open_url(url);
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     for (int i = 0; i < 5; i++) {
         char id[16];
         snprintf(id, sizeof(id), "e%d", i);

@@ -209,7 +209,7 @@ static void redelivery_hits_inbox(bool pg)
     ASSERT_EQ(natsSubscription_Fetch(&list, sub, 5, 2000, &jerr), NATS_OK);
     ASSERT_EQ(list.Count, 5);
     jsd_tx *tx = NULL;
-    ASSERT_OK(jsd_tx_begin(e.store, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, e.store));
     for (int i = 0; i < list.Count; i++) {
         jsMsgMetaData *md = NULL;
         char sql[128];

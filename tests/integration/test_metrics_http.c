@@ -95,7 +95,7 @@ static void serves_metrics_over_http(void **state)
     jsd_error e;
     jsd_error_clear(&e);
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
-    ASSERT_OK_E(jsd_metrics_serve(m, NULL, "127.0.0.1:0", &srv, &e), e.msg);
+    ASSERT_OK_E(jsd_metrics_serve(&srv, m, NULL, "127.0.0.1:0", &e), e.msg);
     int port = jsd_metrics_server_port(srv);
     ASSERT_TRUE(port > 0 && port < 65536);
 
@@ -132,10 +132,10 @@ static void serves_metrics_over_http(void **state)
     ASSERT_EQ(http(port, "HEAD", "/metrics", resp, sizeof(resp)), 200);
     ASSERT_STREQ(body_of(resp), "");
 
-    jsd_metrics_server_stop(srv);
+    jsd_metrics_server_destroy(srv);
     /* stopped: nobody listens any more */
     ASSERT_EQ(http(port, "GET", "/metrics", resp, sizeof(resp)), -1);
-    jsd_metrics_server_stop(NULL);
+    jsd_metrics_server_destroy(NULL);
     jsd_metrics_destroy(m);
 }
 
@@ -146,7 +146,7 @@ static void other_paths_and_methods(void **state)
     jsd_metrics_server *srv = NULL;
     jsd_error e;
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
-    ASSERT_OK_E(jsd_metrics_serve(m, NULL, "127.0.0.1:0", &srv, &e), e.msg);
+    ASSERT_OK_E(jsd_metrics_serve(&srv, m, NULL, "127.0.0.1:0", &e), e.msg);
     int port = jsd_metrics_server_port(srv);
     ASSERT_EQ(http(port, "GET", "/", resp, sizeof(resp)), 404);
     ASSERT_NOT_CONTAINS(body_of(resp), "jsd_");
@@ -157,7 +157,7 @@ static void other_paths_and_methods(void **state)
     ASSERT_EQ(http(port, "DELETE", "/metrics", resp, sizeof(resp)), 405);
     /* still serving after the refusals */
     ASSERT_EQ(http(port, "GET", "/metrics", resp, sizeof(resp)), 200);
-    jsd_metrics_server_stop(srv);
+    jsd_metrics_server_destroy(srv);
     jsd_metrics_destroy(m);
 }
 
@@ -168,23 +168,23 @@ static void address_errors_are_clear(void **state)
     jsd_metrics_server *a = NULL, *b = NULL;
     jsd_error e;
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
-    ASSERT_OK_E(jsd_metrics_serve(m, NULL, "127.0.0.1:0", &a, &e), e.msg);
+    ASSERT_OK_E(jsd_metrics_serve(&a, m, NULL, "127.0.0.1:0", &e), e.msg);
     char addr[64];
     jsd__snprintf(addr, sizeof(addr), "127.0.0.1:%d", jsd_metrics_server_port(a));
-    ASSERT_STATUS(jsd_metrics_serve(m, NULL, addr, &b, &e), JSD_ERR_IO);
+    ASSERT_STATUS(jsd_metrics_serve(&b, m, NULL, addr, &e), JSD_ERR_IO);
     ASSERT_TRUE(b == NULL);
     ASSERT_CONTAINS(e.msg, addr);
     ASSERT_CONTAINS(e.msg, "in use");
 
-    ASSERT_STATUS(jsd_metrics_serve(m, NULL, "9464", &b, &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd_metrics_serve(&b, m, NULL, "9464", &e), JSD_ERR_CONFIG);
     ASSERT_CONTAINS(e.msg, "HOST:PORT");
-    ASSERT_STATUS(jsd_metrics_serve(m, NULL, "127.0.0.1:65536", &b, &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd_metrics_serve(&b, m, NULL, "127.0.0.1:65536", &e), JSD_ERR_CONFIG);
     ASSERT_CONTAINS(e.msg, "0..65535");
-    ASSERT_STATUS(jsd_metrics_serve(m, NULL, "127.0.0.1:http", &b, &e), JSD_ERR_CONFIG);
-    ASSERT_STATUS(jsd_metrics_serve(m, NULL, "[::1:9464", &b, &e), JSD_ERR_CONFIG);
-    ASSERT_STATUS(jsd_metrics_serve(m, NULL, "no-such-host.invalid:9464", &b, &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd_metrics_serve(&b, m, NULL, "127.0.0.1:http", &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd_metrics_serve(&b, m, NULL, "[::1:9464", &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd_metrics_serve(&b, m, NULL, "no-such-host.invalid:9464", &e), JSD_ERR_CONFIG);
     ASSERT_CONTAINS(e.msg, "cannot resolve");
-    jsd_metrics_server_stop(a);
+    jsd_metrics_server_destroy(a);
     jsd_metrics_destroy(m);
 }
 
@@ -220,7 +220,7 @@ static void scrapes_while_counting_and_shows_connection(void **state)
     jsd_metrics_server *srv = NULL;
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
     ASSERT_OK_E(jsd_metrics_set_const_label(m, "consumer", "shipping", &e), e.msg);
-    ASSERT_OK_E(jsd_metrics_serve(m, c, "127.0.0.1:0", &srv, &e), e.msg);
+    ASSERT_OK_E(jsd_metrics_serve(&srv, m, c, "127.0.0.1:0", &e), e.msg);
 
     scraper sc = {.port = jsd_metrics_server_port(srv)};
     atomic_init(&sc.ok, 0);
@@ -252,7 +252,7 @@ static void scrapes_while_counting_and_shows_connection(void **state)
     ASSERT_NOT_CONTAINS(b, "nats://");
     ASSERT_NOT_CONTAINS(b, "127.0.0.1");
 
-    jsd_metrics_server_stop(srv);
+    jsd_metrics_server_destroy(srv);
     jsd_metrics_destroy(m);
     jsd_conn_close(c);
 }
@@ -284,7 +284,7 @@ static void health_and_readiness(void **state)
     jsd_metrics *m = NULL;
     jsd_metrics_server *srv = NULL;
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
-    ASSERT_OK_E(jsd_metrics_serve(m, c, "127.0.0.1:0", &srv, &e), e.msg);
+    ASSERT_OK_E(jsd_metrics_serve(&srv, m, c, "127.0.0.1:0", &e), e.msg);
     int port = jsd_metrics_server_port(srv);
 
     ASSERT_EQ(http(port, "GET", "/healthz", resp, sizeof(resp)), 200);
@@ -310,7 +310,7 @@ static void health_and_readiness(void **state)
     ASSERT_EQ(jsd_fx_nats_restart(&fx), 0);
     ASSERT_WAIT(http(port, "GET", "/readyz", resp, sizeof(resp)) == 200, 30000);
 
-    jsd_metrics_server_stop(srv);
+    jsd_metrics_server_destroy(srv);
     jsd_metrics_destroy(m);
     jsd_conn_close(c);
     jsd_fx_nats_stop(&fx);
@@ -324,13 +324,13 @@ static void empty_host_binds_every_interface(void **state)
     jsd_metrics_server *srv = NULL;
     jsd_error e;
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
-    ASSERT_OK_E(jsd_metrics_serve(m, NULL, ":0", &srv, &e), e.msg);
+    ASSERT_OK_E(jsd_metrics_serve(&srv, m, NULL, ":0", &e), e.msg);
     char cmd[128], out[4096];
     snprintf(cmd, sizeof(cmd), "ss -ltnH 'sport = :%d'", jsd_metrics_server_port(srv));
     ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
     ASSERT_CONTAINS(out, "0.0.0.0:");
     ASSERT_EQ(http(jsd_metrics_server_port(srv), "GET", "/healthz", resp, sizeof(resp)), 200);
-    jsd_metrics_server_stop(srv);
+    jsd_metrics_server_destroy(srv);
     jsd_metrics_destroy(m);
 }
 

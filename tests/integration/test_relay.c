@@ -141,7 +141,7 @@ static void headers_and_expected_stream(void **state)
     env_up(&e, RT_SQLITE, NULL);
     jsd_store *app = rt_open(&e.st);
     jsd_tx *tx = NULL;
-    ASSERT_OK(jsd_tx_begin(app, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, app));
     jsd_header h[] = {{"Trace-Id", "abc-123"}};
     jsd_effect ef = {.owner = "o",
                      .id = "h1",
@@ -368,7 +368,7 @@ static void failed_head_blocks_its_key(rt_backend kind)
     char nowhere[128];
     snprintf(nowhere, sizeof(nowhere), "%s.nowhere", jsd_test_unique("nostream"));
     jsd_tx *tx = NULL;
-    ASSERT_OK(jsd_tx_begin(app, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, app));
     jsd_effect a = {
         .owner = "o", .id = "head", .subject = nowhere, .payload = "1", .len = 1, .order_key = "K"};
     jsd_effect b = {.owner = "o",

@@ -90,7 +90,7 @@ static void emit1(jsd_store *s, const char *owner, const char *id, const char *s
                   const char *order_key, const void *payload, size_t len)
 {
     jsd_tx *tx = NULL;
-    ASSERT_OK_E(jsd_tx_begin(s, &tx), jsd_store_errmsg(s));
+    ASSERT_OK_E(jsd_tx_begin(&tx, s), jsd_store_errmsg(s));
     jsd_header h[] = {{"Trace-Id", "t-1"}};
     jsd_effect ef = {.owner = owner,
                      .id = id,

@@ -114,7 +114,7 @@ static void dead_letter_stream_is_marked(void **state)
     ASSERT_TRUE(st.dead_letter);
     ASSERT_EQ(st.messages, 2);
     ASSERT_EQ(st.n_durables, 0);
-    jsd_stream_state_release(&st);
+    jsd_stream_state_clear(&st);
 
     /* The listing holds it too. */
     jsd_stream_state *all = NULL;

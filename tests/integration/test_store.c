@@ -108,7 +108,7 @@ static int64_t tx_i64(jsd_tx *tx, const char *sql)
 static void app_sql(jsd_store *s, const char *sql)
 {
     jsd_tx *tx;
-    ASSERT_OK_E(jsd_tx_begin(s, &tx), jsd_store_errmsg(s));
+    ASSERT_OK_E(jsd_tx_begin(&tx, s), jsd_store_errmsg(s));
     tx_sql(tx, sql);
     ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
 }
@@ -116,7 +116,7 @@ static void app_sql(jsd_store *s, const char *sql)
 static int64_t q_i64(jsd_store *s, const char *sql)
 {
     jsd_tx *tx;
-    ASSERT_OK_E(jsd_tx_begin(s, &tx), jsd_store_errmsg(s));
+    ASSERT_OK_E(jsd_tx_begin(&tx, s), jsd_store_errmsg(s));
     int64_t v = tx_i64(tx, sql);
     jsd_tx_rollback(tx);
     return v;
@@ -127,7 +127,7 @@ static void q_text(jsd_store *s, const char *sql, char *out, size_t cap)
 {
     jsd_tx *tx;
     out[0] = '\0';
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     sqlite3 *db = jsd_tx_sqlite(tx);
     if (db) {
         sqlite3_stmt *st = NULL;
@@ -155,7 +155,7 @@ static jsd_store_stats stats(jsd_store *s)
 static void emit1(jsd_store *s, const char *owner, const char *id, const char *subject)
 {
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     jsd_effect e = {.owner = owner, .id = id, .subject = subject, .payload = "p", .len = 1};
     ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
     ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
@@ -164,7 +164,7 @@ static void emit1(jsd_store *s, const char *owner, const char *id, const char *s
 static void emit_key(jsd_store *s, const char *id, const char *key, int64_t not_before)
 {
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     jsd_effect e = {.id = id, .subject = "orders.k", .order_key = key, .not_before_ms = not_before};
     ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
     ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
@@ -198,7 +198,7 @@ static void atomic_commit_and_rollback(void **state)
     jsd_tx *tx;
 
     /* Commit: both. */
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     tx_sql(tx, "INSERT INTO app_orders VALUES ('o1', 10)");
     jsd_effect e = {.owner = "o1", .id = "created", .subject = "orders.created"};
     ASSERT_OK(jsd_tx_emit(tx, &e));
@@ -207,7 +207,7 @@ static void atomic_commit_and_rollback(void **state)
     ASSERT_EQ(stats(s).backlog, 1);
 
     /* Rollback: neither. */
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     tx_sql(tx, "INSERT INTO app_orders VALUES ('o2', 20)");
     e.owner = "o2";
     ASSERT_OK(jsd_tx_emit(tx, &e));
@@ -216,14 +216,14 @@ static void atomic_commit_and_rollback(void **state)
     ASSERT_EQ(stats(s).backlog, 1);
 
     /* The effect fails after the application's row: the application rolls back. */
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     tx_sql(tx, "INSERT INTO app_orders VALUES ('o3', 30)");
     jsd_effect bad = {.owner = "o3", .id = "created", .subject = "orders.*"};
     ASSERT_STATUS(jsd_tx_emit(tx, &bad), JSD_ERR_INVALID);
     jsd_tx_rollback(tx);
 
     /* The application's SQL fails after the effect: it rolls back. */
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     e.owner = "o4";
     ASSERT_OK(jsd_tx_emit(tx, &e));
     assert_false(tx_sql_try(tx, "INSERT INTO app_orders VALUES ('o1', 99)")); /* duplicate key */
@@ -234,7 +234,7 @@ static void atomic_commit_and_rollback(void **state)
     /* On PostgreSQL a failed statement aborts the transaction: a commit after it
      * commits nothing and says so. */
     if (BE(state) == BE_PG) {
-        ASSERT_OK(jsd_tx_begin(s, &tx));
+        ASSERT_OK(jsd_tx_begin(&tx, s));
         tx_sql(tx, "INSERT INTO app_orders VALUES ('o5', 50)");
         e.owner = "o5";
         ASSERT_OK(jsd_tx_emit(tx, &e));
@@ -263,11 +263,11 @@ static void crash_before_commit_leaves_nothing(void **state)
         if (jsd_store_open(&s, url, NULL) != JSD_OK)
             _exit(3);
         jsd_tx *tx;
-        if (jsd_tx_begin(s, &tx) != JSD_OK ||
+        if (jsd_tx_begin(&tx, s) != JSD_OK ||
             !tx_sql_try(tx, "CREATE TABLE app_orders (id TEXT)") || jsd_tx_commit(tx) != JSD_OK)
             _exit(4);
         jsd_effect e = {.owner = "o1", .id = "created", .subject = "orders.created"};
-        if (jsd_tx_begin(s, &tx) != JSD_OK ||
+        if (jsd_tx_begin(&tx, s) != JSD_OK ||
             !tx_sql_try(tx, "INSERT INTO app_orders VALUES ('o1')") ||
             jsd_tx_emit(tx, &e) != JSD_OK)
             _exit(5);
@@ -293,7 +293,7 @@ static void duplicate_effect_identity(void **state)
     char url[512];
     jsd_store *s = open_new(state, url, sizeof(url));
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     jsd_effect e = {.owner = "order-42", .id = "created", .subject = "orders.created"};
     ASSERT_OK(jsd_tx_emit(tx, &e));
     ASSERT_STATUS(jsd_tx_emit(tx, &e), JSD_ERR_EXISTS);
@@ -306,7 +306,7 @@ static void duplicate_effect_identity(void **state)
     ASSERT_EQ(stats(s).backlog, 2);
 
     /* Across transactions too. */
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     ASSERT_STATUS(jsd_tx_emit(tx, &e), JSD_ERR_EXISTS);
     ASSERT_OK(jsd_tx_commit(tx));
     ASSERT_EQ(stats(s).backlog, 2);
@@ -319,7 +319,7 @@ static void duplicate_effect_identity(void **state)
         {.owner = "order-43", .id = "c", .subject = "orders.x"},
     };
     size_t bad = 99;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     ASSERT_STATUS(jsd_tx_emit_batch(tx, batch, 4, &bad), JSD_ERR_EXISTS);
     ASSERT_EQ(bad, 2);
     ASSERT_CONTAINS(jsd_store_errmsg(s), "no effect of this batch was added");
@@ -328,14 +328,14 @@ static void duplicate_effect_identity(void **state)
     /* A repeat inside one batch is refused the same way. */
     batch[2].owner = "order-43";
     batch[2].id = "a";
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     ASSERT_STATUS(jsd_tx_emit_batch(tx, batch, 4, &bad), JSD_ERR_EXISTS);
     ASSERT_EQ(bad, 2);
     ASSERT_OK(jsd_tx_commit(tx));
     ASSERT_EQ(stats(s).backlog, 2);
     /* And a clean batch goes in whole. */
     batch[2].id = "c2";
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     ASSERT_OK_E(jsd_tx_emit_batch(tx, batch, 4, &bad), jsd_store_errmsg(s));
     ASSERT_OK(jsd_tx_commit(tx));
     ASSERT_EQ(stats(s).backlog, 6);
@@ -345,7 +345,7 @@ static void duplicate_effect_identity(void **state)
 static jsd_status emit_status(jsd_store *s, const jsd_effect *e)
 {
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     jsd_status rc = jsd_tx_emit(tx, e);
     ASSERT_OK(jsd_tx_commit(tx));
     return rc;
@@ -531,7 +531,7 @@ static void claim_returns_effects_in_order(void **state)
     jsd_tx *tx;
     const unsigned char bin[6] = {'a', 0, 'b', 0xff, 0, 'z'};
     jsd_header h[2] = {{"X-Trace", "t-1"}, {"Content-Type", "application/json"}};
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     jsd_effect e1 = {.owner = "order-1",
                      .id = "created",
                      .subject = "orders.created",
@@ -630,7 +630,7 @@ static void not_before_delays_claims(void **state)
     jsd_store *s = open_new(state, url, sizeof(url));
     int64_t now = jsd__now_ms(), later = now + 3600 * 1000;
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     jsd_effect e = {.id = "timer", .subject = "timers.fire", .not_before_ms = later};
     ASSERT_OK(jsd_tx_emit(tx, &e));
     ASSERT_OK(jsd_tx_commit(tx));
@@ -775,7 +775,7 @@ static void two_processes_never_share_an_effect(void **state)
             snprintf(ids[i], sizeof(ids[i]), "e%d", k * 100 + i);
             e[i] = (jsd_effect){.owner = "bulk", .id = ids[i], .subject = "bulk.x"};
         }
-        ASSERT_OK(jsd_tx_begin(s, &tx));
+        ASSERT_OK(jsd_tx_begin(&tx, s));
         ASSERT_OK_E(jsd_tx_emit_batch(tx, e, 100, NULL), jsd_store_errmsg(s));
         ASSERT_OK(jsd_tx_commit(tx));
     }
@@ -979,7 +979,7 @@ static void inbox_identity_and_outcome(void **state)
     jsd_tx *tx;
     bool found = true;
     jsd__inbox_outcome o;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 1, &found, &o));
     assert_false(found);
     ASSERT_OK_E(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, "msg-1", 3, "shipped"),
@@ -997,7 +997,7 @@ static void inbox_identity_and_outcome(void **state)
     ASSERT_OK(jsd_tx_commit(tx));
 
     /* After commit, a redelivery finds the recorded outcome. */
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, NULL, 9, NULL), JSD_ERR_EXISTS);
     ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 1, &found, &o));
     assert_true(found);
@@ -1030,7 +1030,7 @@ static void savepoint_per_delivery(void **state)
     jsd_store *s = open_new(state, url, sizeof(url));
     app_sql(s, "CREATE TABLE shipments (id TEXT PRIMARY KEY)");
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     /* delivery 1: kept */
     ASSERT_OK(jsd__tx_savepoint(tx));
     ASSERT_STATUS(jsd__tx_savepoint(tx), JSD_ERR_INVALID);
@@ -1115,7 +1115,7 @@ static void poison_records_keep_the_evidence(void **state)
 
     /* Inside a transaction, and listing in id order; no payload is fine. */
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     jsd__poison p2 = {.stream = "ORDERS",
                       .consumer = "shipping",
                       .stream_seq = 18,
@@ -1151,7 +1151,7 @@ static void retention_in_bounded_batches(void **state)
     char id[32];
     jsd_tx *tx;
     /* 10 old published, 5 recent published, 3 unpublished, 1 old dead-lettered. */
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     for (int i = 0; i < 19; i++) {
         snprintf(id, sizeof(id), "e%02d", i);
         jsd_effect e = {.id = id, .subject = "r.x"};
@@ -1462,7 +1462,7 @@ static void emit_oom_child(void **state)
     jsd_status rc = jsd_store_open(&st, url, &e);
     if (rc == JSD_OK) {
         jsd_tx *tx = NULL;
-        rc = jsd_tx_begin(st, &tx);
+        rc = jsd_tx_begin(&tx, st);
         jsd_effect ef = {.owner = "order-1", .id = "created", .subject = "orders.created"};
         if (rc == JSD_OK && (rc = jsd_tx_emit(tx, &ef)) != JSD_OK)
             jsd_tx_rollback(tx);
@@ -1555,7 +1555,7 @@ static void pg_notices_go_through_the_logger(void **state)
     notice_log l = {0};
     jsd_log_configure(JSD_LOG_INFO, JSD_LOG_TEXT, notice_sink, &l);
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     tx_sql(tx, "DO $$ BEGIN RAISE WARNING 'leaky s3cr3t-pw here'; END $$");
     tx_sql(tx, "SET LOCAL client_min_messages = notice");
     tx_sql(tx, "DO $$ BEGIN RAISE NOTICE 'just a notice'; END $$");
@@ -1579,7 +1579,7 @@ static void pg_notices_go_through_the_logger(void **state)
     dup2(fd, 2);
     close(fd);
     jsd_log_configure(JSD_LOG_WARN, JSD_LOG_JSON, NULL, NULL);
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     tx_sql(tx, "DO $$ BEGIN RAISE WARNING 'to stderr s3cr3t-pw'; END $$");
     jsd_tx_rollback(tx);
     fflush(stderr);
@@ -1629,7 +1629,7 @@ static void wakeups_follow_commits(void **state)
             _exit(3);
         jsd_tx *tx;
         jsd_effect e = {.id = "from-child", .subject = "orders.w"};
-        if (jsd_tx_begin(c, &tx) != JSD_OK || jsd_tx_emit(tx, &e) != JSD_OK ||
+        if (jsd_tx_begin(&tx, c) != JSD_OK || jsd_tx_emit(tx, &e) != JSD_OK ||
             jsd_tx_commit(tx) != JSD_OK)
             _exit(4);
         jsd_store_close(c);
@@ -1654,7 +1654,7 @@ static void stats_count_what_they_name(void **state)
               0);
     int64_t now = jsd__now_ms();
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     jsd_effect e1 = {.id = "past", .subject = "a.b", .not_before_ms = now - 5000};
     jsd_effect e2 = {.id = "future", .subject = "a.b", .not_before_ms = now + 3600000};
     ASSERT_OK(jsd_tx_emit(tx, &e1));
@@ -1786,7 +1786,7 @@ static void sqlite_disk_full(void **state)
         char id[32];
         snprintf(id, sizeof(id), "e%d", i);
         jsd_tx *tx;
-        rc = jsd_tx_begin(s, &tx);
+        rc = jsd_tx_begin(&tx, s);
         if (rc != JSD_OK)
             break;
         jsd_effect e = {.id = id, .subject = "fill.up", .payload = payload, .len = sizeof(payload)};
@@ -1880,7 +1880,7 @@ static void pg_disk_full(void **state)
         char id[32];
         snprintf(id, sizeof(id), "e%d", i);
         jsd_tx *tx;
-        if ((rc = jsd_tx_begin(s, &tx)) != JSD_OK)
+        if ((rc = jsd_tx_begin(&tx, s)) != JSD_OK)
             break;
         jsd_effect e = {.id = id, .subject = "fill.up", .payload = payload, .len = sizeof(payload)};
         rc = jsd_tx_emit(tx, &e);
@@ -1991,7 +1991,7 @@ static void pg_concurrent_duplicate_identity(void **state)
     assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
     jsd_store *a = open_url(url);
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(a, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, a));
     jsd_effect mine[2] = {{.owner = "o", .id = "x", .subject = "a.b"},
                           {.owner = "o", .id = "y", .subject = "a.b"}};
     ASSERT_OK(jsd_tx_emit_batch(tx, mine, 2, NULL));
@@ -2004,7 +2004,7 @@ static void pg_concurrent_duplicate_identity(void **state)
         jsd_tx *tb;
         jsd_effect theirs[2] = {{.owner = "o", .id = "z", .subject = "a.b"},
                                 {.owner = "o", .id = "x", .subject = "a.b"}};
-        if (jsd_tx_begin(b, &tb) != JSD_OK)
+        if (jsd_tx_begin(&tb, b) != JSD_OK)
             _exit(4);
         jsd_status rc = jsd_tx_emit_batch(tb, theirs, 2, NULL);
         fprintf(stderr, "child: %s: %s\n", jsd_status_name(rc), jsd_store_errmsg(b));
@@ -2033,7 +2033,7 @@ static void pg_reconnects_after_connection_loss(void **state)
     bool woken = false;
     ASSERT_OK(jsd__store_wait_wakeup(s, 0, &woken)); /* LISTEN on this connection */
     jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
     int pid = PQbackendPID(jsd_tx_pg(tx));
     jsd_tx_rollback(tx);
     PGconn *admin = PQconnectdb(url);
@@ -2081,18 +2081,18 @@ static void sqlite_options_payload_cap_and_busy(void **state)
     ASSERT_OK_E(jsd_store_open_opts(&a, &o, &e), e.msg);
     ASSERT_OK_E(jsd_store_open_opts(&b, &o, &e), e.msg);
     jsd_tx *ta, *tb;
-    ASSERT_OK(jsd_tx_begin(a, &ta));
+    ASSERT_OK(jsd_tx_begin(&ta, a));
     jsd_effect big = {.id = "big", .subject = "a.b", .payload = "01234567890", .len = 11};
     ASSERT_STATUS(jsd_tx_emit(ta, &big), JSD_ERR_LIMIT);
     ASSERT_CONTAINS(jsd_store_errmsg(a), "limit is 10");
     big.len = 10;
     ASSERT_OK(jsd_tx_emit(ta, &big));
     /* a holds the write lock: b waits 100 ms, then is told so. */
-    ASSERT_STATUS(jsd_tx_begin(b, &tb), JSD_ERR_BUSY);
+    ASSERT_STATUS(jsd_tx_begin(&tb, b), JSD_ERR_BUSY);
     ASSERT_CONTAINS(jsd_store_errmsg(b), "busy timeout");
     ASSERT_EQ(jsd_store_error(b)->sqlite_code, SQLITE_BUSY);
     ASSERT_OK(jsd_tx_commit(ta));
-    ASSERT_OK(jsd_tx_begin(b, &tb));
+    ASSERT_OK(jsd_tx_begin(&tb, b));
     jsd_effect small = {.id = "small", .subject = "a.b"};
     ASSERT_OK(jsd_tx_emit(tb, &small));
     ASSERT_OK(jsd_tx_commit(tb));
@@ -2131,8 +2131,8 @@ static void sqlite_settings(void **state)
     ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_schema_version"), 2);
     /* One transaction at a time per store. */
     jsd_tx *tx, *tx2;
-    ASSERT_OK(jsd_tx_begin(s, &tx));
-    ASSERT_STATUS(jsd_tx_begin(s, &tx2), JSD_ERR_INVALID);
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    ASSERT_STATUS(jsd_tx_begin(&tx2, s), JSD_ERR_INVALID);
     jsd__effect_batch b;
     jsd__effect_batch_init(&b);
     ASSERT_STATUS(jsd__store_claim(s, 1, 1000, "t", 0, &b), JSD_ERR_INVALID);

@@ -66,13 +66,13 @@ typedef struct rec {
     int n;
     struct {
         char kind[16], name[160];
-        jsd_topo_action action;
+        jsd_topology_action action;
         bool dry_run;
         char changes[512];
     } r[16];
 } rec;
 
-static void on_report(const jsd_topo_report *r, void *user)
+static void on_report(const jsd_topology_report *r, void *user)
 {
     rec *x = user;
     if (x->n >= 16)
@@ -90,11 +90,11 @@ static void on_report(const jsd_topo_report *r, void *user)
     x->n++;
 }
 
-static jsd_status apply(jsd_conn *c, jsd_topology *t, jsd_topo_policy p, bool dry, rec *r,
+static jsd_status apply(jsd_conn *c, jsd_topology *t, jsd_topology_policy p, bool dry, rec *r,
                         jsd_error *e)
 {
-    jsd_topo_apply_opts o;
-    jsd_topo_apply_opts_init(&o);
+    jsd_topology_apply_opts o;
+    jsd_topology_apply_opts_init(&o);
     o.policy = p;
     o.dry_run = dry;
     o.timeout_ms = 5000;
@@ -151,13 +151,13 @@ static void create_creates_everything(void **state)
     jsd_topology *t = topo_of(&n, NULL, NULL);
     rec r;
     jsd_error e;
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
     ASSERT_EQ(r.n, 3);
-    ASSERT_EQ(r.r[find_report(&r, n.stream)].action, JSD_TOPO_CREATED);
-    ASSERT_EQ(r.r[find_report(&r, n.dlq)].action, JSD_TOPO_CREATED);
+    ASSERT_EQ(r.r[find_report(&r, n.stream)].action, JSD_TOPOLOGY_CREATED);
+    ASSERT_EQ(r.r[find_report(&r, n.dlq)].action, JSD_TOPOLOGY_CREATED);
     char cname[160];
     jsd__snprintf(cname, sizeof(cname), "%s/ship", n.stream);
-    ASSERT_EQ(r.r[find_report(&r, cname)].action, JSD_TOPO_CREATED);
+    ASSERT_EQ(r.r[find_report(&r, cname)].action, JSD_TOPOLOGY_CREATED);
     ASSERT_STREQ(r.r[find_report(&r, cname)].kind, "consumer");
 
     /* the server holds what the file says */
@@ -186,12 +186,12 @@ static void create_creates_everything(void **state)
     jsConsumerInfo_Destroy(ci);
 
     /* applying the same file again changes nothing */
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_RECONCILE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_RECONCILE, false, &r, &e), e.msg);
     for (int i = 0; i < r.n; i++)
-        if (r.r[i].action != JSD_TOPO_UNCHANGED)
+        if (r.r[i].action != JSD_TOPOLOGY_UNCHANGED)
             fail_msg("%s %s: %s (%s), expected unchanged", r.r[i].kind, r.r[i].name,
-                     jsd_topo_action_str(r.r[i].action), r.r[i].changes);
-    jsd_topology_free(t);
+                     jsd_topology_action_str(r.r[i].action), r.r[i].changes);
+    jsd_topology_destroy(t);
     jsd_conn_close(c);
 }
 
@@ -204,22 +204,22 @@ static void create_keeps_hand_tuned_limit_and_reconcile_updates_it(void **state)
     jsd_topology *t = topo_of(&n, NULL, NULL);
     rec r;
     jsd_error e;
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
     hand_tune_max_msgs(c, n.stream, 5000);
 
     /* create-if-missing keeps the operator's limit and says so */
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
     int i = find_report(&r, n.stream);
-    ASSERT_EQ(r.r[i].action, JSD_TOPO_KEPT);
+    ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_KEPT);
     ASSERT_STREQ(r.r[i].changes, "max_msgs=5000->unlimited;");
     jsStreamInfo *si = server_stream(c, n.stream);
     ASSERT_EQ(si->Config->MaxMsgs, 5000);
     jsStreamInfo_Destroy(si);
 
     /* reconcile brings it back to the file */
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_RECONCILE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_RECONCILE, false, &r, &e), e.msg);
     i = find_report(&r, n.stream);
-    ASSERT_EQ(r.r[i].action, JSD_TOPO_UPDATED);
+    ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_UPDATED);
     ASSERT_TRUE(!r.r[i].dry_run);
     ASSERT_STREQ(r.r[i].changes, "max_msgs=5000->unlimited;");
     si = server_stream(c, n.stream);
@@ -229,15 +229,15 @@ static void create_keeps_hand_tuned_limit_and_reconcile_updates_it(void **state)
     /* a file that raises limits and changes the consumer: reconcile updates both */
     jsd_topology *t2 = topo_of(&n, ",\"max_msgs\":9000,\"max_msgs_per_subject\":10",
                                ",\"inactive_threshold\":\"7d\"");
-    ASSERT_OK_E(apply(c, t2, JSD_TOPO_RECONCILE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t2, JSD_TOPOLOGY_RECONCILE, false, &r, &e), e.msg);
     i = find_report(&r, n.stream);
-    ASSERT_EQ(r.r[i].action, JSD_TOPO_UPDATED);
+    ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_UPDATED);
     ASSERT_CONTAINS(r.r[i].changes, "max_msgs=unlimited->9000;");
     ASSERT_CONTAINS(r.r[i].changes, "max_msgs_per_subject=unlimited->10;");
     char cname[160];
     jsd__snprintf(cname, sizeof(cname), "%s/ship", n.stream);
     i = find_report(&r, cname);
-    ASSERT_EQ(r.r[i].action, JSD_TOPO_UPDATED);
+    ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_UPDATED);
     ASSERT_STREQ(r.r[i].changes, "inactive_threshold=none->7d;");
     jsConsumerInfo *ci = NULL;
     jsErrCode jerr = 0;
@@ -248,8 +248,8 @@ static void create_keeps_hand_tuned_limit_and_reconcile_updates_it(void **state)
     ASSERT_EQ(si->Config->MaxMsgs, 9000);
     ASSERT_EQ(si->Config->MaxMsgsPerSubject, 10);
     jsStreamInfo_Destroy(si);
-    jsd_topology_free(t2);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t2);
+    jsd_topology_destroy(t);
     jsd_conn_close(c);
 }
 
@@ -263,26 +263,26 @@ static void dry_run_reports_and_changes_nothing(void **state)
     rec r;
     jsd_error e;
 
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, true, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, true, &r, &e), e.msg);
     ASSERT_EQ(r.n, 3);
     for (int i = 0; i < r.n; i++) {
-        ASSERT_EQ(r.r[i].action, JSD_TOPO_CREATED);
+        ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_CREATED);
         ASSERT_TRUE(r.r[i].dry_run);
     }
     ASSERT_TRUE(server_stream(c, n.stream) == NULL);
     ASSERT_TRUE(server_stream(c, n.dlq) == NULL);
 
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
     hand_tune_max_msgs(c, n.stream, 5000);
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_RECONCILE, true, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_RECONCILE, true, &r, &e), e.msg);
     int i = find_report(&r, n.stream);
-    ASSERT_EQ(r.r[i].action, JSD_TOPO_UPDATED);
+    ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_UPDATED);
     ASSERT_TRUE(r.r[i].dry_run);
     ASSERT_STREQ(r.r[i].changes, "max_msgs=5000->unlimited;");
     jsStreamInfo *si = server_stream(c, n.stream);
     ASSERT_EQ(si->Config->MaxMsgs, 5000);
     jsStreamInfo_Destroy(si);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
     jsd_conn_close(c);
 }
 
@@ -311,7 +311,7 @@ static void overlap_with_existing_server_stream_is_refused(void **state)
     rec r;
     jsd_error e;
     for (int p = 0; p < 2; p++) {
-        ASSERT_STATUS(apply(c, t, p ? JSD_TOPO_RECONCILE : JSD_TOPO_CREATE, false, &r, &e),
+        ASSERT_STATUS(apply(c, t, p ? JSD_TOPOLOGY_RECONCILE : JSD_TOPOLOGY_CREATE, false, &r, &e),
                       JSD_ERR_CONFIG);
         ASSERT_CONTAINS(e.msg, "streams[0].subjects[0]");
         ASSERT_CONTAINS(e.msg, n.stream);
@@ -322,7 +322,7 @@ static void overlap_with_existing_server_stream_is_refused(void **state)
         ASSERT_TRUE(server_stream(c, n.dlq) == NULL);
         ASSERT_TRUE(server_stream(c, n.stream) == NULL);
     }
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
     jsd_conn_close(c);
 }
 
@@ -335,10 +335,10 @@ static void immutable_fields_are_refused_by_name(void **state)
     jsd_topology *t = topo_of(&n, NULL, NULL);
     rec r;
     jsd_error e;
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
 
     jsd_topology *mem = topo_of(&n, ",\"storage\":\"memory\",\"max_msgs\":7", NULL);
-    ASSERT_STATUS(apply(c, mem, JSD_TOPO_RECONCILE, false, &r, &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(apply(c, mem, JSD_TOPOLOGY_RECONCILE, false, &r, &e), JSD_ERR_CONFIG);
     ASSERT_CONTAINS(e.msg, "storage (server file, file memory)");
     ASSERT_CONTAINS(e.msg, n.stream);
     ASSERT_CONTAINS(e.msg, "never deletes");
@@ -348,17 +348,17 @@ static void immutable_fields_are_refused_by_name(void **state)
     jsStreamInfo_Destroy(si);
 
     /* the create policy keeps it and reports the difference */
-    ASSERT_OK_E(apply(c, mem, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, mem, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
     int i = find_report(&r, n.stream);
-    ASSERT_EQ(r.r[i].action, JSD_TOPO_KEPT);
+    ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_KEPT);
     ASSERT_CONTAINS(r.r[i].changes, "storage=file->memory;");
 
     jsd_topology *wq = topo_of(&n, ",\"retention\":\"workqueue\"", NULL);
-    ASSERT_STATUS(apply(c, wq, JSD_TOPO_RECONCILE, false, &r, &e), JSD_ERR_CONFIG);
+    ASSERT_STATUS(apply(c, wq, JSD_TOPOLOGY_RECONCILE, false, &r, &e), JSD_ERR_CONFIG);
     ASSERT_CONTAINS(e.msg, "retention (server limits, file workqueue)");
-    jsd_topology_free(wq);
-    jsd_topology_free(mem);
-    jsd_topology_free(t);
+    jsd_topology_destroy(wq);
+    jsd_topology_destroy(mem);
+    jsd_topology_destroy(t);
     jsd_conn_close(c);
 }
 
@@ -371,7 +371,7 @@ static void consumer_changes_the_server_cannot_make_are_refused(void **state)
     jsd_topology *t = topo_of(&n, NULL, NULL);
     rec r;
     jsd_error e;
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
 
     /* a new filter subject: 2.10 updates it in place, 2.9 cannot */
     char json[2048];
@@ -393,18 +393,18 @@ static void consumer_changes_the_server_cannot_make_are_refused(void **state)
     char want[160];
     jsd__snprintf(want, sizeof(want), "filter_subject=%s.created->%s.shipped;", n.root, n.root);
     if (v210) {
-        ASSERT_OK_E(apply(c, t2, JSD_TOPO_RECONCILE, false, &r, &e), e.msg);
+        ASSERT_OK_E(apply(c, t2, JSD_TOPOLOGY_RECONCILE, false, &r, &e), e.msg);
         char cname[160];
         jsd__snprintf(cname, sizeof(cname), "%s/ship", n.stream);
         int i = find_report(&r, cname);
-        ASSERT_EQ(r.r[i].action, JSD_TOPO_UPDATED);
+        ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_UPDATED);
         ASSERT_STREQ(r.r[i].changes, want);
     } else {
-        ASSERT_STATUS(apply(c, t2, JSD_TOPO_RECONCILE, false, &r, &e), JSD_ERR_CONFIG);
+        ASSERT_STATUS(apply(c, t2, JSD_TOPOLOGY_RECONCILE, false, &r, &e), JSD_ERR_CONFIG);
         ASSERT_CONTAINS(e.msg, "filter_subject");
         ASSERT_CONTAINS(e.msg, "2.10 can");
         /* the create policy keeps it and reports the difference */
-        ASSERT_OK_E(apply(c, t2, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+        ASSERT_OK_E(apply(c, t2, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
     }
 
     /* a push consumer of the same name: refused under both policies */
@@ -425,14 +425,14 @@ static void consumer_changes_the_server_cannot_make_are_refused(void **state)
     jsd_topology *t3 = NULL;
     ASSERT_OK_E(jsd_topology_parse(&t3, json, strlen(json), &e), e.msg);
     for (int p = 0; p < 2; p++) {
-        ASSERT_STATUS(apply(c, t3, p ? JSD_TOPO_RECONCILE : JSD_TOPO_CREATE, false, &r, &e),
+        ASSERT_STATUS(apply(c, t3, p ? JSD_TOPOLOGY_RECONCILE : JSD_TOPOLOGY_CREATE, false, &r, &e),
                       JSD_ERR_CONFIG);
         ASSERT_CONTAINS(e.msg, "push consumer");
         ASSERT_CONTAINS(e.msg, "/pushy");
     }
-    jsd_topology_free(t3);
-    jsd_topology_free(t2);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t3);
+    jsd_topology_destroy(t2);
+    jsd_topology_destroy(t);
     jsd_conn_close(c);
 }
 
@@ -453,8 +453,8 @@ static void each_request_has_a_deadline(void **state)
 
     /* a server that stops answering: the apply gives up after its deadline */
     ASSERT_EQ(jsd_fx_nats_pause(&fx), 0);
-    jsd_topo_apply_opts ao;
-    jsd_topo_apply_opts_init(&ao);
+    jsd_topology_apply_opts ao;
+    jsd_topology_apply_opts_init(&ao);
     ao.timeout_ms = 700;
     int64_t t0 = jsd_test_mono_ms();
     ASSERT_STATUS(jsd_topology_apply(c, t, &ao, &e), JSD_ERR_TIMEOUT);
@@ -467,9 +467,9 @@ static void each_request_has_a_deadline(void **state)
     /* after the resume the same apply works */
     ASSERT_WAIT(jsd_conn_is_connected(c), 10000);
     rec r;
-    ASSERT_OK_E(apply(c, t, JSD_TOPO_CREATE, false, &r, &e), e.msg);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
     ASSERT_EQ(r.n, 3);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
     jsd_conn_close(c);
     jsd_fx_nats_stop(&fx);
 }

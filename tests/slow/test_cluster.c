@@ -75,7 +75,7 @@ static void enqueue(int first, int n)
     ASSERT_OK_E(jsd_store_open(&s, url, &err), err.msg);
     for (int done = 0; done < n;) {
         jsd_tx *tx = NULL;
-        ASSERT_OK(jsd_tx_begin(s, &tx));
+        ASSERT_OK(jsd_tx_begin(&tx, s));
         for (int k = 0; k < 50 && done < n; k++, done++) {
             char owner[32], body[64];
             snprintf(owner, sizeof(owner), "order-%d", first + done);

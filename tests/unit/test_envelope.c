@@ -94,15 +94,15 @@ static void death_msg_id_is_stable_and_distinct(void **state)
 {
     (void)state;
     char a[65], b[65], c[65], d[65];
-    jsd_death_msg_id("ORDERS", 12, a);
-    jsd_death_msg_id("ORDERS", 12, b);
-    jsd_death_msg_id("ORDERS", 13, c);
-    jsd_death_msg_id("ORDERS1", 2, d);
+    jsd_dlq_msg_id("ORDERS", 12, a);
+    jsd_dlq_msg_id("ORDERS", 12, b);
+    jsd_dlq_msg_id("ORDERS", 13, c);
+    jsd_dlq_msg_id("ORDERS1", 2, d);
     ASSERT_STREQ(a, b);
     ASSERT_EQ(strlen(a), 64);
     ASSERT_TRUE(strcmp(a, c) != 0);
-    jsd_death_msg_id("ORDERS", 12, c);
-    jsd_death_msg_id("ORDERS1", 2, b);
+    jsd_dlq_msg_id("ORDERS", 12, c);
+    jsd_dlq_msg_id("ORDERS1", 2, b);
     ASSERT_TRUE(strcmp(b, a) != 0);
     (void)d;
 }

@@ -43,12 +43,12 @@ static void parses_valid_file_with_defaults(void **state)
     ASSERT_EQ(jsd_topology_stream_count(t), 3);
     ASSERT_EQ(jsd_topology_consumer_count(t), 2);
 
-    const jsd_topo_stream *s = jsd_topology_stream(t, 0);
+    const jsd_topology_stream *s = jsd_topology_stream_at(t, 0);
     ASSERT_STREQ(s->name, "ORDERS");
     ASSERT_EQ(s->n_subjects, 1);
     ASSERT_STREQ(s->subjects[0], "orders.>");
-    ASSERT_EQ(s->storage, JSD_TOPO_FILE);
-    ASSERT_EQ(s->retention, JSD_TOPO_LIMITS);
+    ASSERT_EQ(s->storage, JSD_TOPOLOGY_FILE);
+    ASSERT_EQ(s->retention, JSD_TOPOLOGY_LIMITS);
     ASSERT_EQ(s->max_age_ms, 72LL * 3600 * 1000);
     ASSERT_EQ(s->max_bytes, 1024LL * 1024 * 1024);
     ASSERT_EQ(s->max_msgs, 1000000);
@@ -57,23 +57,23 @@ static void parses_valid_file_with_defaults(void **state)
     ASSERT_EQ(s->replicas, 1);
     ASSERT_TRUE(!s->dead_letter);
 
-    s = jsd_topology_stream(t, 1);
-    ASSERT_EQ(s->storage, JSD_TOPO_MEMORY);
-    ASSERT_EQ(s->discard, JSD_TOPO_DISCARD_NEW);
+    s = jsd_topology_stream_at(t, 1);
+    ASSERT_EQ(s->storage, JSD_TOPOLOGY_MEMORY);
+    ASSERT_EQ(s->discard, JSD_TOPOLOGY_DISCARD_NEW);
     ASSERT_EQ(s->max_msgs, -1);
     ASSERT_EQ(s->max_bytes, -1);
     /* duplicate window defaults to 2 min, or max_age when that is shorter */
     ASSERT_EQ(s->duplicate_window_ms, 30000);
 
-    const jsd_topo_stream *d = jsd_topology_dead_letter(t);
+    const jsd_topology_stream *d = jsd_topology_dead_letter(t);
     ASSERT_TRUE(d != NULL);
     ASSERT_STREQ(d->name, "DLQ");
     ASSERT_TRUE(d->dead_letter);
     ASSERT_EQ(d->max_age_ms, 0);
     ASSERT_EQ(d->duplicate_window_ms, 120000);
-    ASSERT_TRUE(d == jsd_topology_stream(t, 2));
+    ASSERT_TRUE(d == jsd_topology_stream_at(t, 2));
 
-    const jsd_topo_consumer *c = jsd_topology_consumer(t, 0);
+    const jsd_topology_consumer *c = jsd_topology_consumer_at(t, 0);
     ASSERT_STREQ(c->stream, "ORDERS");
     ASSERT_STREQ(c->durable, "shipping");
     ASSERT_STREQ(c->filter_subject, "orders.created");
@@ -85,16 +85,16 @@ static void parses_valid_file_with_defaults(void **state)
     ASSERT_EQ(c->max_ack_pending, 256);
     ASSERT_EQ(c->inactive_threshold_ms, 7 * DAY_MS);
 
-    c = jsd_topology_consumer(t, 1);
+    c = jsd_topology_consumer_at(t, 1);
     ASSERT_TRUE(c->filter_subject == NULL);
     ASSERT_EQ(c->ack_wait_ms, 30000);
     ASSERT_EQ(c->max_deliver, -1);
     ASSERT_EQ(c->max_ack_pending, 1000);
     ASSERT_EQ(c->n_backoff, 0);
     ASSERT_EQ(c->inactive_threshold_ms, 0);
-    ASSERT_TRUE(jsd_topology_stream(t, 3) == NULL);
-    jsd_topology_free(t);
-    jsd_topology_free(NULL);
+    ASSERT_TRUE(jsd_topology_stream_at(t, 3) == NULL);
+    jsd_topology_destroy(t);
+    jsd_topology_destroy(NULL);
 }
 
 /* Parse text that must be refused with JSD_ERR_CONFIG; the message must start
@@ -153,7 +153,7 @@ static void subject_length_limit(void **state)
     jsd_topology *t = NULL;
     jsd_error e;
     ASSERT_OK_E(jsd_topology_parse(&t, json, strlen(json), &e), e.msg);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
     subj[256] = 'x';
     subj[257] = '\0';
     jsd__snprintf(json, sizeof(json), "{\"streams\":[{\"name\":\"A\",\"subjects\":[\"%s\"]}]}",
@@ -206,7 +206,7 @@ static void limits_are_range_checked(void **state)
     jsd_error e;
     const char *ok = ONE_STREAM(",\"replicas\":5,\"max_msgs\":-1,\"max_bytes\":1");
     ASSERT_OK_E(jsd_topology_parse(&t, ok, strlen(ok), &e), e.msg);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
     expect_refused(ONE_STREAM(",\"replicas\":6"), "streams[0].replicas: ", "allowed 1..5");
     expect_refused(ONE_STREAM(",\"replicas\":0"), "streams[0].replicas: ", "out of range");
     expect_refused(ONE_STREAM(",\"max_msgs\":0"), "streams[0].max_msgs: ", "-1 for unlimited");
@@ -241,8 +241,8 @@ static void limits_are_range_checked(void **state)
     {
         jsd_topology *t2 = NULL;
         ASSERT_OK_E(jsd_topology_parse(&t2, json, strlen(json), &e), e.msg);
-        ASSERT_EQ(jsd_topology_consumer(t2, 0)->ack_wait_ms, 1000);
-        jsd_topology_free(t2);
+        ASSERT_EQ(jsd_topology_consumer_at(t2, 0)->ack_wait_ms, 1000);
+        jsd_topology_destroy(t2);
     }
     jsd__snprintf(json, sizeof(json), base, ",\"deliver\":\"new\"");
     expect_refused(json, "consumers[0].deliver: ", "use one of \"all\"");
@@ -269,8 +269,8 @@ static void step_limits(void **state)
         jsd_error e;
         if (n == 32) {
             ASSERT_OK_E(jsd_topology_parse(&t, json, strlen(json), &e), e.msg);
-            ASSERT_EQ(jsd_topology_consumer(t, 0)->n_backoff, 32);
-            jsd_topology_free(t);
+            ASSERT_EQ(jsd_topology_consumer_at(t, 0)->n_backoff, 32);
+            jsd_topology_destroy(t);
         } else {
             expect_refused(json, "consumers[0].backoff: ", "33 steps; the limit is 32");
         }
@@ -287,7 +287,7 @@ static void step_limits(void **state)
 static void file_size_limit(void **state)
 {
     (void)state;
-    size_t n = JSD_TOPO_FILE_MAX + 1;
+    size_t n = JSD_TOPOLOGY_FILE_MAX + 1;
     char *big = malloc(n);
     ASSERT_TRUE(big != NULL);
     memset(big, ' ', n);
@@ -347,7 +347,7 @@ static void overlapping_subjects_are_refused(void **state)
     jsd_topology *t = NULL;
     jsd_error e;
     ASSERT_OK_E(jsd_topology_parse(&t, ok, strlen(ok), &e), e.msg);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
 }
 
 static void overlap_function(void **state)
@@ -406,7 +406,7 @@ static void dead_letter_needs_its_own_root(void **state)
     jsd_error e;
     ASSERT_OK_E(jsd_topology_parse(&t, ok, strlen(ok), &e), e.msg);
     ASSERT_TRUE(jsd_topology_dead_letter(t)->dead_letter);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
 }
 
 static void load_names_the_file(void **state)
@@ -431,7 +431,7 @@ static void load_names_the_file(void **state)
     fclose(f);
     ASSERT_OK_E(jsd_topology_load(&t, path, &e), e.msg);
     ASSERT_EQ(jsd_topology_stream_count(t), 3);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
 }
 
 static void example_file_is_valid(void **state)
@@ -445,7 +445,7 @@ static void example_file_is_valid(void **state)
     ASSERT_OK_E(jsd_topology_load(&t, path, &e), e.msg);
     ASSERT_TRUE(jsd_topology_dead_letter(t) != NULL);
     ASSERT_TRUE(jsd_topology_consumer_count(t) >= 1);
-    jsd_topology_free(t);
+    jsd_topology_destroy(t);
 }
 
 /* Run by allocation_failures_are_clean in a child process with
@@ -460,7 +460,7 @@ static void oom_child(void **state)
     printf("status=%s\n", jsd_status_name(s));
     if (s == JSD_OK) {
         ASSERT_EQ(jsd_topology_stream_count(t), 3);
-        jsd_topology_free(t);
+        jsd_topology_destroy(t);
     } else {
         ASSERT_EQ(s, JSD_ERR_NOMEM);
         ASSERT_TRUE(t == NULL);
