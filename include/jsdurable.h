@@ -11,6 +11,7 @@
  *   publisher.h  stream binding and the bounded publisher with typed outcomes
  *   relay.h      outbox -> JetStream relay
  *   consumer.h   durable ingress: handler in a transaction, then ACK
+ *   dlq.h        death envelopes and the dead-letter stream tools
  *   topology.h   declarative streams and consumers
  *   metrics.h    counters, snapshot, Prometheus exposition
  *   inspect.h    read-only views of streams and durables for operators
@@ -29,6 +30,7 @@
 #include "jsdurable/publisher.h"
 #include "jsdurable/relay.h"
 #include "jsdurable/consumer.h"
+#include "jsdurable/dlq.h"
 #include "jsdurable/topology.h"
 #include "jsdurable/metrics.h"
 #include "jsdurable/inspect.h"

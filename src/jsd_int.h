@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "jsdurable.h"
+#include "metrics_int.h"
 
 #define JSD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define JSD_MIN(a, b)    ((a) < (b) ? (a) : (b))

@@ -4,12 +4,13 @@
  * (libmicrohttpd) for GET /metrics. docs/METRICS.md lists every metric and the
  * alerts worth setting.
  *
- * A registry comes with the standard jsdurable families already registered
- * (jsd_metrics_std): the relay, the outbox, ingress deliveries by result, the
- * handler-duration histogram, dead letters and the NATS connection. The
- * modules that own those events only update a handle: one atomic operation,
- * no lock, from any thread. Registration, snapshot and exposition take the
- * registry's lock.
+ * A registry comes with the standard jsdurable families already registered:
+ * the relay, the outbox, ingress deliveries by result, the handler-duration
+ * histogram, dead letters and the NATS connection (the library's own handles
+ * to them are internal). An application registers its own series with
+ * jsd_metrics_register and updates a handle: one atomic operation, no lock,
+ * from any thread. Registration, snapshot and exposition take the registry's
+ * lock.
  *
  * Labels are a fixed small set: a series has at most one label (e.g.
  * result="commit"), fixed when it is registered, plus an optional constant
@@ -43,48 +44,15 @@ typedef enum jsd_metric_kind {
 #define JSD_METRICS_LABEL_VALUE_MAX 64
 #define JSD_METRICS_HELP_MAX        256
 
-/* Outcome of one delivery, the label of jsd_deliveries_total{result}. */
-typedef enum jsd_delivery_result {
-    JSD_RESULT_COMMIT = 0, /* handler ran, transaction committed, ACK confirmed */
-    JSD_RESULT_DUPLICATE,  /* the inbox already held it: original outcome, re-ACK */
-    JSD_RESULT_RETRY,      /* NAK (with delay): will be redelivered */
-    JSD_RESULT_POISON,     /* malformed or unsupported: parked on first delivery */
-    JSD_RESULT_DEADLETTER, /* max_deliver reached: parked as a death envelope */
-    JSD__RESULT_COUNT
-} jsd_delivery_result;
-
-/* "commit", "duplicate", "retry", "poison", "deadletter" */
-const char *jsd_delivery_result_str(jsd_delivery_result r);
-
-/* Handles of the standard families, valid for the registry's lifetime. */
-typedef struct jsd_metrics_std {
-    jsd_metric *relay_published;   /* jsd_relay_published_total */
-    jsd_metric *relay_duplicates;  /* jsd_relay_duplicates_total (PubAck duplicate=true) */
-    jsd_metric *relay_errors;      /* jsd_relay_errors_total (failed publish attempts) */
-    jsd_metric *outbox_backlog;    /* jsd_outbox_backlog (gauge: unpublished effects) */
-    jsd_metric *outbox_oldest_age; /* jsd_outbox_oldest_unpublished_age_seconds (gauge) */
-    jsd_metric *deliveries[JSD__RESULT_COUNT]; /* jsd_deliveries_total{result} */
-    jsd_metric *handler_duration;              /* jsd_handler_duration_seconds (histogram) */
-    jsd_metric *dead_letters;                  /* jsd_dead_letters_total */
-    jsd_metric *nats_connected;                /* jsd_nats_connected (gauge 0/1) */
-    jsd_metric *nats_reconnects;               /* jsd_nats_reconnects_total */
-} jsd_metrics_std;
-
 /* A registry with the standard families registered. */
 jsd_status jsd_metrics_create(jsd_metrics **out, jsd_error *err);
 /* Accepts NULL. Stop any server first; handles die with the registry. */
 void jsd_metrics_destroy(jsd_metrics *m);
-/* The standard handles (never NULL for a valid registry). */
-const jsd_metrics_std *jsd_metrics_std_of(const jsd_metrics *m);
-
 /* The process-wide registry, created on first use (thread-safe) and kept
  * until the process exits. The relay and the consumer count into it, so a
- * program serves it with jsd_metrics_serve(jsd_metrics_default(), ...).
+ * program serves it with jsd_metrics_serve(&srv, jsd_metrics_default(), ...).
  * NULL only when it could not be allocated. */
 jsd_metrics *jsd_metrics_default(void);
-/* Its standard handles. Never NULL: when the registry could not be made the
- * handles are NULL, and updates through them are no-ops. */
-const jsd_metrics_std *jsd_metrics_default_std(void);
 
 /* A constant label added to every series, e.g. ("consumer", "shipping").
  * Call before the first exposition; a second call replaces the first. */
