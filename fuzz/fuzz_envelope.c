@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ingress_int.h"
+#include "consumer_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "conn_int.h"
-#include "ingress_int.h"
+#include "consumer_int.h"
 #include "puback.h"
 #include "subject.h"
 

@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "ingress_int.h"
+#include "consumer_int.h"
 #include "subject.h"
 
 typedef struct json_cur {

@@ -14,7 +14,7 @@
 #include <strings.h>
 
 #include "conn_int.h"
-#include "ingress_int.h" /* jsd__json_valid */
+#include "consumer_int.h" /* jsd__json_valid */
 #include "pubengine.h"
 #include "subject.h"
 

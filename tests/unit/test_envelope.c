@@ -4,7 +4,7 @@
  * stable message id.
  */
 #include "test.h"
-#include "ingress_int.h"
+#include "consumer_int.h"
 
 static bool json_ok(const char *s)
 {
