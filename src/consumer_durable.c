@@ -11,6 +11,7 @@
 
 #include "conn_int.h"
 #include "consumer_int.h"
+#include "topology_int.h"
 #include "subject.h"
 
 /* ---- options ---------------------------------------------------------------------- */
@@ -97,26 +98,24 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
                  "for the first ACK, not the ack wait %" PRId64 " ms",
                  durable, cfg->backoff_ms[0], cfg->ack_wait_ms);
 
+    /* One translation of a durable's settings into a jsConsumerConfig, the
+     * one `jsdurable provision` uses. The server wants max_deliver >
+     * len(backoff). */
+    size_t n_bo = (size_t)cfg->n_backoff;
+    if (cfg->max_deliver > 0 && n_bo >= (size_t)cfg->max_deliver)
+        n_bo = (size_t)cfg->max_deliver - 1;
+    jsd_topology_consumer tc = {.stream = stream,
+                                .durable = durable,
+                                .filter_subject = cfg->filter_subject,
+                                .ack_wait_ms = cfg->ack_wait_ms,
+                                .max_deliver = cfg->max_deliver,
+                                .backoff_ms = cfg->backoff_ms,
+                                .n_backoff = n_bo,
+                                .max_ack_pending = cfg->max_ack_pending,
+                                .inactive_threshold_ms = cfg->inactive_threshold_ms};
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
-    cc.Durable = durable;
-    cc.AckPolicy = js_AckExplicit;
-    cc.DeliverPolicy = js_DeliverAll;
-    cc.AckWait = cfg->ack_wait_ms * 1000000LL;
-    cc.MaxDeliver = cfg->max_deliver;
-    cc.MaxAckPending = cfg->max_ack_pending;
-    cc.FilterSubject = cfg->filter_subject;
-    cc.InactiveThreshold = cfg->inactive_threshold_ms * 1000000LL;
-    if (cfg->n_backoff > 0) {
-        /* The server wants max_deliver > len(backoff). */
-        int n = cfg->n_backoff;
-        if (cfg->max_deliver > 0 && n >= cfg->max_deliver)
-            n = cfg->max_deliver - 1;
-        for (int i = 0; i < n; i++)
-            backoff_ns[i] = cfg->backoff_ms[i] * 1000000LL;
-        cc.BackOff = backoff_ns;
-        cc.BackOffLen = n;
-    }
+    jsd__topo_consumer_config(&cc, &tc, backoff_ns);
     s = js_AddConsumer(&ci, js, stream, &cc, NULL, &jerr);
     if (s != NATS_OK) {
         char what[300];
