@@ -43,4 +43,8 @@ const jsd_metrics_std *jsd_metrics_std_of(const jsd_metrics *m);
  * handles are NULL, and updates through them are no-ops. */
 const jsd_metrics_std *jsd_metrics_default_std(void);
 
+/* The exposition of m in a buffer of its own (jsd__free it); for the HTTP
+ * server (metrics_http.c). */
+jsd_status jsd__metrics_render_alloc(jsd_metrics *m, char **out, size_t *len);
+
 #endif
