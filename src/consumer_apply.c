@@ -163,7 +163,7 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
     st = jsd__tx_inbox_lookup(tx, c->stream, c->durable, d->seq, &found, &prev);
     if (st != JSD_OK)
         return st;
-    if (!found && d->msg_id && *d->msg_id && strlen(d->msg_id) <= 256) {
+    if (!found && d->msg_id && *d->msg_id && strlen(d->msg_id) <= JSD_IDENT_MAX) {
         st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, d->msg_id, &found, &prev);
         if (st != JSD_OK)
             return st;
@@ -303,7 +303,7 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_h
     bool found = false;
     jsd_status st;
 
-    if (d->msg_id && *d->msg_id && strlen(d->msg_id) <= 256) {
+    if (d->msg_id && *d->msg_id && strlen(d->msg_id) <= JSD_IDENT_MAX) {
         st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, d->msg_id, &found, &prev);
         if (st != JSD_OK)
             return st;

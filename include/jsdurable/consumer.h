@@ -98,8 +98,7 @@ typedef enum jsd_payload_format {
     JSD_PAYLOAD_JSON     /* one JSON value, nesting <= JSD_JSON_DEPTH_MAX */
 } jsd_payload_format;
 
-#define JSD_JSON_DEPTH_MAX 8
-#define JSD_BACKOFF_MAX    16
+#define JSD_BACKOFF_MAX 16
 
 /*
  * The durable's server-side settings (IN-5), used by jsd_consumer_ensure to

@@ -50,11 +50,10 @@ const char *jsd_outcome_str(jsd_outcome o);
 #define JSD_DEADLINE_MAX_MS 300000
 /* JSD_PAYLOAD_DEFAULT_CAP and JSD_HEADERS_MAX_BYTES come from store.h: one
  * set of limits for the store, the relay and the publisher. */
-#define JSD_KEY_MAX        256             /* message id, idempotency key */
+#define JSD_KEY_MAX        JSD_IDENT_MAX   /* message id, idempotency key */
 #define JSD_ATTRS_MAX      JSD_HEADERS_MAX /* attributes per publication */
 #define JSD_ATTR_NAME_MAX  JSD_HEADER_NAME_MAX
 #define JSD_ATTR_VALUE_MAX JSD_HEADER_VALUE_MAX
-#define JSD_JSON_DEPTH_MAX 8
 /* Attributes travel as headers named JSD_ATTR_PREFIX + name. */
 #define JSD_ATTR_PREFIX "Jsd-Attr-"
 /* 64 hex characters and a NUL. */

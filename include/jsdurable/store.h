@@ -31,8 +31,10 @@ typedef enum jsd_store_backend { JSD_STORE_SQLITE = 1, JSD_STORE_POSTGRES = 2 } 
  * store accepts is one the relay can publish (a server configured with a
  * max_payload under JSD_PAYLOAD_DEFAULT_CAP + JSD_HEADERS_MAX_BYTES is the one
  * exception: the relay refuses such a message as permanent). */
-#define JSD_SUBJECT_MAX      256 /* bytes of an exact subject */
-#define JSD_IDENT_MAX        256 /* bytes of an effect's owner, id and order key */
+#define JSD_SUBJECT_MAX 256 /* bytes of an exact subject */
+#define JSD_IDENT_MAX                                                                              \
+    256 /* bytes of an effect's owner, id and order key, a message id, an idempotency key, a       \
+           delivery's stream and consumer name */
 #define JSD_HEADERS_MAX      16  /* application headers (attributes) per message */
 #define JSD_HEADER_NAME_MAX  64  /* bytes of an application header name */
 #define JSD_HEADER_VALUE_MAX 256 /* bytes of an application header value */
@@ -49,6 +51,10 @@ typedef enum jsd_store_backend { JSD_STORE_SQLITE = 1, JSD_STORE_POSTGRES = 2 } 
  * With the headers it stays under nats-server's default max_payload (1 MiB,
  * which counts headers and payload together). */
 #define JSD_PAYLOAD_DEFAULT_CAP (256 * 1024)
+
+/* JSON payloads (publisher json_payloads, consumer JSON envelopes): arrays
+ * and objects nested at most this deep. */
+#define JSD_JSON_DEPTH_MAX 8
 
 /* Message-id namespace: 1..64 bytes of [A-Za-z0-9._-]. */
 #define JSD_NAMESPACE_MAX 64

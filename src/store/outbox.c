@@ -128,7 +128,7 @@ jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, con
         (rc = check_token(s, lease_token)) != JSD_OK)
         return rc;
     for (size_t i = 0; i < n; i++) {
-        if (!r[i].stream || !*r[i].stream || strlen(r[i].stream) > 256 || r[i].seq == 0 ||
+        if (!r[i].stream || !*r[i].stream || strlen(r[i].stream) > JSD_IDENT_MAX || r[i].seq == 0 ||
             r[i].seq > (uint64_t)INT64_MAX)
             return jsd__store_err(s, JSD_ERR_INVALID,
                                   "receipt %zu (row %lld) has no stream or a sequence of 0", i,

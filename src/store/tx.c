@@ -438,8 +438,8 @@ jsd_status jsd__tx_rollback_to(jsd_tx *tx)
 static jsd_status check_delivery(jsd_store *s, const char *stream, const char *consumer,
                                  uint64_t seq)
 {
-    if (!stream || !*stream || strlen(stream) > 256 || !consumer || !*consumer ||
-        strlen(consumer) > 256)
+    if (!stream || !*stream || strlen(stream) > JSD_IDENT_MAX || !consumer || !*consumer ||
+        strlen(consumer) > JSD_IDENT_MAX)
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "delivery identity needs a stream and a consumer of 1..256 bytes");
     if (seq == 0 || seq > (uint64_t)INT64_MAX)
@@ -453,7 +453,7 @@ static jsd_status check_delivery(jsd_store *s, const char *stream, const char *c
 
 static jsd_status check_msg_id(jsd_store *s, const char *msg_id)
 {
-    if (msg_id && (strlen(msg_id) > 256 || !text_ok(msg_id, strlen(msg_id))))
+    if (msg_id && (strlen(msg_id) > JSD_IDENT_MAX || !text_ok(msg_id, strlen(msg_id))))
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "message id is over 256 bytes or not printable UTF-8");
     return JSD_OK;
