@@ -31,10 +31,10 @@ typedef enum jsd_store_backend { JSD_STORE_SQLITE = 1, JSD_STORE_POSTGRES = 2 } 
  * store accepts is one the relay can publish (a server configured with a
  * max_payload under JSD_PAYLOAD_DEFAULT_CAP + JSD_HEADERS_MAX_BYTES is the one
  * exception: the relay refuses such a message as permanent). */
-#define JSD_SUBJECT_MAX 256 /* bytes of an exact subject */
-#define JSD_IDENT_MAX                                                                              \
-    256 /* bytes of an effect's owner, id and order key, a message id, an idempotency key, a       \
-           delivery's stream and consumer name */
+/* JSD_IDENT_MAX: bytes of an effect's owner, id and order key, of a message
+ * id or idempotency key, and of a delivery's stream and consumer name. */
+#define JSD_SUBJECT_MAX      256 /* bytes of an exact subject */
+#define JSD_IDENT_MAX        256
 #define JSD_HEADERS_MAX      16  /* application headers (attributes) per message */
 #define JSD_HEADER_NAME_MAX  64  /* bytes of an application header name */
 #define JSD_HEADER_VALUE_MAX 256 /* bytes of an application header value */
