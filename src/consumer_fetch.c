@@ -23,6 +23,72 @@ static void give_back(natsMsgList *l)
     natsMsgList_Destroy(l);
 }
 
+/* nats.c 3.4.1 overflows the heap in _fetch (src/js.c), fixed upstream by
+ * nats.c PR #749 "Fix heap buffer overflow in _fetch" (released in 3.9).
+ * _fetch allocates Batch slots, first takes the messages already pending in
+ * the subscription (leftovers of an earlier pull request: one whose fetch
+ * timed out, or one the server served again after a reconnect), k of them,
+ * then sends a request for Batch - k and loops `while (count != Batch - k)`.
+ * With k > Batch/2 the count is already past that and the loop ends only at
+ * the timeout, writing every further message (a stale request's) past the
+ * end of the slots. k == Batch (no second loop) and k <= Batch/2 are safe.
+ *
+ * So while messages are pending, fetch_pending takes them with Fetch(1):
+ * with one slot, k is 0 or 1, both safe for any queue contents. A larger
+ * batch sized from natsSubscription_GetPending would not do: the count
+ * includes status messages (a 408 of an expired request sits there after
+ * nearly every idle fetch), which _fetch drops without counting, so k can
+ * fall short of the pending count and land in (Batch/2, Batch). nats.c
+ * 3.4.1 offers no other way to read a pull subscription (NextMsg refuses
+ * one). Each Fetch(1) that finds a user message in the queue returns it
+ * without a request; messages only arrive meanwhile, never leave (only this
+ * thread reads the subscription). The pending messages are gathered into
+ * one list of at most c->batch, so a batch is what it was. When the queue
+ * holds only status messages, Fetch(1) sends a request for one: with the
+ * normal wait when nothing was gathered yet (as an idle fetch would wait),
+ * with 1 ms otherwise (its answer is then pending for the next round).
+ * What remains: messages that arrive between the GetPending that reads 0
+ * and the plain Fetch(batch) (microseconds) are again leftovers taken by
+ * its first loop; an overflow needs more than batch/2 of them in that
+ * window and then still more before the timeout. */
+static natsStatus fetch_pending(jsd_consumer *c, natsMsgList *out, int pending)
+{
+    /* jsd__calloc is plain calloc underneath: natsMsgList_Destroy frees it. */
+    natsMsg **msgs = jsd__calloc((size_t)c->batch, sizeof(*msgs));
+    int n = 0;
+    natsStatus s = NATS_OK;
+    if (!msgs)
+        return NATS_NO_MEMORY;
+    while (n < c->batch && pending > 0) {
+        natsMsgList one = {0};
+        s = natsSubscription_Fetch(&one, c->sub, 1, n ? 1 : c->fetch_wait_ms, NULL);
+        for (int i = 0; i < one.Count && n < c->batch; i++) {
+            msgs[n++] = one.Msgs[i];
+            one.Msgs[i] = NULL;
+        }
+        natsMsgList_Destroy(&one);
+        if (s != NATS_OK || natsSubscription_GetPending(c->sub, &pending, NULL) != NATS_OK)
+            break;
+    }
+    if (n == 0) { /* the first Fetch(1) returned no message, hence an error */
+        jsd__free(msgs);
+        return s;
+    }
+    out->Msgs = msgs;
+    out->Count = n;
+    return NATS_OK;
+}
+
+/* One fetch of up to c->batch messages (see fetch_pending for why pending
+ * messages are taken apart). */
+static natsStatus fetch(jsd_consumer *c, natsMsgList *out)
+{
+    int pending = 0;
+    if (natsSubscription_GetPending(c->sub, &pending, NULL) == NATS_OK && pending > 0)
+        return fetch_pending(c, out, pending);
+    return natsSubscription_Fetch(out, c->sub, c->batch, c->fetch_wait_ms, NULL);
+}
+
 static void *fetcher_main(void *arg)
 {
     jsd_consumer *c = arg;
@@ -41,7 +107,7 @@ static void *fetcher_main(void *arg)
         }
         pthread_mutex_unlock(&c->fmu);
         natsMsgList l = {0};
-        natsStatus s = natsSubscription_Fetch(&l, c->sub, c->batch, c->fetch_wait_ms, NULL);
+        natsStatus s = fetch(c, &l);
         if (s != NATS_OK && s != NATS_TIMEOUT)
             jsd__sleep_ms(50); /* a broken connection: do not spin */
         pthread_mutex_lock(&c->fmu);
