@@ -10,6 +10,8 @@
  * on the server as a stale one would, the fetcher starts again with batch 10,
  * and 21 more messages are published once its fetch is under way: the fetch
  * must hand out batches of at most 10 and every message is applied once.
+ * A second case adds the 408 of the first request's expiry to the 9 pending
+ * messages: it is what rules out sizing the fetch from the pending count.
  * Without the workaround _fetch writes 30 messages into its 10 slots and
  * returns Count 30. Under the sanitizer build (`make check-asan`) ASan
  * reports a heap-buffer-overflow on the 80-byte array "allocated by ...
@@ -84,9 +86,10 @@ static bool slot_full(jsd_consumer *c)
     return full;
 }
 
-static void pending_over_half_batch(void **state)
+/* first_pull puts the 9 messages into the subscription; want_pending is
+ * what the subscription then holds (9, or 10 with a status message). */
+static void overflow_case(const char *first_pull, int want_pending)
 {
-    (void)state;
     cenv e;
     cenv_up(&e, false);
     cenv_store_exec(e.store, "CREATE TABLE effects(seq BIGINT)");
@@ -105,8 +108,9 @@ static void pending_over_half_batch(void **state)
 
     /* 9 messages (> batch/2) pending in the subscription, never fetched. */
     cenv_publish(&e, 1, 9, NULL);
-    raw_pull(&e, c, "{\"batch\":9,\"no_wait\":true}");
-    ASSERT_WAIT(ack_pending(&e) == 9 && pending_msgs(c) >= 9, 10000);
+    raw_pull(&e, c, first_pull);
+    ASSERT_WAIT(ack_pending(&e) == 9 && pending_msgs(c) >= want_pending, 10000);
+    ASSERT_WAIT(waiting(&e) == 0, 10000);
 
     /* A stale request that will deliver into the same inbox later. */
     raw_pull(&e, c, "{\"batch\":40,\"expires\":20000000000}");
@@ -145,4 +149,21 @@ static void pending_over_half_batch(void **state)
     cenv_down(&e);
 }
 
-JSD_TEST_MAIN(cmocka_unit_test(pending_over_half_batch))
+/* 9 of a batch of 10 pending. */
+static void pending_over_half_batch(void **state)
+{
+    (void)state;
+    overflow_case("{\"batch\":9,\"no_wait\":true}", 9);
+}
+
+/* 9 messages and the 408 of their request's expiry pending: _fetch drops the
+ * status message without counting it, so sizing the fetch from the pending
+ * count (10) would still leave 9 of 10 taken and overflow. */
+static void pending_with_status_message(void **state)
+{
+    (void)state;
+    overflow_case("{\"batch\":10,\"expires\":300000000}", 10);
+}
+
+JSD_TEST_MAIN(cmocka_unit_test(pending_over_half_batch),
+              cmocka_unit_test(pending_with_status_message))
