@@ -47,6 +47,9 @@ static void give_back(natsMsgList *l)
  * holds only status messages, Fetch(1) sends a request for one: with the
  * normal wait when nothing was gathered yet (as an idle fetch would wait),
  * with 1 ms otherwise (its answer is then pending for the next round).
+ * The cost: an idle fetch's 408 usually lands just after it returned, so
+ * the first batch after an idle spell holds one message (the next ones are
+ * full again).
  * What remains: messages that arrive between the GetPending that reads 0
  * and the plain Fetch(batch) (microseconds) are again leftovers taken by
  * its first loop; an overflow needs more than batch/2 of them in that
