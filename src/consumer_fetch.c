@@ -30,8 +30,9 @@ static void give_back(natsMsgList *l)
  * timed out, or one the server served again after a reconnect), k of them,
  * then sends a request for Batch - k and loops `while (count != Batch - k)`.
  * With k > Batch/2 the count is already past that and the loop ends only at
- * the timeout, writing every further message (a stale request's) past the
- * end of the slots. k == Batch (no second loop) and k <= Batch/2 are safe.
+ * the timeout (or a 404/408 status): once the new request's Batch - k have
+ * filled the slots, every further message (a stale request's) is written
+ * past their end. k == Batch (no second loop) and k <= Batch/2 are safe.
  *
  * So while messages are pending, fetch_pending takes them with Fetch(1):
  * with one slot, k is 0 or 1, both safe for any queue contents. A larger
