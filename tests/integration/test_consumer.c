@@ -37,6 +37,15 @@ static void effects_table(cenv *e)
                               "INITIALLY DEFERRED)");
 }
 
+/* The suite's set-up: the fixtures, the effects tables and a durable with
+ * the given ack wait and delivery limit (max_ack_pending 1024, no backoff). */
+static void suite_up(cenv *e, bool pg, int64_t ack_wait_ms, int max_deliver)
+{
+    cenv_up(e, pg);
+    effects_table(e);
+    cenv_durable(e, ack_wait_ms, max_deliver, 1024, NULL, 0);
+}
+
 static jsd_disposition sink(jsd_tx *tx, const jsd_delivery *d, void *user)
 {
     hctx *h = user;
@@ -116,9 +125,7 @@ static void commit_then_confirmed_ack(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 30000, 6);
     cenv_publish(&e, 1, 300, NULL);
     h.e = &e;
     jsd_consumer *c = cenv_consumer(&e, NULL);
@@ -155,9 +162,7 @@ static void failed_commit_no_ack(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 30000, 6);
     cenv_publish(&e, 1, 10, NULL);
     h.e = &e;
     h.fail_commit_left = 1;
@@ -192,9 +197,7 @@ static void redelivery_hits_inbox(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 1000, 6);
     cenv_publish(&e, 1, 5, NULL);
     /* The state a crash right after COMMIT leaves: deliveries taken, their
      * effects and inbox rows committed, no ACK sent. */
@@ -245,9 +248,7 @@ static void retry_honours_delay(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 30000, 6);
     cenv_publish(&e, 1, 1, NULL);
     h.e = &e;
     h.retry_left = 1;
@@ -271,9 +272,7 @@ static void progress_extends_ack_wait(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 1000, 6);
     cenv_publish(&e, 1, 1, NULL);
     h.e = &e;
     h.sleep_ms = 3000; /* three ack waits */
@@ -297,9 +296,7 @@ static void slow_batch_kept_alive(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 1000, 6);
     cenv_publish(&e, 1, 6, NULL);
     h.e = &e;
     h.sleep_quiet_ms = 500; /* 6 x 500 ms: three ack waits for the last one */
@@ -383,9 +380,7 @@ static void pending_bytes_applied(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 1000, 20, 1024, NULL, 0);
+    suite_up(&e, pg, 1000, 20);
     static char body[1000];
     memset(body, 'p', sizeof(body));
     for (int k = 0; k < 20; k++) {
@@ -430,9 +425,7 @@ static void drain_settles_batch_in_hand(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 30000, 6);
     cenv_publish(&e, 1, 30, NULL);
     h.e = &e;
     h.drain_on_first = true;
@@ -491,9 +484,7 @@ static void poison_on_first_delivery(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 1000, 6);
     static const char body[] = "{\"a\": [1, 2,"; /* malformed */
     cenv_publish_raw(&e, "bad", body, (int)sizeof(body) - 1, "order.created", "bad-1");
     cenv_publish_raw(&e, "good", "{\"a\":1}", 7, "order.created", "good-1");
@@ -545,9 +536,7 @@ static void handler_poison(bool pg)
 {
     cenv e;
     hctx h = {0};
-    cenv_up(&e, pg);
-    effects_table(&e);
-    cenv_durable(&e, 1000, 6, 1024, NULL, 0);
+    suite_up(&e, pg, 1000, 6);
     cenv_publish_raw(&e, "bad", "x", 1, NULL, NULL);
     h.e = &e;
     h.poison_reason = "customer 7 does not exist";
