@@ -8,7 +8,11 @@
  * written in one transaction (failures in a second one) by a receipt-writer
  * thread, so the publishing thread goes on claiming and submitting while the
  * store commits; the two take turns on the store under one mutex, and
- * effects waiting for their receipt count against max_in_flight.
+ * effects waiting for their receipt count against max_in_flight. This file
+ * holds create/destroy, the run loop and its waits, the counters and the
+ * last error; claiming and submitting a batch (with the stream and
+ * duplicate-window checks) is in relay_claim.c, the receipt writer in
+ * relay_writer.c, and what the three share in relay_int.h.
  *
  * DESIGN (crash ordering; see also src/store/store.h and docs/RELAY.md)
  *
@@ -80,15 +84,13 @@
 #include "conn_int.h"
 #include "jsd_int.h"
 #include "pubengine.h"
+#include "relay_int.h"
 #include "streams.h"
 #include "store/store.h"
 #include "subject.h"
 
-#define COMP "relay"
-
 #define STOP_SLICE_MS        100 /* the longest a wait ignores jsd_relay_stop */
 #define UNAVAILABLE_PAUSE_MS 250 /* claims pause after a publication found NATS down */
-#define RECEIPT_RETRIES      5   /* store retries of a batch's receipt commit */
 #define DRAIN_MAX            512
 #define IDLE_FLOOR_MS        100 /* shortest idle wait when something due was not claimable */
 #define PROGRESS_EVERY_MS    10000
@@ -96,110 +98,9 @@
 #define ACK_GATHER_MIN       32 /* acks per wake-up worth waiting for under load */
 #define ACK_GATHER_US        200
 
-/* ---- batches in flight ------------------------------------------------------------ */
-
-enum slot_state { SLOT_UNSENT = 0, SLOT_PENDING, SLOT_DONE };
-
-typedef enum slot_fate {
-    FATE_RECEIPT = 1, /* ACCEPTED */
-    FATE_FAILURE,     /* an attempt is counted */
-    FATE_DEAD,        /* dead-letter now */
-    FATE_RELEASE      /* nothing sent: release without an attempt */
-} slot_fate;
-
-typedef struct rbatch rbatch;
-
-typedef struct slot {
-    rbatch *b;
-    uint32_t idx;
-    uint8_t state;
-    uint8_t fate;
-    bool duplicate;
-    bool first_dup; /* dead-lettered: the PubAck said duplicate on a first attempt */
-    uint64_t seq;
-    int64_t acked_us;
-    int64_t acked_ms;
-    char stream[JSD_STREAM_NAME_MAX + 1];
-    char reason[256];
-} slot;
-
-struct rbatch {
-    rbatch *next;
-    char token[JSD__LEASE_TOKEN_MAX];
-    jsd__effect_batch eb;
-    slot *slots;
-    size_t pending; /* submitted, not completed */
-    int64_t claimed_mono_ms;
-};
-
-struct jsd_relay {
-    jsd_store *store;
-    jsd_conn *conn;
-    jsd_relay_opts o;
-    jsd__backoff backoff;
-    jsd__pubengine *eng;
-    jsd__streams *streams; /* subject -> stream, and each stream's duplicate window */
-    jsd_status fatal;      /* JSD_OK, or why the run stopped itself (a window too short) */
-
-    rbatch *head, *tail; /* batches in flight, oldest first */
-    rbatch *spare;       /* one recycled batch */
-    size_t in_flight;    /* slots PENDING */
-
-    /* The receipt writer: settled batches are handed to a second thread that
-     * writes their receipts and failures while this one keeps publishing.
-     * store_mu makes the two threads take turns on the store. */
-    pthread_mutex_t store_mu;
-    pthread_mutex_t wq_mu;
-    pthread_cond_t wq_cv;      /* to the writer: work, or quit */
-    pthread_cond_t wq_idle_cv; /* from the writer: a batch was written */
-    rbatch *wq_head, *wq_tail;
-    atomic_size_t wq_effects; /* effects handed over and not yet written */
-    bool wq_busy;             /* the writer holds a batch */
-    bool wq_quit;
-    bool writer_running;
-    pthread_t writer;
-    atomic_uint_fast64_t written; /* batches written */
-    bool sync_init;
-
-    atomic_int stop;
-    atomic_int running;
-
-    /* counters (read from any thread) */
-    atomic_uint_fast64_t n_published, n_duplicates, n_errors, n_dead, n_inflight, n_batches,
-        n_lease_lost, n_store_errors, n_first_dup;
-    /* what the last run_until_idle left behind (from the store), -1 unknown */
-    atomic_int_fast64_t left_failing, left_dead;
-
-    /* metrics (all NULL without a registry: updates are then no-ops) */
-    const jsd_metrics_std *mstd;
-    jsd_metric *m_dead, *m_inflight, *m_first_dup;
-    int64_t last_gauges_ms;
-
-    int64_t last_store_warn_ms; /* under err_mu */
-
-    /* The last error: written by the publishing thread and the receipt
-     * writer, read by jsd_relay_errmsg, always under err_mu. err_shown is
-     * the copy jsd_relay_errmsg hands out. */
-    pthread_mutex_t err_mu;
-    jsd_error err;
-    char err_shown[JSD_ERRMSG_MAX];
-    uint64_t logged_published, logged_errors; /* for the progress line */
-};
-
 /* ---- metrics: the one place relay counters reach the metrics module ----------- */
 
-typedef enum relay_counter {
-    RC_PUBLISHED,
-    RC_DUPLICATES,
-    RC_ERRORS,
-    RC_DEAD,
-    RC_LEASE_LOST,
-    RC_STORE_ERRORS,
-    RC_BATCHES,
-    RC_FIRST_DUP
-} relay_counter;
-
-static void count(jsd_relay *r, relay_counter c, uint64_t n)
+void jsd__relay_count(jsd_relay *r, relay_counter c, uint64_t n)
 {
     if (n == 0)
         return;
@@ -300,8 +201,7 @@ static jsd_status check_opts(const jsd_relay_opts *o, jsd_error *err)
 /* ---- the last error ----------------------------------------------------------------- */
 
 /* Record the handle's last error (any thread). Returns s. */
-static jsd_status relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);
-static jsd_status relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...)
+jsd_status jsd__relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -310,69 +210,6 @@ static jsd_status relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...)
     pthread_mutex_unlock(&r->err_mu);
     va_end(ap);
     return s;
-}
-
-/* ---- stream lookup ---------------------------------------------------------------- */
-
-/*
- * The stream that captures subject, into stream (cap JSD_STREAM_NAME_MAX + 1):
- * JSD_OK with a name, JSD_ERR_NOT_FOUND when no stream captures it, another
- * status when the lookup could not be made (NATS down, timeout). Answers come
- * from the shared stream cache (src/streams.c).
- */
-static jsd_status stream_for(jsd_relay *r, const char *subject, char *stream, char *why,
-                             size_t why_cap)
-{
-    jsd_error err;
-    jsd_error_clear(&err);
-    jsd_status s = jsd__streams_lookup(r->streams, subject, stream, JSD_STREAM_NAME_MAX + 1, &err);
-    if (s == JSD_ERR_NOT_FOUND)
-        jsd__snprintf(why, why_cap, "no stream captures subject %s", subject);
-    else if (s == JSD_ERR_NOMEM)
-        jsd__snprintf(why, why_cap, "%s", err.msg);
-    else if (s != JSD_OK)
-        jsd__snprintf(why, why_cap, "stream lookup for %s: %s", subject, err.msg);
-    return s;
-}
-
-/*
- * The retry horizon must fit the stream's duplicate window (DESIGN 2): a
- * message stored by an attempt whose PubAck never came is retried at most
- * publish deadline + backoff cap later, and one stored just before its relay
- * died is retried when the lease has expired, so deadline + cap + lease
- * bounds the time between a possible store and the retry that JetStream must
- * recognise. JSD_OK when it fits; JSD_ERR_CONFIG when it does not (the error
- * is recorded, logged and the relay stops: it would otherwise store such
- * effects twice); another status when the stream could not be read (why says
- * so; the effect is released and tried again).
- */
-static jsd_status window_fits(jsd_relay *r, const char *stream, char *why, size_t why_cap)
-{
-    int64_t window_ms = 0;
-    jsd_error err;
-    jsd_error_clear(&err);
-    jsd_status s = jsd__streams_dup_window(r->streams, stream, &window_ms, &err);
-    if (s != JSD_OK) {
-        jsd__snprintf(why, why_cap, "%s", err.msg);
-        return s;
-    }
-    int64_t horizon =
-        (int64_t)r->o.publish_deadline_ms + (int64_t)r->o.backoff_cap_ms + (int64_t)r->o.lease_ms;
-    if (window_ms <= 0 || horizon < window_ms)
-        return JSD_OK;
-    jsd__snprintf(why, why_cap,
-                  "stream %s keeps message ids for %lld ms (its duplicate window), but this relay "
-                  "may retry an effect up to %lld ms after it was stored (publish deadline %d + "
-                  "backoff cap %d + lease %d ms): such a retry would be stored twice. Lower the "
-                  "deadline, backoff cap or lease, or raise the stream's duplicate window",
-                  stream, (long long)window_ms, (long long)horizon, r->o.publish_deadline_ms,
-                  r->o.backoff_cap_ms, r->o.lease_ms);
-    if (r->fatal == JSD_OK) {
-        r->fatal = relay_err(r, JSD_ERR_CONFIG, "%s", why);
-        JSD_ERROR(COMP, "%s; the relay stops", why);
-    }
-    atomic_store(&r->stop, 1);
-    return JSD_ERR_CONFIG;
 }
 
 /* ---- create / destroy -------------------------------------------------------------- */
@@ -452,15 +289,6 @@ fail:
     return s;
 }
 
-static void batch_free(rbatch *b)
-{
-    if (!b)
-        return;
-    jsd__effect_batch_free(&b->eb);
-    jsd__free(b->slots);
-    jsd__free(b);
-}
-
 void jsd_relay_destroy(jsd_relay *r)
 {
     if (!r)
@@ -468,15 +296,15 @@ void jsd_relay_destroy(jsd_relay *r)
     jsd__pubengine_destroy(r->eng);
     for (rbatch *b = r->head; b;) {
         rbatch *n = b->next;
-        batch_free(b);
+        jsd__relay_batch_free(b);
         b = n;
     }
     for (rbatch *b = r->wq_head; b;) {
         rbatch *n = b->next;
-        batch_free(b);
+        jsd__relay_batch_free(b);
         b = n;
     }
-    batch_free(r->spare);
+    jsd__relay_batch_free(r->spare);
     jsd__streams_destroy(r->streams);
     if (r->sync_init) {
         pthread_mutex_destroy(&r->store_mu);
@@ -542,9 +370,9 @@ jsd_status jsd_outbox_trouble_get(jsd_store *s, jsd_outbox_trouble *out)
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
-static void store_trouble(jsd_relay *r, const char *what)
+void jsd__relay_store_trouble(jsd_relay *r, const char *what)
 {
-    count(r, RC_STORE_ERRORS, 1);
+    jsd__relay_count(r, RC_STORE_ERRORS, 1);
     int64_t now = jsd__mono_ms();
     pthread_mutex_lock(&r->err_mu);
     jsd__err(&r->err, JSD_ERR_STORE, "%s: %s", what, jsd_store_errmsg(r->store));
@@ -555,424 +383,10 @@ static void store_trouble(jsd_relay *r, const char *what)
     if (warn)
         JSD_WARN(COMP, "%s failed, will retry: %s", what, jsd_store_errmsg(r->store));
 }
-
-static rbatch *batch_new(jsd_relay *r, size_t cap)
-{
-    rbatch *b = r->spare;
-    r->spare = NULL;
-    if (!b) {
-        b = jsd__calloc(1, sizeof(*b));
-        if (!b)
-            return NULL;
-        jsd__effect_batch_init(&b->eb);
-    }
-    jsd__free(b->slots);
-    b->slots = jsd__calloc(cap ? cap : 1, sizeof(slot));
-    if (!b->slots) {
-        batch_free(b);
-        return NULL;
-    }
-    b->next = NULL;
-    b->pending = 0;
-    return b;
-}
-
-static void batch_recycle(jsd_relay *r, rbatch *b)
-{
-    jsd__effect_batch_clear(&b->eb);
-    jsd__free(b->slots);
-    b->slots = NULL;
-    if (!r->spare)
-        r->spare = b;
-    else
-        batch_free(b);
-}
-
-static void slot_fail(slot *sl, slot_fate fate, const char *fmt, ...) JSD_PRINTF(3, 4);
-static void slot_fail(slot *sl, slot_fate fate, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sl->reason, sizeof(sl->reason), fmt, ap);
-    va_end(ap);
-    sl->fate = (uint8_t)fate;
-    sl->state = SLOT_DONE;
-}
-
-/* Map a publication result onto the slot. */
-static void settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, const jsd__claimed *e)
-{
-    const char *subject = e->subject;
-    switch (res->outcome) {
-    case JSD_OUTCOME_ACCEPTED:
-        if (res->receipt.duplicate && e->attempts == 0 && !e->maybe_published) {
-            /* Nothing of ours can have stored it (no failed attempt, no
-             * earlier lease that ended unsettled): the stream holds another
-             * producer's message under this id, and ours is not in it. */
-            slot_fail(sl, FATE_DEAD,
-                      JSD__FIRST_DUP_REASON ": stream %s already held msg id %s at sequence "
-                      "%llu, so this effect's message was not stored (another producer uses "
-                      "the same id: a second store with the same owner and effect id?)",
-                      res->receipt.stream, e->msg_id, (unsigned long long)res->receipt.seq);
-            sl->first_dup = true;
-            count(r, RC_FIRST_DUP, 1);
-            JSD_WARN(COMP,
-                     "effect %s/%s: the broker answered duplicate on its first attempt (stream "
-                     "%s, sequence %llu already holds msg id %s); dead-lettering it",
-                     e->owner, e->effect_id, res->receipt.stream,
-                     (unsigned long long)res->receipt.seq, e->msg_id);
-            return;
-        }
-        sl->fate = FATE_RECEIPT;
-        sl->state = SLOT_DONE;
-        sl->seq = res->receipt.seq;
-        sl->duplicate = res->receipt.duplicate;
-        sl->acked_ms = res->receipt.accepted_at_ms ? res->receipt.accepted_at_ms : jsd__now_ms();
-        sl->acked_us = jsd__mono_us();
-        jsd__strlcpy(sl->stream, res->receipt.stream, sizeof(sl->stream));
-        return;
-    case JSD_OUTCOME_RETRYABLE:
-    case JSD_OUTCOME_UNAVAILABLE:
-        slot_fail(sl, FATE_RELEASE, "%s: %s", jsd_outcome_str(res->outcome), res->reason);
-        return;
-    case JSD_OUTCOME_REJECTED:
-        slot_fail(sl, FATE_DEAD, "rejected: %s", res->reason);
-        return;
-    case JSD_OUTCOME_FAILED:
-        if (jsd__js_err_permanent(res->js_err_code)) {
-            slot_fail(sl, FATE_DEAD, "failed permanently: %s (jetstream error %d)", res->reason,
-                      res->js_err_code);
-            return;
-        }
-        /* A stream that no longer captures the subject, or another stream now
-         * does (10060 wrong expected stream): look it up again next time. */
-        jsd__streams_forget(r->streams, subject);
-        /* fall through */
-    default:
-        if (res->js_err_code)
-            slot_fail(sl, FATE_FAILURE, "%s: %s (jetstream error %d)",
-                      jsd_outcome_str(res->outcome), res->reason, res->js_err_code);
-        else
-            slot_fail(sl, FATE_FAILURE, "%s: %s", jsd_outcome_str(res->outcome), res->reason);
-        return;
-    }
-}
-
-/* Claim and submit one batch. Returns the number claimed (0 when nothing was
- * due), -1 on a store error. *saw_unavailable is set when a publication found
- * NATS down. */
-static int claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
-{
-    rbatch *b = batch_new(r, (size_t)want);
-    if (!b) {
-        relay_err(r, JSD_ERR_NOMEM, "out of memory claiming a batch");
-        return -1;
-    }
-    if (!jsd__random_hex(b->token, 16)) {
-        batch_recycle(r, b);
-        relay_err(r, JSD_ERR_INTERNAL, "cannot draw a lease token");
-        return -1;
-    }
-    pthread_mutex_lock(&r->store_mu);
-    jsd_status s = jsd__store_claim(r->store, want, r->o.lease_ms, b->token, jsd__now_ms(), &b->eb);
-    if (s != JSD_OK)
-        store_trouble(r, "claim");
-    pthread_mutex_unlock(&r->store_mu);
-    if (s != JSD_OK) {
-        batch_recycle(r, b);
-        return -1;
-    }
-    if (b->eb.n == 0) {
-        batch_recycle(r, b);
-        return 0;
-    }
-    JSD_CRASH_POINT("relay.after_claim");
-    count(r, RC_BATCHES, 1);
-    b->claimed_mono_ms = jsd__mono_ms();
-    if (r->tail)
-        r->tail->next = b;
-    else
-        r->head = b;
-    r->tail = b;
-
-    for (size_t i = 0; i < b->eb.n; i++) {
-        const jsd__claimed *e = &b->eb.items[i];
-        slot *sl = &b->slots[i];
-        sl->b = b;
-        sl->idx = (uint32_t)i;
-        if (atomic_load_explicit(&r->stop, memory_order_relaxed)) {
-            slot_fail(sl, FATE_RELEASE, "relay stopping");
-            continue;
-        }
-        if (e->defect[0]) {
-            slot_fail(sl, FATE_DEAD, "cannot be published: %s", e->defect);
-            continue;
-        }
-        jsd_error verr;
-        jsd_error_clear(&verr);
-        if (!jsd__subject_valid_exact(e->subject, &verr)) {
-            slot_fail(sl, FATE_DEAD, "cannot be published: %s", verr.msg);
-            continue;
-        }
-        char stream[JSD_STREAM_NAME_MAX + 1], why[256];
-        s = stream_for(r, e->subject, stream, why, sizeof(why));
-        if (s == JSD_ERR_NOT_FOUND) {
-            slot_fail(sl, FATE_FAILURE, "failed: %s", why);
-            continue;
-        }
-        if (s == JSD_ERR_INVALID || s == JSD_ERR_LIMIT) {
-            slot_fail(sl, FATE_DEAD, "cannot be published: %s", why);
-            continue;
-        }
-        if (s == JSD_OK)
-            s = window_fits(r, stream, why, sizeof(why));
-        if (s == JSD_ERR_CONFIG) {
-            slot_fail(sl, FATE_RELEASE, "%s", why);
-            continue;
-        }
-        if (s != JSD_OK) {
-            slot_fail(sl, FATE_RELEASE, "unavailable: %s", why);
-            *saw_unavailable = true;
-            continue;
-        }
-        jsd__pub_req req = {
-            .subject = e->subject,
-            .msg_id = e->msg_id,
-            .expected_stream = stream,
-            .headers = e->headers,
-            .n_headers = e->n_headers,
-            .payload = e->payload,
-            .len = e->len,
-            .user = sl,
-        };
-        jsd_publish_result res;
-        if (jsd__pubengine_submit(r->eng, &req, &res)) {
-            sl->state = SLOT_PENDING;
-            b->pending++;
-            r->in_flight++;
-        } else {
-            settle(r, sl, &res, e);
-            if (res.outcome == JSD_OUTCOME_UNAVAILABLE)
-                *saw_unavailable = true;
-        }
-    }
-    atomic_store(&r->n_inflight, r->in_flight);
-    JSD_CRASH_POINT("relay.after_publish");
-    return (int)b->eb.n;
-}
-
-/* Write the outcome of a batch whose publications are all settled. */
-static void finish_batch(jsd_relay *r, rbatch *b)
-{
-    size_t n = b->eb.n, nr = 0, nf = 0, nrel = 0;
-    jsd__receipt *rc = jsd__calloc(n, sizeof(*rc));
-    jsd__failure *fl = jsd__calloc(n, sizeof(*fl));
-    int64_t *rel = jsd__calloc(n, sizeof(*rel));
-    if (!rc || !fl || !rel) {
-        /* Nothing is written: the leases expire and the effects are published
-         * again with the same ids (duplicates), which is safe. */
-        JSD_ERROR(COMP, "out of memory writing %zu receipts; they will be retried", n);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const slot *sl = &b->slots[i];
-        const jsd__claimed *e = &b->eb.items[i];
-        switch (sl->fate) {
-        case FATE_RECEIPT:
-            rc[nr].row_id = e->row_id;
-            rc[nr].stream = sl->stream;
-            rc[nr].seq = sl->seq;
-            rc[nr].duplicate = sl->duplicate;
-            rc[nr].published_at_ms = sl->acked_ms;
-            nr++;
-            break;
-        case FATE_DEAD:
-            JSD_WARN(COMP, "dead-lettering effect %s/%s (row %lld): %s", e->owner, e->effect_id,
-                     (long long)e->row_id, sl->reason);
-            /* fall through */
-        case FATE_FAILURE:
-            fl[nf].row_id = e->row_id;
-            fl[nf].error = sl->reason;
-            fl[nf].dead_letter_now = sl->fate == FATE_DEAD;
-            nf++;
-            break;
-        default:
-            rel[nrel++] = e->row_id;
-            break;
-        }
-    }
-
-    if (nr) {
-        JSD_CRASH_POINT("relay.before_receipt_commit");
-        size_t applied = 0;
-        jsd_status s = JSD_ERR_STORE;
-        for (int tryno = 0; tryno < RECEIPT_RETRIES; tryno++) {
-            s = jsd__store_record_receipts(r->store, b->token, rc, nr, &applied);
-            if (s == JSD_OK)
-                break;
-            store_trouble(r, "record receipts");
-            jsd__sleep_ms(100 << tryno);
-        }
-        if (s == JSD_OK) {
-            JSD_CRASH_POINT("relay.after_receipt_commit");
-            size_t dups = 0;
-            for (size_t i = 0; i < nr; i++)
-                dups += rc[i].duplicate;
-            count(r, RC_PUBLISHED, applied);
-            count(r, RC_DUPLICATES, applied == nr ? dups : 0);
-            if (applied < nr) {
-                count(r, RC_LEASE_LOST, nr - applied);
-                JSD_WARN(COMP,
-                         "%zu of %zu receipts refused: their lease was taken over by another "
-                         "relay, whose receipt stands",
-                         nr - applied, nr);
-            }
-            if (r->o.on_published) {
-                for (size_t i = 0; i < n; i++) {
-                    const slot *sl = &b->slots[i];
-                    const jsd__claimed *e = &b->eb.items[i];
-                    if (sl->fate != FATE_RECEIPT)
-                        continue;
-                    jsd_relay_published p = {.owner = e->owner,
-                                             .id = e->effect_id,
-                                             .msg_id = e->msg_id,
-                                             .subject = e->subject,
-                                             .stream = sl->stream,
-                                             .seq = sl->seq,
-                                             .duplicate = sl->duplicate,
-                                             .acked_mono_us = sl->acked_us};
-                    r->o.on_published(&p, r->o.on_published_user);
-                }
-            }
-        } else {
-            JSD_ERROR(COMP,
-                      "cannot record %zu receipts (%s); the effects will be published again "
-                      "with the same ids after their lease expires",
-                      nr, jsd_store_errmsg(r->store));
-        }
-    }
-    if (nf) {
-        size_t applied = 0, dead = 0;
-        jsd_status s =
-            jsd__store_record_failures(r->store, b->token, fl, nf, &r->backoff, r->o.attempt_budget,
-                                       jsd__now_ms(), &applied, &dead);
-        if (s != JSD_OK) {
-            store_trouble(r, "record failures");
-        } else {
-            count(r, RC_ERRORS, applied);
-            count(r, RC_DEAD, dead);
-            if (applied < nf)
-                count(r, RC_LEASE_LOST, nf - applied);
-            JSD_WARN(COMP, "%zu publication(s) failed (first: %s)%s", nf, fl[0].error,
-                     dead ? "; some reached their attempt budget and were dead-lettered" : "");
-            if (dead)
-                JSD_WARN(COMP, "%zu effect(s) dead-lettered", dead);
-        }
-    }
-    if (nrel) {
-        size_t released = 0;
-        if (jsd__store_release(r->store, b->token, rel, nrel, &released) != JSD_OK)
-            store_trouble(r, "release leases");
-    }
-out:
-    jsd__free(rc);
-    jsd__free(fl);
-    jsd__free(rel);
-}
-
 static void sleep_us(long us)
 {
     struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
     nanosleep(&ts, NULL);
-}
-
-/* ---- the receipt writer thread ------------------------------------------------------ */
-
-static void *writer_main(void *arg)
-{
-    jsd_relay *r = arg;
-    pthread_mutex_lock(&r->wq_mu);
-    for (;;) {
-        while (!r->wq_head && !r->wq_quit)
-            pthread_cond_wait(&r->wq_cv, &r->wq_mu);
-        rbatch *b = r->wq_head;
-        if (!b)
-            break; /* quit, and nothing left */
-        r->wq_head = b->next;
-        if (!r->wq_head)
-            r->wq_tail = NULL;
-        r->wq_busy = true;
-        pthread_mutex_unlock(&r->wq_mu);
-
-        pthread_mutex_lock(&r->store_mu);
-        finish_batch(r, b);
-        pthread_mutex_unlock(&r->store_mu);
-        size_t n = b->eb.n;
-        batch_free(b);
-
-        pthread_mutex_lock(&r->wq_mu);
-        atomic_fetch_sub(&r->wq_effects, n);
-        atomic_fetch_add(&r->written, 1);
-        r->wq_busy = false;
-        pthread_cond_broadcast(&r->wq_idle_cv);
-    }
-    pthread_mutex_unlock(&r->wq_mu);
-    return NULL;
-}
-
-/* Hand a settled batch to the writer (or write it here when there is no
- * writer thread). */
-static void hand_over(jsd_relay *r, rbatch *b)
-{
-    b->next = NULL;
-    if (!r->writer_running) {
-        pthread_mutex_lock(&r->store_mu);
-        finish_batch(r, b);
-        pthread_mutex_unlock(&r->store_mu);
-        batch_recycle(r, b);
-        atomic_fetch_add(&r->written, 1);
-        return;
-    }
-    pthread_mutex_lock(&r->wq_mu);
-    atomic_fetch_add(&r->wq_effects, b->eb.n);
-    if (r->wq_tail)
-        r->wq_tail->next = b;
-    else
-        r->wq_head = b;
-    r->wq_tail = b;
-    pthread_cond_signal(&r->wq_cv);
-    pthread_mutex_unlock(&r->wq_mu);
-}
-
-/* Wait until the writer has written everything handed to it. */
-static void writer_flush(jsd_relay *r)
-{
-    if (!r->writer_running)
-        return;
-    pthread_mutex_lock(&r->wq_mu);
-    while (r->wq_head || r->wq_busy)
-        pthread_cond_wait(&r->wq_idle_cv, &r->wq_mu);
-    pthread_mutex_unlock(&r->wq_mu);
-}
-
-static void writer_start(jsd_relay *r)
-{
-    r->wq_quit = false;
-    r->writer_running = pthread_create(&r->writer, NULL, writer_main, r) == 0;
-    if (!r->writer_running)
-        JSD_WARN(COMP, "cannot start the receipt writer thread; writing receipts inline");
-}
-
-static void writer_stop(jsd_relay *r)
-{
-    if (!r->writer_running)
-        return;
-    pthread_mutex_lock(&r->wq_mu);
-    r->wq_quit = true;
-    pthread_cond_signal(&r->wq_cv);
-    pthread_mutex_unlock(&r->wq_mu);
-    pthread_join(r->writer, NULL);
-    r->writer_running = false;
 }
 
 /* Collect finished publications (waiting up to timeout_ms for the first) and
@@ -987,7 +401,7 @@ static int drain(jsd_relay *r, int timeout_ms, size_t *collected)
         for (size_t i = 0; i < got; i++) {
             slot *sl = done[i].user;
             rbatch *b = sl->b;
-            settle(r, sl, &done[i].result, &b->eb.items[sl->idx]);
+            jsd__relay_settle(r, sl, &done[i].result, &b->eb.items[sl->idx]);
             b->pending--;
             r->in_flight--;
         }
@@ -1010,7 +424,7 @@ static int drain(jsd_relay *r, int timeout_ms, size_t *collected)
             *pp = b->next;
             if (r->tail == b)
                 r->tail = prev;
-            hand_over(r, b);
+            jsd__relay_hand_over(r, b);
             finished++;
             continue;
         }
@@ -1031,7 +445,7 @@ static void next_due_in(jsd_relay *r, bool *found, int64_t *in_ms)
     pthread_mutex_lock(&r->store_mu);
     jsd_status s = jsd__store_next_due(r->store, found, &next_due);
     if (s != JSD_OK)
-        store_trouble(r, "next due time");
+        jsd__relay_store_trouble(r, "next due time");
     pthread_mutex_unlock(&r->store_mu);
     if (s != JSD_OK) {
         *found = true; /* unknown: behave as if something were pending */
@@ -1062,7 +476,7 @@ static void idle_wait(jsd_relay *r, bool found, int64_t due_in_ms)
         pthread_mutex_lock(&r->store_mu);
         jsd_status s = jsd__store_wait_wakeup(r->store, (int)JSD_MIN(left, STOP_SLICE_MS), &woken);
         if (s != JSD_OK)
-            store_trouble(r, "wait for wake-up");
+            jsd__relay_store_trouble(r, "wait for wake-up");
         pthread_mutex_unlock(&r->store_mu);
         if (s != JSD_OK)
             jsd__sleep_ms(JSD_MIN(left, STOP_SLICE_MS));
@@ -1085,7 +499,7 @@ static void gauges(jsd_relay *r, bool force)
     pthread_mutex_lock(&r->store_mu);
     jsd_status s = jsd__store_backlog(r->store, jsd__now_ms(), &st);
     if (s != JSD_OK)
-        store_trouble(r, "backlog for metrics");
+        jsd__relay_store_trouble(r, "backlog for metrics");
     pthread_mutex_unlock(&r->store_mu);
     if (s != JSD_OK)
         return;
@@ -1120,7 +534,7 @@ static void idle_report(jsd_relay *r)
 {
     jsd__outbox_trouble t;
     if (jsd__store_outbox_trouble(r->store, &t) != JSD_OK) {
-        store_trouble(r, "counting what is left unpublished");
+        jsd__relay_store_trouble(r, "counting what is left unpublished");
         atomic_store(&r->left_failing, -1);
         atomic_store(&r->left_dead, -1);
         return;
@@ -1141,7 +555,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         return JSD_ERR_INVALID;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&r->running, &expected, 1))
-        return relay_err(r, JSD_ERR_BUSY, "the relay is already running");
+        return jsd__relay_err(r, JSD_ERR_BUSY, "the relay is already running");
 
     bool want_claim = true;  /* a claim may find work */
     int64_t pause_until = 0; /* monotonic: no claims before this */
@@ -1149,7 +563,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
     int64_t idle_since = 0; /* monotonic: since when claims find nothing */
     int64_t last_progress = jsd__mono_ms();
     uint_fast64_t seen_written = atomic_load(&r->written);
-    writer_start(r);
+    jsd__relay_writer_start(r);
     JSD_INFO(COMP, "relay started: batch %d, in flight %d, lease %d ms, poll %d ms",
              r->o.batch_size, r->o.max_in_flight, r->o.lease_ms, r->o.poll_interval_ms);
 
@@ -1182,7 +596,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         if (want_claim && connected && now >= pause_until && room >= full) {
             int ask = (int)JSD_MIN(room, (size_t)r->o.batch_size);
             bool unavailable = false;
-            int got = claim_and_submit(r, ask, &unavailable);
+            int got = jsd__relay_claim_and_submit(r, ask, &unavailable);
             if (got < 0) {
                 pause_until = now + r->o.poll_interval_ms;
             } else {
@@ -1220,7 +634,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
             /* Nothing in flight; receipts still being written: once they are,
              * there is room again and a claim may find the next effects of
              * their keys. */
-            writer_flush(r);
+            jsd__relay_writer_flush(r);
             continue;
         }
         if (want_claim && connected && jsd__mono_ms() >= pause_until)
@@ -1256,8 +670,8 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         }
         drain(r, STOP_SLICE_MS, NULL);
     }
-    writer_flush(r);
-    writer_stop(r);
+    jsd__relay_writer_flush(r);
+    jsd__relay_writer_stop(r);
     gauges(r, true);
     jsd_relay_stats st;
     jsd_relay_stats_get(r, &st);

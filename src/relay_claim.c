@@ -1,0 +1,299 @@
+/*
+ * relay_claim — the relay's publishing side (see the DESIGN block in
+ * relay.c): it claims a batch of due effects under a fresh lease token,
+ * checks each one (a defect the claim reports, an invalid subject, which
+ * stream captures the subject, whether that stream's duplicate window
+ * covers the relay's retry horizon), submits the publishable ones to the
+ * publication engine with their stable Nats-Msg-Id and expected stream, and
+ * maps every publication's result onto its slot (receipt, counted failure,
+ * dead letter now, or release without an attempt). Settled batches go to
+ * the receipt writer (relay_writer.c).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "jsd_int.h"
+#include "pubengine.h"
+#include "relay_int.h"
+#include "store/store.h"
+#include "streams.h"
+#include "subject.h"
+
+/* ---- stream lookup ---------------------------------------------------------------- */
+
+/*
+ * The stream that captures subject, into stream (cap JSD_STREAM_NAME_MAX + 1):
+ * JSD_OK with a name, JSD_ERR_NOT_FOUND when no stream captures it, another
+ * status when the lookup could not be made (NATS down, timeout). Answers come
+ * from the shared stream cache (src/streams.c).
+ */
+static jsd_status stream_for(jsd_relay *r, const char *subject, char *stream, char *why,
+                             size_t why_cap)
+{
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status s = jsd__streams_lookup(r->streams, subject, stream, JSD_STREAM_NAME_MAX + 1, &err);
+    if (s == JSD_ERR_NOT_FOUND)
+        jsd__snprintf(why, why_cap, "no stream captures subject %s", subject);
+    else if (s == JSD_ERR_NOMEM)
+        jsd__snprintf(why, why_cap, "%s", err.msg);
+    else if (s != JSD_OK)
+        jsd__snprintf(why, why_cap, "stream lookup for %s: %s", subject, err.msg);
+    return s;
+}
+
+/*
+ * The retry horizon must fit the stream's duplicate window (DESIGN 2): a
+ * message stored by an attempt whose PubAck never came is retried at most
+ * publish deadline + backoff cap later, and one stored just before its relay
+ * died is retried when the lease has expired, so deadline + cap + lease
+ * bounds the time between a possible store and the retry that JetStream must
+ * recognise. JSD_OK when it fits; JSD_ERR_CONFIG when it does not (the error
+ * is recorded, logged and the relay stops: it would otherwise store such
+ * effects twice); another status when the stream could not be read (why says
+ * so; the effect is released and tried again).
+ */
+static jsd_status window_fits(jsd_relay *r, const char *stream, char *why, size_t why_cap)
+{
+    int64_t window_ms = 0;
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status s = jsd__streams_dup_window(r->streams, stream, &window_ms, &err);
+    if (s != JSD_OK) {
+        jsd__snprintf(why, why_cap, "%s", err.msg);
+        return s;
+    }
+    int64_t horizon =
+        (int64_t)r->o.publish_deadline_ms + (int64_t)r->o.backoff_cap_ms + (int64_t)r->o.lease_ms;
+    if (window_ms <= 0 || horizon < window_ms)
+        return JSD_OK;
+    jsd__snprintf(why, why_cap,
+                  "stream %s keeps message ids for %lld ms (its duplicate window), but this relay "
+                  "may retry an effect up to %lld ms after it was stored (publish deadline %d + "
+                  "backoff cap %d + lease %d ms): such a retry would be stored twice. Lower the "
+                  "deadline, backoff cap or lease, or raise the stream's duplicate window",
+                  stream, (long long)window_ms, (long long)horizon, r->o.publish_deadline_ms,
+                  r->o.backoff_cap_ms, r->o.lease_ms);
+    if (r->fatal == JSD_OK) {
+        r->fatal = jsd__relay_err(r, JSD_ERR_CONFIG, "%s", why);
+        JSD_ERROR(COMP, "%s; the relay stops", why);
+    }
+    atomic_store(&r->stop, 1);
+    return JSD_ERR_CONFIG;
+}
+
+void jsd__relay_batch_free(rbatch *b)
+{
+    if (!b)
+        return;
+    jsd__effect_batch_free(&b->eb);
+    jsd__free(b->slots);
+    jsd__free(b);
+}
+
+static rbatch *batch_new(jsd_relay *r, size_t cap)
+{
+    rbatch *b = r->spare;
+    r->spare = NULL;
+    if (!b) {
+        b = jsd__calloc(1, sizeof(*b));
+        if (!b)
+            return NULL;
+        jsd__effect_batch_init(&b->eb);
+    }
+    jsd__free(b->slots);
+    b->slots = jsd__calloc(cap ? cap : 1, sizeof(slot));
+    if (!b->slots) {
+        jsd__relay_batch_free(b);
+        return NULL;
+    }
+    b->next = NULL;
+    b->pending = 0;
+    return b;
+}
+
+void jsd__relay_batch_recycle(jsd_relay *r, rbatch *b)
+{
+    jsd__effect_batch_clear(&b->eb);
+    jsd__free(b->slots);
+    b->slots = NULL;
+    if (!r->spare)
+        r->spare = b;
+    else
+        jsd__relay_batch_free(b);
+}
+
+static void slot_fail(slot *sl, slot_fate fate, const char *fmt, ...) JSD_PRINTF(3, 4);
+static void slot_fail(slot *sl, slot_fate fate, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sl->reason, sizeof(sl->reason), fmt, ap);
+    va_end(ap);
+    sl->fate = (uint8_t)fate;
+    sl->state = SLOT_DONE;
+}
+
+/* Map a publication result onto the slot. */
+void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, const jsd__claimed *e)
+{
+    const char *subject = e->subject;
+    switch (res->outcome) {
+    case JSD_OUTCOME_ACCEPTED:
+        if (res->receipt.duplicate && e->attempts == 0 && !e->maybe_published) {
+            /* Nothing of ours can have stored it (no failed attempt, no
+             * earlier lease that ended unsettled): the stream holds another
+             * producer's message under this id, and ours is not in it. */
+            slot_fail(sl, FATE_DEAD,
+                      JSD__FIRST_DUP_REASON
+                      ": stream %s already held msg id %s at sequence "
+                      "%llu, so this effect's message was not stored (another producer uses "
+                      "the same id: a second store with the same owner and effect id?)",
+                      res->receipt.stream, e->msg_id, (unsigned long long)res->receipt.seq);
+            sl->first_dup = true;
+            jsd__relay_count(r, RC_FIRST_DUP, 1);
+            JSD_WARN(COMP,
+                     "effect %s/%s: the broker answered duplicate on its first attempt (stream "
+                     "%s, sequence %llu already holds msg id %s); dead-lettering it",
+                     e->owner, e->effect_id, res->receipt.stream,
+                     (unsigned long long)res->receipt.seq, e->msg_id);
+            return;
+        }
+        sl->fate = FATE_RECEIPT;
+        sl->state = SLOT_DONE;
+        sl->seq = res->receipt.seq;
+        sl->duplicate = res->receipt.duplicate;
+        sl->acked_ms = res->receipt.accepted_at_ms ? res->receipt.accepted_at_ms : jsd__now_ms();
+        sl->acked_us = jsd__mono_us();
+        jsd__strlcpy(sl->stream, res->receipt.stream, sizeof(sl->stream));
+        return;
+    case JSD_OUTCOME_RETRYABLE:
+    case JSD_OUTCOME_UNAVAILABLE:
+        slot_fail(sl, FATE_RELEASE, "%s: %s", jsd_outcome_str(res->outcome), res->reason);
+        return;
+    case JSD_OUTCOME_REJECTED:
+        slot_fail(sl, FATE_DEAD, "rejected: %s", res->reason);
+        return;
+    case JSD_OUTCOME_FAILED:
+        if (jsd__js_err_permanent(res->js_err_code)) {
+            slot_fail(sl, FATE_DEAD, "failed permanently: %s (jetstream error %d)", res->reason,
+                      res->js_err_code);
+            return;
+        }
+        /* A stream that no longer captures the subject, or another stream now
+         * does (10060 wrong expected stream): look it up again next time. */
+        jsd__streams_forget(r->streams, subject);
+        /* fall through */
+    default:
+        if (res->js_err_code)
+            slot_fail(sl, FATE_FAILURE, "%s: %s (jetstream error %d)",
+                      jsd_outcome_str(res->outcome), res->reason, res->js_err_code);
+        else
+            slot_fail(sl, FATE_FAILURE, "%s: %s", jsd_outcome_str(res->outcome), res->reason);
+        return;
+    }
+}
+
+/* Claim and submit one batch. Returns the number claimed (0 when nothing was
+ * due), -1 on a store error. *saw_unavailable is set when a publication found
+ * NATS down. */
+int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
+{
+    rbatch *b = batch_new(r, (size_t)want);
+    if (!b) {
+        jsd__relay_err(r, JSD_ERR_NOMEM, "out of memory claiming a batch");
+        return -1;
+    }
+    if (!jsd__random_hex(b->token, 16)) {
+        jsd__relay_batch_recycle(r, b);
+        jsd__relay_err(r, JSD_ERR_INTERNAL, "cannot draw a lease token");
+        return -1;
+    }
+    pthread_mutex_lock(&r->store_mu);
+    jsd_status s = jsd__store_claim(r->store, want, r->o.lease_ms, b->token, jsd__now_ms(), &b->eb);
+    if (s != JSD_OK)
+        jsd__relay_store_trouble(r, "claim");
+    pthread_mutex_unlock(&r->store_mu);
+    if (s != JSD_OK) {
+        jsd__relay_batch_recycle(r, b);
+        return -1;
+    }
+    if (b->eb.n == 0) {
+        jsd__relay_batch_recycle(r, b);
+        return 0;
+    }
+    JSD_CRASH_POINT("relay.after_claim");
+    jsd__relay_count(r, RC_BATCHES, 1);
+    b->claimed_mono_ms = jsd__mono_ms();
+    if (r->tail)
+        r->tail->next = b;
+    else
+        r->head = b;
+    r->tail = b;
+
+    for (size_t i = 0; i < b->eb.n; i++) {
+        const jsd__claimed *e = &b->eb.items[i];
+        slot *sl = &b->slots[i];
+        sl->b = b;
+        sl->idx = (uint32_t)i;
+        if (atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+            slot_fail(sl, FATE_RELEASE, "relay stopping");
+            continue;
+        }
+        if (e->defect[0]) {
+            slot_fail(sl, FATE_DEAD, "cannot be published: %s", e->defect);
+            continue;
+        }
+        jsd_error verr;
+        jsd_error_clear(&verr);
+        if (!jsd__subject_valid_exact(e->subject, &verr)) {
+            slot_fail(sl, FATE_DEAD, "cannot be published: %s", verr.msg);
+            continue;
+        }
+        char stream[JSD_STREAM_NAME_MAX + 1], why[256];
+        s = stream_for(r, e->subject, stream, why, sizeof(why));
+        if (s == JSD_ERR_NOT_FOUND) {
+            slot_fail(sl, FATE_FAILURE, "failed: %s", why);
+            continue;
+        }
+        if (s == JSD_ERR_INVALID || s == JSD_ERR_LIMIT) {
+            slot_fail(sl, FATE_DEAD, "cannot be published: %s", why);
+            continue;
+        }
+        if (s == JSD_OK)
+            s = window_fits(r, stream, why, sizeof(why));
+        if (s == JSD_ERR_CONFIG) {
+            slot_fail(sl, FATE_RELEASE, "%s", why);
+            continue;
+        }
+        if (s != JSD_OK) {
+            slot_fail(sl, FATE_RELEASE, "unavailable: %s", why);
+            *saw_unavailable = true;
+            continue;
+        }
+        jsd__pub_req req = {
+            .subject = e->subject,
+            .msg_id = e->msg_id,
+            .expected_stream = stream,
+            .headers = e->headers,
+            .n_headers = e->n_headers,
+            .payload = e->payload,
+            .len = e->len,
+            .user = sl,
+        };
+        jsd_publish_result res;
+        if (jsd__pubengine_submit(r->eng, &req, &res)) {
+            sl->state = SLOT_PENDING;
+            b->pending++;
+            r->in_flight++;
+        } else {
+            jsd__relay_settle(r, sl, &res, e);
+            if (res.outcome == JSD_OUTCOME_UNAVAILABLE)
+                *saw_unavailable = true;
+        }
+    }
+    atomic_store(&r->n_inflight, r->in_flight);
+    JSD_CRASH_POINT("relay.after_publish");
+    return (int)b->eb.n;
+}

@@ -1,0 +1,163 @@
+/*
+ * Private interface of the outbox relay, shared by its three files only:
+ * relay.c (create/destroy, the run loop and its DESIGN block, counters,
+ * the last error), relay_claim.c (claiming a batch, the stream and
+ * duplicate-window checks, submitting it and mapping each publication's
+ * result onto its slot) and relay_writer.c (the receipt-writer thread that
+ * settles a finished batch in the store). It holds the batches in flight,
+ * struct jsd_relay and the small API each file offers the others.
+ */
+#ifndef JSD_RELAY_INT_H
+#define JSD_RELAY_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "jsd_int.h"
+#include "pubengine.h"
+#include "store/store.h"
+#include "streams.h"
+#include "subject.h"
+
+#define COMP "relay"
+
+/* ---- batches in flight ------------------------------------------------------------ */
+
+enum slot_state { SLOT_UNSENT = 0, SLOT_PENDING, SLOT_DONE };
+
+typedef enum slot_fate {
+    FATE_RECEIPT = 1, /* ACCEPTED */
+    FATE_FAILURE,     /* an attempt is counted */
+    FATE_DEAD,        /* dead-letter now */
+    FATE_RELEASE      /* nothing sent: release without an attempt */
+} slot_fate;
+
+typedef struct rbatch rbatch;
+
+typedef struct slot {
+    rbatch *b;
+    uint32_t idx;
+    uint8_t state;
+    uint8_t fate;
+    bool duplicate;
+    bool first_dup; /* dead-lettered: the PubAck said duplicate on a first attempt */
+    uint64_t seq;
+    int64_t acked_us;
+    int64_t acked_ms;
+    char stream[JSD_STREAM_NAME_MAX + 1];
+    char reason[256];
+} slot;
+
+struct rbatch {
+    rbatch *next;
+    char token[JSD__LEASE_TOKEN_MAX];
+    jsd__effect_batch eb;
+    slot *slots;
+    size_t pending; /* submitted, not completed */
+    int64_t claimed_mono_ms;
+};
+
+struct jsd_relay {
+    jsd_store *store;
+    jsd_conn *conn;
+    jsd_relay_opts o;
+    jsd__backoff backoff;
+    jsd__pubengine *eng;
+    jsd__streams *streams; /* subject -> stream, and each stream's duplicate window */
+    jsd_status fatal;      /* JSD_OK, or why the run stopped itself (a window too short) */
+
+    rbatch *head, *tail; /* batches in flight, oldest first */
+    rbatch *spare;       /* one recycled batch */
+    size_t in_flight;    /* slots PENDING */
+
+    /* The receipt writer: settled batches are handed to a second thread that
+     * writes their receipts and failures while this one keeps publishing.
+     * store_mu makes the two threads take turns on the store. */
+    pthread_mutex_t store_mu;
+    pthread_mutex_t wq_mu;
+    pthread_cond_t wq_cv;      /* to the writer: work, or quit */
+    pthread_cond_t wq_idle_cv; /* from the writer: a batch was written */
+    rbatch *wq_head, *wq_tail;
+    atomic_size_t wq_effects; /* effects handed over and not yet written */
+    bool wq_busy;             /* the writer holds a batch */
+    bool wq_quit;
+    bool writer_running;
+    pthread_t writer;
+    atomic_uint_fast64_t written; /* batches written */
+    bool sync_init;
+
+    atomic_int stop;
+    atomic_int running;
+
+    /* counters (read from any thread) */
+    atomic_uint_fast64_t n_published, n_duplicates, n_errors, n_dead, n_inflight, n_batches,
+        n_lease_lost, n_store_errors, n_first_dup;
+    /* what the last run_until_idle left behind (from the store), -1 unknown */
+    atomic_int_fast64_t left_failing, left_dead;
+
+    /* metrics (all NULL without a registry: updates are then no-ops) */
+    const jsd_metrics_std *mstd;
+    jsd_metric *m_dead, *m_inflight, *m_first_dup;
+    int64_t last_gauges_ms;
+
+    int64_t last_store_warn_ms; /* under err_mu */
+
+    /* The last error: written by the publishing thread and the receipt
+     * writer, read by jsd_relay_errmsg, always under err_mu. err_shown is
+     * the copy jsd_relay_errmsg hands out. */
+    pthread_mutex_t err_mu;
+    jsd_error err;
+    char err_shown[JSD_ERRMSG_MAX];
+    uint64_t logged_published, logged_errors; /* for the progress line */
+};
+
+typedef enum relay_counter {
+    RC_PUBLISHED,
+    RC_DUPLICATES,
+    RC_ERRORS,
+    RC_DEAD,
+    RC_LEASE_LOST,
+    RC_STORE_ERRORS,
+    RC_BATCHES,
+    RC_FIRST_DUP
+} relay_counter;
+
+/* ---- relay.c -------------------------------------------------------------------- */
+
+/* Count n relay events (any thread): the handle's counter and, with a
+ * registry, its metric. */
+void jsd__relay_count(jsd_relay *r, relay_counter c, uint64_t n);
+
+/* Record the handle's last error (any thread). Returns s. */
+jsd_status jsd__relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...) JSD_PRINTF(3, 4);
+
+/* A store operation (what) failed: counted, recorded, logged at warn at most
+ * every 5 s. */
+void jsd__relay_store_trouble(jsd_relay *r, const char *what);
+
+/* ---- relay_claim.c -------------------------------------------------------------- */
+
+void jsd__relay_batch_free(rbatch *b);
+/* Keep b as the spare batch (or free it). */
+void jsd__relay_batch_recycle(jsd_relay *r, rbatch *b);
+/* Map a publication result onto the slot. */
+void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res,
+                       const jsd__claimed *e);
+/* Claim and submit one batch. Returns the number claimed (0 when nothing was
+ * due), -1 on a store error. *saw_unavailable is set when a publication found
+ * NATS down. */
+int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable);
+
+/* ---- relay_writer.c ------------------------------------------------------------- */
+
+/* Hand a settled batch to the writer (or write it here when there is no
+ * writer thread). */
+void jsd__relay_hand_over(jsd_relay *r, rbatch *b);
+/* Wait until the writer has written everything handed to it. */
+void jsd__relay_writer_flush(jsd_relay *r);
+void jsd__relay_writer_start(jsd_relay *r);
+void jsd__relay_writer_stop(jsd_relay *r);
+
+#endif

@@ -1,0 +1,227 @@
+/*
+ * relay_writer — the relay's receipt writer (DESIGN 2, 3, 7 in relay.c): a
+ * second thread takes each batch whose publications are all settled and
+ * writes its outcome to the store under the batch's lease token, the
+ * receipts in one transaction (retried), the failures in a second, and
+ * releases what was never sent; the publishing thread meanwhile goes on
+ * claiming and submitting. The two take turns on the store under store_mu.
+ * Without the thread (it could not start) batches are written inline. The
+ * crash points relay.before_receipt_commit and relay.after_receipt_commit
+ * sit on this path.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "jsd_int.h"
+#include "relay_int.h"
+#include "store/store.h"
+
+#define RECEIPT_RETRIES 5 /* store retries of a batch's receipt commit */
+
+/* Write the outcome of a batch whose publications are all settled. */
+static void finish_batch(jsd_relay *r, rbatch *b)
+{
+    size_t n = b->eb.n, nr = 0, nf = 0, nrel = 0;
+    jsd__receipt *rc = jsd__calloc(n, sizeof(*rc));
+    jsd__failure *fl = jsd__calloc(n, sizeof(*fl));
+    int64_t *rel = jsd__calloc(n, sizeof(*rel));
+    if (!rc || !fl || !rel) {
+        /* Nothing is written: the leases expire and the effects are published
+         * again with the same ids (duplicates), which is safe. */
+        JSD_ERROR(COMP, "out of memory writing %zu receipts; they will be retried", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const slot *sl = &b->slots[i];
+        const jsd__claimed *e = &b->eb.items[i];
+        switch (sl->fate) {
+        case FATE_RECEIPT:
+            rc[nr].row_id = e->row_id;
+            rc[nr].stream = sl->stream;
+            rc[nr].seq = sl->seq;
+            rc[nr].duplicate = sl->duplicate;
+            rc[nr].published_at_ms = sl->acked_ms;
+            nr++;
+            break;
+        case FATE_DEAD:
+            JSD_WARN(COMP, "dead-lettering effect %s/%s (row %lld): %s", e->owner, e->effect_id,
+                     (long long)e->row_id, sl->reason);
+            /* fall through */
+        case FATE_FAILURE:
+            fl[nf].row_id = e->row_id;
+            fl[nf].error = sl->reason;
+            fl[nf].dead_letter_now = sl->fate == FATE_DEAD;
+            nf++;
+            break;
+        default:
+            rel[nrel++] = e->row_id;
+            break;
+        }
+    }
+
+    if (nr) {
+        JSD_CRASH_POINT("relay.before_receipt_commit");
+        size_t applied = 0;
+        jsd_status s = JSD_ERR_STORE;
+        for (int tryno = 0; tryno < RECEIPT_RETRIES; tryno++) {
+            s = jsd__store_record_receipts(r->store, b->token, rc, nr, &applied);
+            if (s == JSD_OK)
+                break;
+            jsd__relay_store_trouble(r, "record receipts");
+            jsd__sleep_ms(100 << tryno);
+        }
+        if (s == JSD_OK) {
+            JSD_CRASH_POINT("relay.after_receipt_commit");
+            size_t dups = 0;
+            for (size_t i = 0; i < nr; i++)
+                dups += rc[i].duplicate;
+            jsd__relay_count(r, RC_PUBLISHED, applied);
+            jsd__relay_count(r, RC_DUPLICATES, applied == nr ? dups : 0);
+            if (applied < nr) {
+                jsd__relay_count(r, RC_LEASE_LOST, nr - applied);
+                JSD_WARN(COMP,
+                         "%zu of %zu receipts refused: their lease was taken over by another "
+                         "relay, whose receipt stands",
+                         nr - applied, nr);
+            }
+            if (r->o.on_published) {
+                for (size_t i = 0; i < n; i++) {
+                    const slot *sl = &b->slots[i];
+                    const jsd__claimed *e = &b->eb.items[i];
+                    if (sl->fate != FATE_RECEIPT)
+                        continue;
+                    jsd_relay_published p = {.owner = e->owner,
+                                             .id = e->effect_id,
+                                             .msg_id = e->msg_id,
+                                             .subject = e->subject,
+                                             .stream = sl->stream,
+                                             .seq = sl->seq,
+                                             .duplicate = sl->duplicate,
+                                             .acked_mono_us = sl->acked_us};
+                    r->o.on_published(&p, r->o.on_published_user);
+                }
+            }
+        } else {
+            JSD_ERROR(COMP,
+                      "cannot record %zu receipts (%s); the effects will be published again "
+                      "with the same ids after their lease expires",
+                      nr, jsd_store_errmsg(r->store));
+        }
+    }
+    if (nf) {
+        size_t applied = 0, dead = 0;
+        jsd_status s =
+            jsd__store_record_failures(r->store, b->token, fl, nf, &r->backoff, r->o.attempt_budget,
+                                       jsd__now_ms(), &applied, &dead);
+        if (s != JSD_OK) {
+            jsd__relay_store_trouble(r, "record failures");
+        } else {
+            jsd__relay_count(r, RC_ERRORS, applied);
+            jsd__relay_count(r, RC_DEAD, dead);
+            if (applied < nf)
+                jsd__relay_count(r, RC_LEASE_LOST, nf - applied);
+            JSD_WARN(COMP, "%zu publication(s) failed (first: %s)%s", nf, fl[0].error,
+                     dead ? "; some reached their attempt budget and were dead-lettered" : "");
+            if (dead)
+                JSD_WARN(COMP, "%zu effect(s) dead-lettered", dead);
+        }
+    }
+    if (nrel) {
+        size_t released = 0;
+        if (jsd__store_release(r->store, b->token, rel, nrel, &released) != JSD_OK)
+            jsd__relay_store_trouble(r, "release leases");
+    }
+out:
+    jsd__free(rc);
+    jsd__free(fl);
+    jsd__free(rel);
+}
+
+/* ---- the receipt writer thread ------------------------------------------------------ */
+
+static void *writer_main(void *arg)
+{
+    jsd_relay *r = arg;
+    pthread_mutex_lock(&r->wq_mu);
+    for (;;) {
+        while (!r->wq_head && !r->wq_quit)
+            pthread_cond_wait(&r->wq_cv, &r->wq_mu);
+        rbatch *b = r->wq_head;
+        if (!b)
+            break; /* quit, and nothing left */
+        r->wq_head = b->next;
+        if (!r->wq_head)
+            r->wq_tail = NULL;
+        r->wq_busy = true;
+        pthread_mutex_unlock(&r->wq_mu);
+
+        pthread_mutex_lock(&r->store_mu);
+        finish_batch(r, b);
+        pthread_mutex_unlock(&r->store_mu);
+        size_t n = b->eb.n;
+        jsd__relay_batch_free(b);
+
+        pthread_mutex_lock(&r->wq_mu);
+        atomic_fetch_sub(&r->wq_effects, n);
+        atomic_fetch_add(&r->written, 1);
+        r->wq_busy = false;
+        pthread_cond_broadcast(&r->wq_idle_cv);
+    }
+    pthread_mutex_unlock(&r->wq_mu);
+    return NULL;
+}
+
+/* Hand a settled batch to the writer (or write it here when there is no
+ * writer thread). */
+void jsd__relay_hand_over(jsd_relay *r, rbatch *b)
+{
+    b->next = NULL;
+    if (!r->writer_running) {
+        pthread_mutex_lock(&r->store_mu);
+        finish_batch(r, b);
+        pthread_mutex_unlock(&r->store_mu);
+        jsd__relay_batch_recycle(r, b);
+        atomic_fetch_add(&r->written, 1);
+        return;
+    }
+    pthread_mutex_lock(&r->wq_mu);
+    atomic_fetch_add(&r->wq_effects, b->eb.n);
+    if (r->wq_tail)
+        r->wq_tail->next = b;
+    else
+        r->wq_head = b;
+    r->wq_tail = b;
+    pthread_cond_signal(&r->wq_cv);
+    pthread_mutex_unlock(&r->wq_mu);
+}
+
+/* Wait until the writer has written everything handed to it. */
+void jsd__relay_writer_flush(jsd_relay *r)
+{
+    if (!r->writer_running)
+        return;
+    pthread_mutex_lock(&r->wq_mu);
+    while (r->wq_head || r->wq_busy)
+        pthread_cond_wait(&r->wq_idle_cv, &r->wq_mu);
+    pthread_mutex_unlock(&r->wq_mu);
+}
+
+void jsd__relay_writer_start(jsd_relay *r)
+{
+    r->wq_quit = false;
+    r->writer_running = pthread_create(&r->writer, NULL, writer_main, r) == 0;
+    if (!r->writer_running)
+        JSD_WARN(COMP, "cannot start the receipt writer thread; writing receipts inline");
+}
+
+void jsd__relay_writer_stop(jsd_relay *r)
+{
+    if (!r->writer_running)
+        return;
+    pthread_mutex_lock(&r->wq_mu);
+    r->wq_quit = true;
+    pthread_cond_signal(&r->wq_cv);
+    pthread_mutex_unlock(&r->wq_mu);
+    pthread_join(r->writer, NULL);
+    r->writer_running = false;
+}
