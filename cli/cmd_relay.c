@@ -276,9 +276,8 @@ int cmd_relay(int argc, char **argv)
                (unsigned long long)st.published, (unsigned long long)st.duplicates,
                (unsigned long long)st.errors, (unsigned long long)st.dead_lettered,
                (unsigned long long)st.batches, (unsigned long long)st.lease_lost,
-               (unsigned long long)st.store_errors,
-               (unsigned long long)st.first_attempt_duplicates, (long long)st.left_failing,
-               (long long)st.left_dead_lettered);
+               (unsigned long long)st.store_errors, (unsigned long long)st.first_attempt_duplicates,
+               (long long)st.left_failing, (long long)st.left_dead_lettered);
         fflush(stdout);
     }
 

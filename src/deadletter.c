@@ -168,8 +168,8 @@ jsd_status jsd_dlq_replay(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_s
         const char *parts[] = {"jsd.replay", origin};
         size_t lens[] = {10, strlen(origin)};
         if ((st = jsd__ld_sha256_hex(parts, lens, 2, id)) != JSD_OK) {
-            st = jsd__err(err, st, "cannot derive the replay's message id (%s)",
-                          jsd_status_str(st));
+            st =
+                jsd__err(err, st, "cannot derive the replay's message id (%s)", jsd_status_str(st));
             goto done;
         }
     }

@@ -205,7 +205,7 @@ typedef struct run {
     jsd_fx_pg pg[2]; /* [0] the producer's server, [1] the sink's */
     bool pg_down[2];
     char src_url[512], sink_url[512];
-    char src_ns[80]; /* the producer store's message-id namespace */
+    char src_ns[80];       /* the producer store's message-id namespace */
     char daemon_nats[900]; /* URL(s) the daemons use (through the proxy if any) */
     char direct_nats[900]; /* URL(s) the checker uses */
     char mnt[400];         /* tmpfs under the SQLite stores (disk-full) */

@@ -320,12 +320,14 @@ static void status_and_gc(void **state)
     snprintf(args, sizeof(args), "gc --store '%s' --older-than 1m --dedup-window 2m", url);
     ASSERT_EQ(run(NULL, args), 78);
     ASSERT_CONTAINS(out, "duplicate window");
-    snprintf(args, sizeof(args), "gc --store '%s' --older-than 1h --dedup-window 2m --min-horizon 3h", url);
+    snprintf(args, sizeof(args),
+             "gc --store '%s' --older-than 1h --dedup-window 2m --min-horizon 3h", url);
     ASSERT_EQ(run(NULL, args), 78);
     snprintf(args, sizeof(args), "gc --store '%s' --older-than 10s --dedup-window 5s --batch 0",
              url);
     ASSERT_EQ(run(NULL, args), 64);
-    snprintf(args, sizeof(args), "gc --store '%s' --older-than 1h --dedup-window 2m --batch 1", url);
+    snprintf(args, sizeof(args), "gc --store '%s' --older-than 1h --dedup-window 2m --batch 1",
+             url);
     ASSERT_EQ(run(NULL, args), 0);
     ASSERT_CONTAINS(out, "removed 3 rows");
     snprintf(args, sizeof(args), "status --store '%s' --json", url);
@@ -351,7 +353,10 @@ static void help_and_secrets(void **state)
                                 "--subject a.b --id x"),
               69);
     ASSERT_NOT_CONTAINS(out, "hunter2");
-    ASSERT_EQ(run(NULL, "gc --store 'postgres://u:hunter2@127.0.0.1:1/x' --older-than 1d --dedup-window 2m"), 69);
+    ASSERT_EQ(
+        run(NULL,
+            "gc --store 'postgres://u:hunter2@127.0.0.1:1/x' --older-than 1d --dedup-window 2m"),
+        69);
     ASSERT_NOT_CONTAINS(out, "hunter2");
     ASSERT_EQ(run(NULL, "status --store 'mysql://x'"), 78);
     ASSERT_EQ(run(NULL, "status"), 64);

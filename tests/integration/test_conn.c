@@ -159,7 +159,8 @@ static void assert_no_key_material(const char *text, const char *path)
     char buf[4096];
     file_text(path, buf, sizeof(buf));
     for (char *p = buf; *p; p++) {
-        size_t n = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567abcdefghijklmnopqrstuvwxyz0123456789-_.");
+        size_t n =
+            strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567abcdefghijklmnopqrstuvwxyz0123456789-_.");
         if (n >= 40) {
             char tok[2048];
             snprintf(tok, sizeof(tok), "%.*s", (int)JSD_MIN(n, sizeof(tok) - 1), p);

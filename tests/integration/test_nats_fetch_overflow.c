@@ -72,9 +72,9 @@ static void raw_pull(cenv *e, jsd_consumer *c, const char *body)
 {
     char subj[256];
     snprintf(subj, sizeof(subj), "$JS.API.CONSUMER.MSG.NEXT.%s.%s", e->stream, e->durable);
-    ASSERT_EQ(natsConnection_PublishRequestString(e->nc, subj, natsSubscription_GetSubject(c->sub),
-                                                  body),
-              NATS_OK);
+    ASSERT_EQ(
+        natsConnection_PublishRequestString(e->nc, subj, natsSubscription_GetSubject(c->sub), body),
+        NATS_OK);
     ASSERT_EQ(natsConnection_FlushTimeout(e->nc, 5000), NATS_OK);
 }
 

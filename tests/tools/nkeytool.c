@@ -108,8 +108,8 @@ static int cmd_gen(const char *kind, const char *path)
     public_of(k, type, pub, sizeof(pub));
     EVP_PKEY_free(k);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, seed, strlen(seed)) != (ssize_t)strlen(seed) || write(fd, "\n", 1) != 1 ||
-        close(fd) != 0) {
+    if (fd < 0 || write(fd, seed, strlen(seed)) != (ssize_t)strlen(seed) ||
+        write(fd, "\n", 1) != 1 || close(fd) != 0) {
         fprintf(stderr, "nkeytool: cannot write %s\n", path);
         return 1;
     }
@@ -151,15 +151,17 @@ static int cmd_jwt(const char *kind, const char *issuer_seed, const char *sub, c
     long long iat = (long long)time(NULL);
     /* jti: a hash of the claims without it (nats' jwt library encodes it in
      * base32; the server only needs a unique text) */
-    snprintf(jti_src, sizeof(jti_src), "{\"iat\":%lld,\"iss\":\"%s\",\"name\":\"%s\",\"sub\":\"%s\",\"nats\":%s}",
-             iat, iss, name, sub, nats);
+    snprintf(jti_src, sizeof(jti_src),
+             "{\"iat\":%lld,\"iss\":\"%s\",\"name\":\"%s\",\"sub\":\"%s\",\"nats\":%s}", iat, iss,
+             name, sub, nats);
     if (!EVP_Digest(jti_src, strlen(jti_src), md, &mdlen, EVP_sha256(), NULL))
         return 1;
     char jti[64];
     b64url(md, mdlen, jti, sizeof(jti));
-    snprintf(claims, sizeof(claims),
-             "{\"jti\":\"%s\",\"iat\":%lld,\"iss\":\"%s\",\"name\":\"%s\",\"sub\":\"%s\",\"nats\":%s}",
-             jti, iat, iss, name, sub, nats);
+    snprintf(
+        claims, sizeof(claims),
+        "{\"jti\":\"%s\",\"iat\":%lld,\"iss\":\"%s\",\"name\":\"%s\",\"sub\":\"%s\",\"nats\":%s}",
+        jti, iat, iss, name, sub, nats);
     static const char header[] = "{\"typ\":\"JWT\",\"alg\":\"ed25519-nkey\"}";
     b64url((const unsigned char *)header, strlen(header), head, sizeof(head));
     b64url((const unsigned char *)claims, strlen(claims), body, sizeof(body));
