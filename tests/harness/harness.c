@@ -4,6 +4,9 @@
  * directory, running a command with its output captured.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -105,6 +108,48 @@ void jsd_test_alloc_failures(const char *child_case, int max_runs, const char *w
         ASSERT_CONTAINS(out, "status=JSD_ERR_NOMEM");
     }
     fail_msg("%s still ran out of memory after %d allocations", what, max_runs);
+}
+
+extern char **environ;
+
+pid_t jsd_test_spawn(const char *const argv[], const char *log, bool truncate, const char *crash_at)
+{
+    static const char key[] = "JSD_CRASH_AT=";
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **envp = calloc(n + 2, sizeof(*envp));
+    char *crash = NULL;
+    assert_non_null(envp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], key, sizeof(key) - 1) != 0)
+            envp[k++] = environ[i];
+    if (crash_at) {
+        size_t len = sizeof(key) + strlen(crash_at);
+        crash = malloc(len);
+        assert_non_null(crash);
+        snprintf(crash, len, "%s%s", key, crash_at);
+        envp[k++] = crash;
+    }
+    envp[k] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execve(argv[0], (char *const *)argv, envp);
+        _exit(127);
+    }
+    free(crash);
+    free(envp);
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    return pid;
 }
 
 bool jsd_test_file_contains(const char *path, const char *needle)

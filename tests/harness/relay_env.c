@@ -473,23 +473,7 @@ pid_t rt_spawn_relay(const char *store_url, const char *nats_url, const char *cr
         argv[a++] = extra[i];
     argv[a] = NULL;
 
-    pid_t pid = fork();
-    ASSERT_TRUE(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        if (crash_at)
-            setenv("JSD_CRASH_AT", crash_at, 1);
-        else
-            unsetenv("JSD_CRASH_AT");
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
+    return jsd_test_spawn(argv, log, false, crash_at);
 }
 
 /* Wait up to ms for pid; returns the raw wait status, or -1 on timeout. */

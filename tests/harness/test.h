@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include <cmocka.h>
 
@@ -178,6 +179,16 @@ const char *jsd_test_dir(void);
 /* Run a shell command, capture stdout+stderr (bounded) into out; return the
  * exit status (-1 on a signal death). */
 int jsd_test_run(const char *cmd, char *out, size_t cap);
+
+/* Start argv[0] with argv as a child process whose stdout and stderr append
+ * to log (truncated first when truncate is set), with JSD_CRASH_AT set to
+ * crash_at when given and removed otherwise. Everything that allocates is
+ * done before fork: the child of a threaded process (nats.c's threads) may
+ * only make async-signal-safe calls (an allocator lock held by another
+ * thread at the fork never opens in the child). Returns the pid; fails the
+ * test when fork fails. */
+pid_t jsd_test_spawn(const char *const argv[], const char *log, bool truncate,
+                     const char *crash_at);
 
 /* true when the file at path exists and contains needle (a log line a
  * spawned process wrote, for ASSERT_WAIT). */

@@ -22,16 +22,7 @@ static char orders_db[1024], sink_db[1024];
 
 static pid_t spawn(const char *const argv[], const char *log)
 {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        FILE *f = freopen(log, "a", stdout);
-        (void)f;
-        dup2(1, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
+    return jsd_test_spawn(argv, log, false, NULL);
 }
 
 static void stop_child(pid_t pid)

@@ -28,40 +28,22 @@ static pid_t spawn_consumer(cenv *e, int idx, int gen)
 {
     char log[512];
     snprintf(log, sizeof(log), "%s/consume-%d-%d.log", jsd_test_dir(), idx, gen);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        if (idx == 0 && gen == 0)
-            setenv("JSD_CRASH_AT", "ingress.after_commit:3", 1);
-        else
-            unsetenv("JSD_CRASH_AT");
-        const char *args[] = {jsd_fx_bin("jsdurable"),
-                              "consume",
-                              "--store",
-                              e->store_url,
-                              "--nats",
-                              jsd_fx_shared_nats_url(),
-                              "--stream",
-                              e->stream,
-                              "--durable",
-                              e->durable,
-                              "--batch",
-                              "64",
-                              "--sql",
-                              "INSERT INTO effects(seq, body) VALUES (:stream_seq, :payload)"};
-        char *argv[sizeof(args) / sizeof(args[0]) + 1];
-        for (size_t k = 0; k < sizeof(args) / sizeof(args[0]); k++)
-            argv[k] = strdup(args[k]);
-        argv[sizeof(args) / sizeof(args[0])] = NULL;
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
+    const char *argv[] = {jsd_fx_bin("jsdurable"),
+                          "consume",
+                          "--store",
+                          e->store_url,
+                          "--nats",
+                          jsd_fx_shared_nats_url(),
+                          "--stream",
+                          e->stream,
+                          "--durable",
+                          e->durable,
+                          "--batch",
+                          "64",
+                          "--sql",
+                          "INSERT INTO effects(seq, body) VALUES (:stream_seq, :payload)",
+                          NULL};
+    return jsd_test_spawn(argv, log, true, idx == 0 && gen == 0 ? "ingress.after_commit:3" : NULL);
 }
 
 static void publish_many(cenv *e, int n)
