@@ -457,7 +457,7 @@ cmd_cluster_start() {
 }
 
 cluster_try() {
-  local dir=$1 i routes body leader="" end node
+  local dir=$1 i routes body leader="" end node cname
   : > "$dir/fixture.env"
   local cports=() ports=() pids=()
   # JetStream clustering needs the routes up front: pick three free cluster
@@ -468,11 +468,15 @@ cluster_try() {
     cports+=("$p")
   done
   routes=$(printf '"nats-route://127.0.0.1:%s", ' "${cports[@]}")
+  # A name of its own: two clusters of concurrent runs that share a name can
+  # join through a route port picked by both, and then neither places an R3
+  # stream (seen as jsErrCode 10005 while two suites ran on one machine).
+  cname="jsdfx-$(randhex 4)"
   for i in 1 2 3; do
     node="$dir/n$i"
     nats_prepare "$node" plain 2>/dev/null
     JSD_FX_SERVER_NAME=n$i write_nats_conf "$node" plain -1 \
-      "$(printf 'cluster {\n  name: jsdfx\n  listen: 127.0.0.1:%s\n  routes: [ %s ]\n}' "${cports[$((i-1))]}" "${routes%, }")"
+      "$(printf 'cluster {\n  name: %s\n  listen: 127.0.0.1:%s\n  routes: [ %s ]\n}' "$cname" "${cports[$((i-1))]}" "${routes%, }")"
     # a lone node is not healthy until it has peers: do not wait for /healthz
     launch_cluster_node "$node" || return 1
     ports+=("$LAUNCH_PORT"); pids+=("$LAUNCH_PID")
