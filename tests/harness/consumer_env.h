@@ -70,4 +70,17 @@ bool cenv_settled(cenv *e);
  * durable and inbox retention are set here, fetch_wait_ms defaults to 200. */
 jsd_consumer *cenv_consumer(cenv *e, jsd_consumer_opts *o);
 
+/* The sqlite_ and pg_ cmocka cases of a suite function fn(bool pg). */
+#define BOTH(fn)                                                                                   \
+    static void fn##_sqlite(void **state)                                                          \
+    {                                                                                              \
+        (void)state;                                                                               \
+        fn(false);                                                                                 \
+    }                                                                                              \
+    static void fn##_pg(void **state)                                                              \
+    {                                                                                              \
+        (void)state;                                                                               \
+        fn(true);                                                                                  \
+    }
+
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -150,6 +151,29 @@ pid_t jsd_test_spawn(const char *const argv[], const char *log, bool truncate, c
     if (pid < 0)
         fail_msg("fork: %s", strerror(errno));
     return pid;
+}
+
+static char tmpfs_dir[512];
+
+static void tmpfs_unmount_at_exit(void)
+{
+    if (tmpfs_dir[0])
+        umount2(tmpfs_dir, MNT_DETACH);
+}
+
+const char *jsd_test_mount_tmpfs(const char *name, const char *size)
+{
+    snprintf(tmpfs_dir, sizeof(tmpfs_dir), "%s/%s", jsd_test_dir(), name);
+    mkdir(tmpfs_dir, 0755);
+    char opts[64];
+    snprintf(opts, sizeof(opts), "size=%s,mode=0755", size);
+    if (mount("tmpfs", tmpfs_dir, "tmpfs", 0, opts) != 0) {
+        print_message("cannot mount a tmpfs at %s: %s\n", tmpfs_dir, strerror(errno));
+        tmpfs_dir[0] = '\0';
+        return NULL;
+    }
+    atexit(tmpfs_unmount_at_exit);
+    return tmpfs_dir;
 }
 
 bool jsd_test_file_contains(const char *path, const char *needle)

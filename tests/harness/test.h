@@ -190,6 +190,11 @@ int jsd_test_run(const char *cmd, char *out, size_t cap);
 pid_t jsd_test_spawn(const char *const argv[], const char *log, bool truncate,
                      const char *crash_at);
 
+/* Mount a tmpfs of the given size ("4m") at the test's folder/name, unmounted
+ * at exit; its path, or NULL (with a message; the caller skips) when mounting
+ * is not permitted here. One at a time per test process. */
+const char *jsd_test_mount_tmpfs(const char *name, const char *size);
+
 /* true when the file at path exists and contains needle (a log line a
  * spawned process wrote, for ASSERT_WAIT). */
 bool jsd_test_file_contains(const char *path, const char *needle);

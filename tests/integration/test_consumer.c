@@ -699,18 +699,6 @@ static void msg_id_duplicate_caught(bool pg)
     cenv_down(&e);
 }
 
-#define BOTH(fn)                                                                                   \
-    static void fn##_sqlite(void **state)                                                          \
-    {                                                                                              \
-        (void)state;                                                                               \
-        fn(false);                                                                                 \
-    }                                                                                              \
-    static void fn##_pg(void **state)                                                              \
-    {                                                                                              \
-        (void)state;                                                                               \
-        fn(true);                                                                                  \
-    }
-
 BOTH(commit_then_confirmed_ack)
 BOTH(failed_commit_no_ack)
 BOTH(redelivery_hits_inbox)

@@ -290,18 +290,6 @@ static void dlq_tools(bool pg)
     cenv_down(&e);
 }
 
-#define BOTH(fn)                                                                                   \
-    static void fn##_sqlite(void **state)                                                          \
-    {                                                                                              \
-        (void)state;                                                                               \
-        fn(false);                                                                                 \
-    }                                                                                              \
-    static void fn##_pg(void **state)                                                              \
-    {                                                                                              \
-        (void)state;                                                                               \
-        fn(true);                                                                                  \
-    }
-
 BOTH(binds_parameters)
 BOTH(filter_subject)
 BOTH(crash_after_commit)

@@ -210,27 +210,13 @@ static void drain_while_held_fails(void **state)
     cenv_down(&e);
 }
 
-/* ---- SQLite on a full disk ------------------------------------------------------------ */
-static char mnt_dir[512];
-static void unmount_at_exit(void)
-{
-    if (mnt_dir[0])
-        umount2(mnt_dir, MNT_DETACH);
-}
+/* The tmpfs of the disk cases (jsd_test_mount_tmpfs). */
+static const char *mnt_dir;
 
 static bool mount_tmpfs(const char *name, const char *size)
 {
-    snprintf(mnt_dir, sizeof(mnt_dir), "%s/%s", jsd_test_dir(), name);
-    mkdir(mnt_dir, 0755);
-    char opts[64];
-    snprintf(opts, sizeof(opts), "size=%s,mode=0755", size);
-    if (mount("tmpfs", mnt_dir, "tmpfs", 0, opts) != 0) {
-        print_message("cannot mount a tmpfs at %s: %s\n", mnt_dir, strerror(errno));
-        mnt_dir[0] = '\0';
-        return false;
-    }
-    atexit(unmount_at_exit);
-    return true;
+    mnt_dir = jsd_test_mount_tmpfs(name, size);
+    return mnt_dir != NULL;
 }
 
 /* Fill the file system at path until a write fails with ENOSPC. */
@@ -461,18 +447,6 @@ static void commit_counted_at_confirmed_ack(bool pg)
     jsd_consumer_destroy(r.c);
     cenv_down(&e);
 }
-
-#define BOTH(fn)                                                                                   \
-    static void fn##_sqlite(void **state)                                                          \
-    {                                                                                              \
-        (void)state;                                                                               \
-        fn(false);                                                                                 \
-    }                                                                                              \
-    static void fn##_pg(void **state)                                                              \
-    {                                                                                              \
-        (void)state;                                                                               \
-        fn(true);                                                                                  \
-    }
 
 BOTH(dlq_full_then_room)
 BOTH(ack_wait_not_replaced)

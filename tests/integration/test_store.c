@@ -1716,28 +1716,13 @@ static void url_errors_are_clear_and_secret_free(void **state)
     ASSERT_STREQ(red, "postgres://me:***@h:5/db?sslmode=require&password=***");
 }
 
-static char mnt_dir[512];
-static void unmount_at_exit(void)
-{
-    if (mnt_dir[0])
-        umount2(mnt_dir, MNT_DETACH);
-}
+/* The tmpfs of the disk cases (jsd_test_mount_tmpfs). */
+static const char *mnt_dir;
 
-/* Mount a small tmpfs of its own; false (and the test skips) when mounting is
- * not permitted here. */
 static bool mount_tmpfs(const char *name, const char *size)
 {
-    snprintf(mnt_dir, sizeof(mnt_dir), "%s/%s", jsd_test_dir(), name);
-    mkdir(mnt_dir, 0755);
-    char opts[64];
-    snprintf(opts, sizeof(opts), "size=%s,mode=0755", size);
-    if (mount("tmpfs", mnt_dir, "tmpfs", 0, opts) != 0) {
-        print_message("cannot mount a tmpfs at %s: %s\n", mnt_dir, strerror(errno));
-        mnt_dir[0] = '\0';
-        return false;
-    }
-    atexit(unmount_at_exit);
-    return true;
+    mnt_dir = jsd_test_mount_tmpfs(name, size);
+    return mnt_dir != NULL;
 }
 
 static void sqlite_read_only_file(void **state)
