@@ -71,6 +71,28 @@
  *    ordering key becomes claimable only once the writer has committed the
  *    previous one's receipt (the store checks), and the publishing thread
  *    claims again whenever the writer reports a written batch.
+ * 8. PostgreSQL (measured, issue 12): the lease stays a column, not a row
+ *    lock held by a transaction open across the publication. A row lock
+ *    vanishes with a crashed relay's session and leaves no trace, so the
+ *    next claim could not tell a retry from a first attempt (point 4a
+ *    needs maybe_published), and it would pin one connection per batch in
+ *    flight. Instead the lease write is cheap: the lease columns are in no
+ *    index and the table keeps room on each page (fillfactor 70, schema
+ *    migration 3), so a claim is a HOT update that adds no index entries;
+ *    only the receipt makes a new indexed row version. The receipt writer
+ *    has its own connection (jsd__store_open_writer), so receipts overlap
+ *    the next claims instead of taking turns with them, and its commits are
+ *    lazy (synchronous_commit = off): a receipt lost in a server crash is
+ *    the crash before the receipt commit of point 2 (the row keeps its
+ *    lease token, so the next claim marks it maybe_published and the
+ *    duplicate PubAck retires it), and it cannot be built upon: the next
+ *    claim of its order key commits synchronously, which makes every
+ *    earlier WAL record durable first. Claims stay synchronous (a lost
+ *    claim would hide that an effect was sent). A full batch moves a claim
+ *    floor above its largest id, so the next claim does not step over the
+ *    index entries published rows leave until vacuum; a claim from the start
+ *    runs whenever one comes back short and at least once a second, so an
+ *    expired lease or an ended backoff below the floor waits at most that.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -282,6 +304,15 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
         jsd__err(err, s, "out of memory creating the relay's stream cache");
         goto fail;
     }
+    {
+        jsd_error werr;
+        jsd_error_clear(&werr);
+        if (jsd__store_open_writer(store, &r->wstore, &werr) != JSD_OK)
+            JSD_WARN(COMP,
+                     "cannot open a second store connection for the receipt writer (%s); "
+                     "claims and receipts take turns on one connection",
+                     werr.msg);
+    }
     *out = r; /* r->err is clear: calloc */
     return JSD_OK;
 fail:
@@ -306,6 +337,7 @@ void jsd_relay_destroy(jsd_relay *r)
     }
     jsd__relay_batch_free(r->spare);
     jsd__streams_destroy(r->streams);
+    jsd_store_close(r->wstore);
     if (r->sync_init) {
         pthread_mutex_destroy(&r->store_mu);
         pthread_mutex_destroy(&r->wq_mu);
@@ -370,18 +402,23 @@ jsd_status jsd_outbox_trouble_get(jsd_store *s, jsd_outbox_trouble *out)
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
-void jsd__relay_store_trouble(jsd_relay *r, const char *what)
+void jsd__relay_store_trouble_on(jsd_relay *r, jsd_store *st, const char *what)
 {
     jsd__relay_count(r, RC_STORE_ERRORS, 1);
     int64_t now = jsd__mono_ms();
     pthread_mutex_lock(&r->err_mu);
-    jsd__err(&r->err, JSD_ERR_STORE, "%s: %s", what, jsd_store_errmsg(r->store));
+    jsd__err(&r->err, JSD_ERR_STORE, "%s: %s", what, jsd_store_errmsg(st));
     bool warn = now - r->last_store_warn_ms >= 5000;
     if (warn)
         r->last_store_warn_ms = now;
     pthread_mutex_unlock(&r->err_mu);
     if (warn)
-        JSD_WARN(COMP, "%s failed, will retry: %s", what, jsd_store_errmsg(r->store));
+        JSD_WARN(COMP, "%s failed, will retry: %s", what, jsd_store_errmsg(st));
+}
+
+void jsd__relay_store_trouble(jsd_relay *r, const char *what)
+{
+    jsd__relay_store_trouble_on(r, r->store, what);
 }
 static void sleep_us(long us)
 {

@@ -61,6 +61,9 @@ struct rbatch {
 
 struct jsd_relay {
     jsd_store *store;
+    /* The writer's own handle (PostgreSQL, jsd__store_open_writer), owned;
+     * NULL: the writer uses store, taking turns under store_mu. */
+    jsd_store *wstore;
     jsd_conn *conn;
     jsd_relay_opts o;
     jsd__backoff backoff;
@@ -136,6 +139,8 @@ jsd_status jsd__relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...) JSD_
 /* A store operation (what) failed: counted, recorded, logged at warn at most
  * every 5 s. */
 void jsd__relay_store_trouble(jsd_relay *r, const char *what);
+/* The same for an operation on st (the writer's handle). */
+void jsd__relay_store_trouble_on(jsd_relay *r, jsd_store *st, const char *what);
 
 /* ---- relay_claim.c -------------------------------------------------------------- */
 

@@ -4,7 +4,8 @@
  * writes its outcome to the store under the batch's lease token, the
  * receipts in one transaction (retried), the failures in a second, and
  * releases what was never sent; the publishing thread meanwhile goes on
- * claiming and submitting. The two take turns on the store under store_mu.
+ * claiming and submitting. On PostgreSQL the writer has a connection of its
+ * own (DESIGN 8); otherwise the two take turns on the store under store_mu.
  * Without the thread (it could not start) batches are written inline. The
  * crash points relay.before_receipt_commit and relay.after_receipt_commit
  * sit on this path.
@@ -21,6 +22,7 @@
 /* Write the outcome of a batch whose publications are all settled. */
 static void finish_batch(jsd_relay *r, rbatch *b)
 {
+    jsd_store *ws = r->wstore ? r->wstore : r->store;
     size_t n = b->eb.n, nr = 0, nf = 0, nrel = 0;
     jsd__receipt *rc = jsd__calloc(n, sizeof(*rc));
     jsd__failure *fl = jsd__calloc(n, sizeof(*fl));
@@ -64,10 +66,10 @@ static void finish_batch(jsd_relay *r, rbatch *b)
         size_t applied = 0;
         jsd_status s = JSD_ERR_STORE;
         for (int tryno = 0; tryno < RECEIPT_RETRIES; tryno++) {
-            s = jsd__store_record_receipts(r->store, b->token, rc, nr, &applied);
+            s = jsd__store_record_receipts(ws, b->token, rc, nr, &applied);
             if (s == JSD_OK)
                 break;
-            jsd__relay_store_trouble(r, "record receipts");
+            jsd__relay_store_trouble_on(r, ws, "record receipts");
             jsd__sleep_ms(100 << tryno);
         }
         if (s == JSD_OK) {
@@ -105,16 +107,15 @@ static void finish_batch(jsd_relay *r, rbatch *b)
             JSD_ERROR(COMP,
                       "cannot record %zu receipts (%s); the effects will be published again "
                       "with the same ids after their lease expires",
-                      nr, jsd_store_errmsg(r->store));
+                      nr, jsd_store_errmsg(ws));
         }
     }
     if (nf) {
         size_t applied = 0, dead = 0;
-        jsd_status s =
-            jsd__store_record_failures(r->store, b->token, fl, nf, &r->backoff, r->o.attempt_budget,
-                                       jsd__now_ms(), &applied, &dead);
+        jsd_status s = jsd__store_record_failures(
+            ws, b->token, fl, nf, &r->backoff, r->o.attempt_budget, jsd__now_ms(), &applied, &dead);
         if (s != JSD_OK) {
-            jsd__relay_store_trouble(r, "record failures");
+            jsd__relay_store_trouble_on(r, ws, "record failures");
         } else {
             jsd__relay_count(r, RC_ERRORS, applied);
             jsd__relay_count(r, RC_DEAD, dead);
@@ -128,8 +129,8 @@ static void finish_batch(jsd_relay *r, rbatch *b)
     }
     if (nrel) {
         size_t released = 0;
-        if (jsd__store_release(r->store, b->token, rel, nrel, &released) != JSD_OK)
-            jsd__relay_store_trouble(r, "release leases");
+        if (jsd__store_release(ws, b->token, rel, nrel, &released) != JSD_OK)
+            jsd__relay_store_trouble_on(r, ws, "release leases");
     }
 out:
     jsd__free(rc);
@@ -155,9 +156,11 @@ static void *writer_main(void *arg)
         r->wq_busy = true;
         pthread_mutex_unlock(&r->wq_mu);
 
-        pthread_mutex_lock(&r->store_mu);
+        if (!r->wstore)
+            pthread_mutex_lock(&r->store_mu);
         finish_batch(r, b);
-        pthread_mutex_unlock(&r->store_mu);
+        if (!r->wstore)
+            pthread_mutex_unlock(&r->store_mu);
         size_t n = b->eb.n;
         jsd__relay_batch_free(b);
 

@@ -16,7 +16,7 @@
 #include "store/store.h"
 
 /* Current schema version (see the migration lists in sqlite.c / postgres.c). */
-#define JSD__SCHEMA_VERSION 2
+#define JSD__SCHEMA_VERSION 3
 
 /* The jsd_meta key of the store id (migration 2). */
 #define JSD__META_STORE_ID "store_id"
@@ -96,14 +96,23 @@ struct jsd_store {
     bool meta_id_found;
     char meta_id[65];
     char ns[JSD_NAMESPACE_MAX + 1]; /* the operator's namespace, or store_id */
-    struct jsd_tx tx;               /* one transaction at a time per store */
-    void *be;                       /* the back end's state */
+    /* What it was opened with, for jsd__store_open_writer (the URL may hold
+     * a password: never printed, wiped at close). */
+    char *open_url;
+    char *open_schema;
+    char *open_ns;
+    struct jsd_tx tx; /* one transaction at a time per store */
+    void *be;         /* the back end's state */
 };
 
 /* Back ends. */
 jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err);
 jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, jsd_error *err);
 struct sqlite3 *jsd__sqlite_handle(jsd_store *s);
+/* PostgreSQL: this session's commits no longer wait for their WAL flush
+ * (synchronous_commit = off, kept across reconnects); see
+ * jsd__store_open_writer. */
+jsd_status jsd__pg_lazy_commit(jsd_store *s);
 struct pg_conn *jsd__pg_handle(jsd_store *s);
 
 #endif

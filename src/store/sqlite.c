@@ -237,7 +237,11 @@ static const char *const migration_1[] = {
 static const char *const migration_2[] = {
     "CREATE TABLE jsd_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)", NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2};
+/* 3: nothing on SQLite (PostgreSQL's outbox gets room for HOT lease
+ * updates); the version is shared by both back ends. */
+static const char *const migration_3[] = {NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3};
 
 /* ---- the wake-up registry ----------------------------------------------------------- */
 

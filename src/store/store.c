@@ -269,6 +269,17 @@ void jsd_store_opts_init(jsd_store_opts *o)
     o->payload_max = JSD_PAYLOAD_DEFAULT_CAP;
 }
 
+/* The URL may hold a password: wipe it before the memory goes back. */
+static void forget_open(jsd_store *s)
+{
+    if (s->open_url)
+        jsd__wipe(s->open_url, strlen(s->open_url));
+    jsd__free(s->open_url);
+    jsd__free(s->open_schema);
+    jsd__free(s->open_ns);
+    s->open_url = s->open_schema = s->open_ns = NULL;
+}
+
 jsd_status jsd_store_open(jsd_store **out, const char *url, jsd_error *err)
 {
     jsd_store_opts o;
@@ -379,6 +390,15 @@ jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_err
         s->ops->close(s);
         goto fail;
     }
+    s->open_url = jsd__strdup(o->url);
+    s->open_schema = o->pg_schema ? jsd__strdup(o->pg_schema) : NULL;
+    s->open_ns = o->id_namespace ? jsd__strdup(o->id_namespace) : NULL;
+    if (!s->open_url || (o->pg_schema && !s->open_schema) || (o->id_namespace && !s->open_ns)) {
+        rc = jsd__err(err, JSD_ERR_NOMEM, "out of memory opening the store");
+        s->ops->close(s);
+        forget_open(s);
+        goto fail;
+    }
     jsd__free(conninfo);
     jsd__free(schema);
     *out = s;
@@ -387,6 +407,29 @@ fail:
     jsd__free(conninfo);
     jsd__free(schema);
     jsd__free(s);
+    return rc;
+}
+
+jsd_status jsd__store_open_writer(const jsd_store *s, jsd_store **out, jsd_error *err)
+{
+    *out = NULL;
+    if (s->backend != JSD_STORE_POSTGRES)
+        return JSD_OK;
+    jsd_store_opts o;
+    jsd_store_opts_init(&o);
+    o.url = s->open_url;
+    o.pg_schema = s->open_schema;
+    o.id_namespace = s->open_ns;
+    o.busy_timeout_ms = s->busy_timeout_ms;
+    o.payload_max = s->payload_max;
+    jsd_store *w = NULL;
+    jsd_status rc = jsd_store_open_opts(&w, &o, err);
+    if (rc == JSD_OK && (rc = jsd__pg_lazy_commit(w)) != JSD_OK) {
+        jsd__err_copy(err, &w->err);
+        jsd_store_close(w);
+        w = NULL;
+    }
+    *out = w;
     return rc;
 }
 
@@ -400,6 +443,7 @@ void jsd_store_close(jsd_store *s)
     }
     if (s->ops)
         s->ops->close(s);
+    forget_open(s);
     jsd__free(s);
 }
 

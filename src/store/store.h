@@ -89,6 +89,18 @@ void jsd__effect_batch_clear(jsd__effect_batch *b);
 void jsd__effect_batch_free(jsd__effect_batch *b);
 
 /*
+ * A second handle on the same store for writing the relay's outcomes
+ * (receipts, failures, releases) beside the claims of the first, so the two
+ * overlap (DESIGN 7 in relay.c). PostgreSQL only: *out is NULL on SQLite,
+ * whose one writer gains nothing from a second connection. Its commits are
+ * lazy (synchronous_commit = off): a receipt lost in a server crash leaves
+ * its effect as a crash before the receipt commit does, and the next claim's
+ * synchronous commit makes every earlier receipt durable (WAL is one
+ * sequence), so no later claim can build on a lost one.
+ */
+jsd_status jsd__store_open_writer(const jsd_store *s, jsd_store **out, jsd_error *err);
+
+/*
  * Claim up to max effects that are due (next_attempt_at <= now_ms; an emitted
  * effect's first next_attempt_at is its not_before, or its creation time),
  * unpublished, not dead-lettered and whose lease is free or expired
