@@ -2009,6 +2009,133 @@ static void pg_concurrent_duplicate_identity(void **state)
 /* A PostgreSQL connection lost between operations is re-established by the
  * next operation; the one that met the loss reports JSD_ERR_CONNECT. Nothing
  * committed is lost. */
+/* One text value from a raw libpq connection. */
+static void pg_text(PGconn *c, const char *sql, char *out, size_t cap)
+{
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) < 1)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
+
+/* The relay's receipt writer handle (jsd__store_open_writer, DESIGN 8 in
+ * relay.c): a second connection whose commits do not wait for their WAL
+ * flush, also after it reconnects; none on SQLite. */
+static void pg_writer_handle_commits_lazily(void **state)
+{
+    (void)state;
+    char url[512], v[32];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    jsd_store *s = open_url(url), *w = NULL;
+    jsd_error e;
+    ASSERT_OK_E(jsd__store_open_writer(s, &w, &e), e.msg);
+    assert_non_null(w);
+    PGconn *wc = jsd__pg_handle(w), *sc = jsd__pg_handle(s);
+    assert_true(PQbackendPID(wc) != PQbackendPID(sc));
+    pg_text(wc, "SHOW synchronous_commit", v, sizeof(v));
+    ASSERT_STREQ(v, "off");
+    pg_text(sc, "SHOW synchronous_commit", v, sizeof(v));
+    ASSERT_STREQ(v, "on");
+    /* The same after the server drops the writer's session. */
+    char sql[96];
+    snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d)", PQbackendPID(wc));
+    pg_text(sc, sql, v, sizeof(v));
+    bool found = false;
+    int64_t next = 0;
+    if (jsd__store_next_due(w, &found, &next) != JSD_OK) /* may meet the dead session */
+        ASSERT_OK_E(jsd__store_next_due(w, &found, &next), jsd_store_errmsg(w));
+    pg_text(jsd__pg_handle(w), "SHOW synchronous_commit", v, sizeof(v));
+    ASSERT_STREQ(v, "off");
+    jsd_store_close(w);
+    jsd_store_close(s);
+
+    char surl[512];
+    jsd_fx_sqlite_url(surl, sizeof(surl));
+    s = open_url(surl);
+    w = s; /* must be overwritten */
+    ASSERT_OK_E(jsd__store_open_writer(s, &w, &e), e.msg);
+    assert_null(w);
+    jsd_store_close(s);
+}
+
+/* The PostgreSQL claim floor: after full batches the claim starts above the
+ * largest id it took, yet an effect below it whose lease expires is claimed
+ * again (marked maybe published) within about a second; and keyed heads
+ * and unordered effects share a batch. */
+static void pg_claim_floor_keeps_expired_leases_reachable(void **state)
+{
+    (void)state;
+    char url[512], id[32];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    jsd_store *s = open_url(url);
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    for (int i = 0; i < 30; i++) {
+        snprintf(id, sizeof(id), "e%02d", i);
+        jsd_effect ef = {.owner = "o", .id = id, .subject = "orders.x"};
+        ASSERT_OK(jsd_tx_emit(tx, &ef));
+    }
+    ASSERT_OK(jsd_tx_commit(tx));
+    jsd__effect_batch a, b, c;
+    jsd__effect_batch_init(&a);
+    jsd__effect_batch_init(&b);
+    jsd__effect_batch_init(&c);
+    int64_t t0 = jsd__now_ms();
+    ASSERT_OK_E(jsd__store_claim(s, 10, 300, "short", t0, &a), jsd_store_errmsg(s));
+    ASSERT_EQ(a.n, 10);
+    ASSERT_OK_E(jsd__store_claim(s, 10, 60000, "long", t0, &b), jsd_store_errmsg(s));
+    ASSERT_EQ(b.n, 10);
+    ASSERT_TRUE(b.items[0].row_id > a.items[9].row_id);
+    /* Once the short lease is over, its ten come back (and no others). */
+    int again = 0;
+    int64_t deadline = jsd__mono_ms() + 10000;
+    while (again < 10 && jsd__mono_ms() < deadline) {
+        ASSERT_OK_E(jsd__store_claim(s, 10, 60000, "later", jsd__now_ms(), &c),
+                    jsd_store_errmsg(s));
+        for (size_t i = 0; i < c.n; i++) {
+            if (c.items[i].row_id <= a.items[9].row_id) {
+                ASSERT_TRUE(c.items[i].maybe_published);
+                again++;
+            }
+            ASSERT_TRUE(c.items[i].row_id < b.items[0].row_id ||
+                        c.items[i].row_id > b.items[9].row_id);
+        }
+        if (again < 10)
+            jsd__sleep_ms(20);
+    }
+    ASSERT_EQ(again, 10);
+    jsd__effect_batch_free(&a);
+    jsd__effect_batch_free(&b);
+    jsd__effect_batch_free(&c);
+
+    /* Keyed heads take at most half of a full batch, unordered the rest. */
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    for (int i = 0; i < 6; i++) {
+        char key[16];
+        snprintf(id, sizeof(id), "k%d", i);
+        snprintf(key, sizeof(key), "key-%d", i);
+        jsd_effect ef = {.owner = "o", .id = id, .subject = "orders.k", .order_key = key};
+        ASSERT_OK(jsd_tx_emit(tx, &ef));
+        snprintf(id, sizeof(id), "u%d", i);
+        jsd_effect eu = {.owner = "o", .id = id, .subject = "orders.u"};
+        ASSERT_OK(jsd_tx_emit(tx, &eu));
+    }
+    ASSERT_OK(jsd_tx_commit(tx));
+    jsd__effect_batch_init(&a);
+    ASSERT_OK_E(jsd__store_claim(s, 4, 60000, "mixed", jsd__now_ms(), &a), jsd_store_errmsg(s));
+    ASSERT_EQ(a.n, 4);
+    int keyed = 0;
+    for (size_t i = 0; i < a.n; i++) {
+        keyed += a.items[i].order_key != NULL;
+        if (i > 0)
+            ASSERT_TRUE(a.items[i - 1].row_id < a.items[i].row_id);
+    }
+    ASSERT_EQ(keyed, 2);
+    jsd__effect_batch_free(&a);
+    jsd_store_close(s);
+}
+
 static void pg_reconnects_after_connection_loss(void **state)
 {
     (void)state;
@@ -2147,4 +2274,6 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
               cmocka_unit_test(pg_reconnects_after_connection_loss),
-              cmocka_unit_test(pg_concurrent_duplicate_identity))
+              cmocka_unit_test(pg_concurrent_duplicate_identity),
+              cmocka_unit_test(pg_writer_handle_commits_lazily),
+              cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable))
