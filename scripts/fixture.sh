@@ -5,7 +5,9 @@
 #   fixture.sh nats-start DIR VARIANT [PORT]   VARIANT: plain|tls|userpass|nojs|
 #                                                       mtls|nkey|operator
 #   fixture.sh cluster-start DIR               3 JetStream nodes in DIR/n1..n3
-#   fixture.sh pg-start DIR [PORT]             PostgreSQL 15, user jsd (superuser)
+#   fixture.sh pg-start DIR [PORT]             PostgreSQL 15, user jsd (superuser);
+#                                              JSD_PG_PROFILE=bench: deployment-like
+#                                              memory/WAL settings (default: test)
 #   fixture.sh stop DIR       graceful stop (SIGTERM; pg_ctl stop -m fast)
 #   fixture.sh kill DIR       SIGKILL; the store stays for a restart
 #   fixture.sh restart DIR    start again: same folder, store and port
@@ -566,6 +568,29 @@ pg_launch() { # DIR: pg_ctl start -w, record the postmaster pid
   LAUNCH_PID=$pid
 }
 
+# JSD_PG_PROFILE=test (the default) keeps the server small for the test suite;
+# JSD_PG_PROFILE=bench gives the memory and WAL settings of a modest real
+# deployment so that benchmark figures are not those of a 32 MB toy: buffers
+# that hold the working set, WAL batched in 16 MB buffers, and checkpoints
+# spaced by time rather than forced every 1 GB of WAL.
+pg_profile_settings() {
+  case ${JSD_PG_PROFILE:-test} in
+    test) echo "shared_buffers = 32MB" ;;
+    bench)
+      echo "shared_buffers = 256MB"
+      echo "wal_buffers = 16MB"
+      echo "max_wal_size = 4GB"
+      echo "min_wal_size = 512MB"
+      echo "checkpoint_timeout = 15min"
+      echo "checkpoint_completion_target = 0.9"
+      echo "effective_cache_size = 2GB"
+      echo "work_mem = 16MB"
+      echo "maintenance_work_mem = 256MB"
+      ;;
+    *) die "JSD_PG_PROFILE=${JSD_PG_PROFILE} is not test or bench" ;;
+  esac
+}
+
 cmd_pg_start() {
   local dir port=${2:-} try
   [ -n "${1:-}" ] || die "usage: fixture.sh pg-start DIR [PORT]"
@@ -592,8 +617,8 @@ cmd_pg_start() {
       echo "fsync = on"
       echo "synchronous_commit = on"
       echo "max_connections = 200"
-      echo "shared_buffers = 32MB"
       echo "max_prepared_transactions = 0"
+      pg_profile_settings
     } >> "$dir/data/postgresql.conf"
     pg_launch "$dir" && break
     if [ $try = 5 ] || [ -n "${2:-}" ]; then
