@@ -67,7 +67,7 @@ PCFILE := $(BUILD)/jsdurable.pc
 .SECONDARY:
 
 .PHONY: all deps lib cli tests check check-unit check-asan check-valgrind check-tsan \
-        chaos demo bench install uninstall clean format lint fuzz
+        chaos demo bench bench-scale install uninstall clean format lint fuzz
 
 all: lib cli $(PCFILE)
 
@@ -174,6 +174,13 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN) tests
 	@BUILD=$(BUILD) bash bench/run.sh
+
+# The scale figures (bench/scale.sh: 1M pending effects, 5M published rows,
+# the CLI processes' peak memory through 1M messages); minutes, not seconds,
+# so not part of `make bench`.
+bench-scale: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/bench/bench_scale
+	@BUILD=$(BUILD) bash bench/scale.sh
 
 # ---- install -------------------------------------------------------------------
 install: all

@@ -1,0 +1,612 @@
+/*
+ * bench_scale — the data path as the tables grow, and the memory of the real
+ * processes (issue 12's scale figures); `make bench-scale` runs it through
+ * bench/scale.sh, `make bench` does not (it runs for minutes).
+ *
+ *   bench_scale                   services from $JSD_BENCH_NATS_URL and
+ *                                 $JSD_BENCH_PG_URL (PostgreSQL figures only
+ *                                 when it is set); $JSD_BENCH_CLI is the
+ *                                 jsdurable binary (default build/jsdurable)
+ *
+ * For X = sqlite and postgres, each on a fresh store, 256-byte effects
+ * enqueued through jsd_tx_emit_batch (1,000 a call) in transactions of
+ * 10,000:
+ *   relay.X.scale_base V msg/s       SCALE_BASE (100,000) pending effects, the
+ *                                    relay until idle (the same-run reference)
+ *   relay.X.scale_pending V msg/s    SCALE_PENDING (1,000,000) pending effects
+ *   relay.X.scale_published V msg/s  SCALE_BASE pending effects behind
+ *                                    SCALE_PUBLISHED (5,000,000) published rows
+ *   gc.X V rows/s                    jsd_store_gc (horizon 0, 1000 rows per
+ *                                    transaction) over those published rows
+ *   rss.relay.max_mib V MiB          peak resident memory (VmHWM, sampled every
+ *   rss.consume.max_mib V MiB        20 ms) of `jsdurable relay --until-idle`
+ *                                    and `jsdurable consume --sql --until-idle`
+ *                                    through SCALE_RSS_MESSAGES (1,000,000)
+ *                                    messages, SQLite (rss.X.postgres.max_mib:
+ *                                    the same on PostgreSQL)
+ * The published rows are enqueued through the API, then given the receipt
+ * the relay writes (stream, stream_seq, duplicate, published_at) by one SQL
+ * UPDATE, since publishing 5M messages through JetStream would only measure
+ * JetStream; on PostgreSQL the table is then vacuumed, as autovacuum would
+ * have done while they were published one batch at a time.
+ * Every relay run checks that the stream holds exactly one message per
+ * effect and the store a receipt for each and no backlog; gc checks that it
+ * removed every published row; the consumer that the sink table holds one
+ * row per message. SCALE_STORES ("sqlite postgres") picks the stores,
+ * SCALE_PARTS ("relay gc rss") the parts. Notes go to stderr.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+#include <nats/nats.h>
+#include <sqlite3.h>
+
+#include "jsdurable.h"
+
+#define PAYLOAD 256
+#define PER_TX   10000 /* effects per transaction */
+#define PER_EMIT 1000  /* effects per jsd_tx_emit_batch */
+
+static const char *nats_url;
+static const char *pg_base;
+static char tmpdir[512];
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void die(const char *fmt, const char *detail)
+{
+    fprintf(stderr, "bench_scale: ");
+    fprintf(stderr, fmt, detail);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static long env_count(const char *name, long dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 1 || x > 100000000)
+        die("%s is not a count (1..100000000)", name);
+    return x;
+}
+
+static bool env_has(const char *name, const char *dflt, const char *word)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        v = dflt;
+    size_t n = strlen(word);
+    for (const char *p = strstr(v, word); p; p = strstr(p + 1, word))
+        if ((p == v || p[-1] == ' ' || p[-1] == ',') && (p[n] == 0 || p[n] == ' ' || p[n] == ','))
+            return true;
+    return false;
+}
+
+/* ---- the stream, through a separate nats.c connection ----------------------------- */
+
+static natsConnection *nc;
+static jsCtx *js;
+
+static void nats_up(void)
+{
+    natsOptions *o = NULL;
+    if (natsOptions_Create(&o) != NATS_OK || natsOptions_SetURL(o, nats_url) != NATS_OK)
+        die("bad NATS URL %s", nats_url);
+    natsStatus s = natsConnection_Connect(&nc, o);
+    natsOptions_Destroy(o);
+    if (s != NATS_OK)
+        die("cannot connect: %s", natsStatus_GetText(s));
+    if (natsConnection_JetStream(&js, nc, NULL) != NATS_OK)
+        die("%s", "no JetStream context");
+}
+
+static void stream_make(const char *name, const char *subject)
+{
+    jsStreamConfig c;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    const char *subjects[1] = {subject};
+    jsStreamConfig_Init(&c);
+    c.Name = name;
+    c.Subjects = subjects;
+    c.SubjectsLen = 1;
+    c.Storage = js_FileStorage;
+    c.Duplicates = (int64_t)120 * 1000 * 1000 * 1000;
+    js_DeleteStream(js, name, NULL, &jerr);
+    if (js_AddStream(&si, js, &c, NULL, &jerr) != NATS_OK)
+        die("create stream %s", name);
+    jsStreamInfo_Destroy(si);
+}
+
+static uint64_t stream_msgs(const char *name)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    if (js_GetStreamInfo(&si, js, name, NULL, &jerr) != NATS_OK)
+        die("stream info %s", name);
+    uint64_t n = si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    return n;
+}
+
+static void stream_drop(const char *name)
+{
+    jsErrCode jerr = 0;
+    js_DeleteStream(js, name, NULL, &jerr);
+}
+
+/* ---- stores: a fresh SQLite file or PostgreSQL database per run --------------------- */
+
+typedef struct target {
+    bool pg;
+    const char *kind; /* "sqlite" | "postgres" */
+    char url[700];
+    char db[80]; /* PostgreSQL database name, or the SQLite file */
+} target;
+
+static void target_fresh(target *t, bool pg)
+{
+    static int seq;
+    t->pg = pg;
+    t->kind = pg ? "postgres" : "sqlite";
+    if (!pg) {
+        snprintf(t->db, sizeof(t->db), "scale-%d.db", seq++);
+        snprintf(t->url, sizeof(t->url), "sqlite:%s/%s", tmpdir, t->db);
+        return;
+    }
+    snprintf(t->db, sizeof(t->db), "jsd_bench_scale_%ld_%d", (long)getpid(), seq++);
+    PGconn *c = PQconnectdb(pg_base);
+    if (PQstatus(c) != CONNECTION_OK)
+        die("PostgreSQL: %s", PQerrorMessage(c));
+    char sql[200];
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", t->db);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        die("create database: %s", PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+    /* postgresql://user@host:port/db?params -> .../name?params */
+    const char *scheme = strstr(pg_base, "://");
+    const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
+    const char *q = strchr(pg_base, '?');
+    if (!slash)
+        die("cannot place a database name in %s", "the PostgreSQL URL");
+    snprintf(t->url, sizeof(t->url), "%.*s/%s%s", (int)(slash - pg_base), pg_base, t->db,
+             q ? q : "");
+}
+
+static void target_drop(const target *t)
+{
+    char path[700];
+    if (!t->pg) {
+        const char *ext[] = {"", "-wal", "-shm"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof(path), "%s/%s%s", tmpdir, t->db, ext[i]);
+            unlink(path);
+        }
+        return;
+    }
+    PGconn *c = PQconnectdb(pg_base);
+    snprintf(path, sizeof(path), "DROP DATABASE IF EXISTS %s", t->db);
+    PQclear(PQexec(c, path));
+    PQfinish(c);
+}
+
+/* Run one SQL statement on the target outside the library; returns the first
+ * column of the first row as a number (0 when there is none). */
+static int64_t sql_run(const target *t, const char *sql)
+{
+    int64_t v = 0;
+    if (t->pg) {
+        PGconn *c = PQconnectdb(t->url);
+        if (PQstatus(c) != CONNECTION_OK)
+            die("PostgreSQL: %s", PQerrorMessage(c));
+        PGresult *r = PQexec(c, sql);
+        ExecStatusType st = PQresultStatus(r);
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+            die("SQL failed: %s", PQerrorMessage(c));
+        if (st == PGRES_TUPLES_OK && PQntuples(r) > 0)
+            v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        PQfinish(c);
+        return v;
+    }
+    char path[700];
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, t->db);
+    sqlite3 *db = NULL;
+    if (sqlite3_open(path, &db) != SQLITE_OK)
+        die("cannot open %s", path);
+    sqlite3_busy_timeout(db, 30000);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        die("SQL failed: %s", sqlite3_errmsg(db));
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else if (rc != SQLITE_DONE)
+        die("SQL failed: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static jsd_store *store_open(const char *url)
+{
+    jsd_store *s = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_store_open(&s, url, &err) != JSD_OK)
+        die("cannot open the store: %s", err.msg);
+    return s;
+}
+
+static void enqueue(const target *t, const char *owner, const char *subject, long n)
+{
+    char payload[PAYLOAD];
+    memset(payload, 'p', sizeof(payload));
+    static char ids[PER_EMIT][32];
+    static jsd_effect e[PER_EMIT];
+    jsd_store *s = store_open(t->url);
+    int64_t t0 = mono_us();
+    for (long i = 0; i < n;) {
+        jsd_tx *tx = NULL;
+        if (jsd_tx_begin(&tx, s) != JSD_OK)
+            die("begin: %s", jsd_store_errmsg(s));
+        for (int k = 0; k < PER_TX && i < n;) {
+            size_t m = 0;
+            for (; m < PER_EMIT && k < PER_TX && i < n; m++, k++, i++) {
+                snprintf(ids[m], sizeof(ids[m]), "%s%ld", owner, i);
+                e[m] = (jsd_effect){.owner = owner,
+                                    .id = ids[m],
+                                    .subject = subject,
+                                    .payload = payload,
+                                    .len = PAYLOAD};
+            }
+            size_t bad = 0;
+            if (jsd_tx_emit_batch(tx, e, m, &bad) != JSD_OK)
+                die("emit: %s", jsd_store_errmsg(s));
+        }
+        if (jsd_tx_commit(tx) != JSD_OK)
+            die("commit: %s", jsd_store_errmsg(s));
+    }
+    fprintf(stderr, "bench_scale: %s: enqueued %ld effects in %.1f s\n", t->kind, n,
+            (double)(mono_us() - t0) / 1e6);
+    jsd_store_close(s);
+}
+
+/* ---- relay throughput ------------------------------------------------------------- */
+
+/* The relay until idle over the store's `due` pending effects, published to
+ * stream. Checks the stream and the store; returns msg/s. */
+static double relay_run(const target *t, const char *stream, long due, int64_t published_before,
+                        const char *label)
+{
+    jsd_store *rs = store_open(t->url);
+    jsd_conn_opts co;
+    jsd_conn_opts_init(&co);
+    co.servers = nats_url;
+    jsd_conn *c = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_conn_open(&c, &co, &err) != JSD_OK)
+        die("cannot connect: %s", err.msg);
+    jsd_relay_opts o;
+    jsd_relay_opts_init(&o);
+    o.publish_deadline_ms = 30000;
+    o.lease_ms = 60000;
+    o.backoff_cap_ms = 20000; /* deadline + cap + lease within the 2-minute window */
+    jsd_relay *r = NULL;
+    if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
+        die("relay: %s", err.msg);
+    int64_t t0 = mono_us();
+    if (jsd_relay_run_until_idle(r) != JSD_OK)
+        die("relay run: %s", jsd_relay_errmsg(r));
+    int64_t t1 = mono_us();
+    jsd_relay_stats st;
+    jsd_relay_stats_get(r, &st);
+    jsd_store_stats ss;
+    if (jsd_store_stats_get(rs, &ss) != JSD_OK)
+        die("store stats: %s", jsd_store_errmsg(rs));
+    uint64_t stored = stream_msgs(stream);
+    if (st.published != (uint64_t)due || stored != (uint64_t)due || st.duplicates != 0 ||
+        ss.published != published_before + due || ss.backlog != 0) {
+        fprintf(stderr,
+                "bench_scale: %s run is wrong: relay published %llu (dups %llu), store "
+                "published %lld backlog %lld, stream %llu, want %ld (+%lld published before)\n",
+                label, (unsigned long long)st.published, (unsigned long long)st.duplicates,
+                (long long)ss.published, (long long)ss.backlog, (unsigned long long)stored, due,
+                (long long)published_before);
+        exit(1);
+    }
+    jsd_relay_destroy(r);
+    jsd_conn_close(c);
+    jsd_store_close(rs);
+    double rate = (double)due / ((double)(t1 - t0) / 1e6);
+    fprintf(stderr, "bench_scale: %s run: %ld effects in %.2f s = %.0f msg/s (%llu batches)\n",
+            label, due, (double)(t1 - t0) / 1e6, rate, (unsigned long long)st.batches);
+    return rate;
+}
+
+static void names(char *stream, size_t scap, char *subject, size_t ucap)
+{
+    static int seq;
+    snprintf(stream, scap, "BENCH_SCALE_%ld_%d", (long)getpid(), seq);
+    snprintf(subject, ucap, "bench.scale.%ld.%d", (long)getpid(), seq++);
+}
+
+/* n pending effects on a fresh store, the relay until idle. */
+static double relay_pending(bool pg, long n, const char *label)
+{
+    target t;
+    char stream[64], subject[64];
+    target_fresh(&t, pg);
+    names(stream, sizeof(stream), subject, sizeof(subject));
+    stream_make(stream, subject);
+    enqueue(&t, "e", subject, n);
+    double v = relay_run(&t, stream, n, 0, label);
+    stream_drop(stream);
+    target_drop(&t);
+    return v;
+}
+
+/* `published` rows with a receipt, then n pending effects, the relay until
+ * idle; then jsd_store_gc over every published row. */
+static void relay_published(bool pg, long published, long n, bool do_relay, bool do_gc)
+{
+    target t;
+    char stream[64], subject[64], label[64];
+    target_fresh(&t, pg);
+    names(stream, sizeof(stream), subject, sizeof(subject));
+    stream_make(stream, subject);
+    enqueue(&t, "old", subject, published);
+    int64_t t0 = mono_us();
+    /* the relay's receipt (src/store/sqlite.c S_RECEIPT, postgres.c P_RECEIPTS) */
+    int64_t done = sql_run(&t, pg ? "WITH u AS (UPDATE jsd_outbox SET stream = 'BENCH_SCALE_FILL', "
+                                    "stream_seq = id, duplicate = false, published_at = "
+                                    "created_at, lease_token = NULL, lease_expires = NULL WHERE "
+                                    "published_at IS NULL RETURNING 1) SELECT count(*) FROM u"
+                                  : "UPDATE jsd_outbox SET stream = 'BENCH_SCALE_FILL', "
+                                    "stream_seq = id, duplicate = 0, published_at = created_at, "
+                                    "lease_token = NULL, lease_expires = NULL WHERE "
+                                    "published_at IS NULL");
+    if (pg)
+        sql_run(&t, "VACUUM (ANALYZE) jsd_outbox");
+    else
+        done = sql_run(&t, "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL");
+    if (done != published) {
+        fprintf(stderr, "bench_scale: %s: %lld rows marked published, want %ld\n", t.kind,
+                (long long)done, published);
+        exit(1);
+    }
+    fprintf(stderr, "bench_scale: %s: %ld rows given a receipt%s in %.1f s\n", t.kind, published,
+            pg ? " and vacuumed" : "", (double)(mono_us() - t0) / 1e6);
+    long total = published;
+    if (do_relay) {
+        enqueue(&t, "e", subject, n);
+        snprintf(label, sizeof(label), "relay.%s.scale_published", t.kind);
+        double v = relay_run(&t, stream, n, published, label);
+        printf("%s %.0f msg/s\n", label, v);
+        fflush(stdout);
+        total += n;
+    }
+    if (do_gc) {
+        jsd_store *s = store_open(t.url);
+        int64_t removed = 0;
+        int64_t g0 = mono_us();
+        if (jsd_store_gc(s, 0, 1000, &removed) != JSD_OK)
+            die("gc: %s", jsd_store_errmsg(s));
+        int64_t g1 = mono_us();
+        jsd_store_stats ss;
+        if (jsd_store_stats_get(s, &ss) != JSD_OK)
+            die("store stats: %s", jsd_store_errmsg(s));
+        if (removed != total || ss.published != 0) {
+            fprintf(stderr, "bench_scale: gc.%s run is wrong: removed %lld, %lld published left, "
+                            "want %ld removed\n",
+                    t.kind, (long long)removed, (long long)ss.published, total);
+            exit(1);
+        }
+        double rate = (double)removed / ((double)(g1 - g0) / 1e6);
+        fprintf(stderr, "bench_scale: gc.%s run: %lld rows in %.2f s\n", t.kind,
+                (long long)removed, (double)(g1 - g0) / 1e6);
+        printf("gc.%s %.0f rows/s\n", t.kind, rate);
+        fflush(stdout);
+        jsd_store_close(s);
+    }
+    stream_drop(stream);
+    target_drop(&t);
+}
+
+/* ---- peak memory of the real processes ---------------------------------------------- */
+
+static long vm_hwm_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmHWM:", 6)) {
+            v = strtol(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Run argv to its end; returns its peak VmHWM in KiB (sampled every 20 ms;
+ * the process's memory peaks while it works, not in its last milliseconds). */
+static long run_measured(const char *const argv[], const char *label)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        execv(argv[0], (char *const *)argv);
+        fprintf(stderr, "bench_scale: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    long peak = -1;
+    int status = 0;
+    int64_t t0 = mono_us();
+    for (;;) {
+        long v = vm_hwm_kib(pid);
+        if (v > peak)
+            peak = v;
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            break;
+        if (w < 0)
+            die("waitpid: %s", strerror(errno));
+        usleep(20000);
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "bench_scale: %s exited with status %d\n", label,
+                WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        exit(1);
+    }
+    fprintf(stderr, "bench_scale: %s: %.1f s, VmHWM %.1f MiB\n", label,
+            (double)(mono_us() - t0) / 1e6, (double)peak / 1024.0);
+    return peak;
+}
+
+static void rss(bool pg, long n)
+{
+    const char *cli = getenv("JSD_BENCH_CLI");
+    if (!cli || !*cli)
+        cli = "build/jsdurable";
+    target t, sink;
+    char stream[64], subject[64], name[64];
+    target_fresh(&t, pg);
+    target_fresh(&sink, pg);
+    names(stream, sizeof(stream), subject, sizeof(subject));
+    stream_make(stream, subject);
+    enqueue(&t, "e", subject, n);
+
+    const char *relay_argv[] = {cli, "relay", "--store", t.url, "--nats", nats_url,
+                          "--until-idle", "--log-level", "error", NULL};
+    snprintf(name, sizeof(name), "jsdurable relay (%s, %ld)", t.kind, n);
+    long relay_kib = run_measured(relay_argv, name);
+    jsd_store *s = store_open(t.url);
+    jsd_store_stats ss;
+    if (jsd_store_stats_get(s, &ss) != JSD_OK)
+        die("store stats: %s", jsd_store_errmsg(s));
+    jsd_store_close(s);
+    if (stream_msgs(stream) != (uint64_t)n || ss.published != n || ss.backlog != 0) {
+        fprintf(stderr, "bench_scale: %s is wrong: stream %llu, store published %lld, want %ld\n",
+                name, (unsigned long long)stream_msgs(stream), (long long)ss.published, n);
+        exit(1);
+    }
+
+    /* the consumer's store exists with its sink table, and a stream captures
+     * its dead letters, before it starts */
+    stream_make("BENCH_SCALE_DLQ", "jsd.dlq.>");
+    jsd_store_close(store_open(sink.url));
+    sql_run(&sink, pg ? "CREATE TABLE bench_sink (seq BIGINT PRIMARY KEY, subject TEXT NOT "
+                        "NULL, body BYTEA NOT NULL)"
+                      : "CREATE TABLE bench_sink (seq INTEGER PRIMARY KEY, subject TEXT NOT "
+                        "NULL, body BLOB NOT NULL)");
+    const char *consume_argv[] = {
+        cli,
+        "consume",
+        "--store",
+        sink.url,
+        "--nats",
+        nats_url,
+        "--stream",
+        stream,
+        "--durable",
+        "bench_sink",
+        "--sql",
+        "INSERT INTO bench_sink (seq, subject, body) VALUES (:stream_seq, :subject, :payload)",
+        "--until-idle",
+        "--log-level",
+        "error",
+        NULL};
+    snprintf(name, sizeof(name), "jsdurable consume --sql (%s, %ld)", t.kind, n);
+    long consume_kib = run_measured(consume_argv, name);
+    int64_t rows = sql_run(&sink, "SELECT count(*) FROM bench_sink");
+    int64_t distinct = sql_run(&sink, "SELECT count(DISTINCT seq) FROM bench_sink");
+    if (rows != n || distinct != n) {
+        fprintf(stderr, "bench_scale: %s is wrong: %lld rows (%lld distinct), want %ld\n", name,
+                (long long)rows, (long long)distinct, n);
+        exit(1);
+    }
+    const char *infix = pg ? ".postgres" : "";
+    printf("rss.relay%s.max_mib %.1f MiB\n", infix, (double)relay_kib / 1024.0);
+    printf("rss.consume%s.max_mib %.1f MiB\n", infix, (double)consume_kib / 1024.0);
+    fflush(stdout);
+    stream_drop(stream);
+    stream_drop("BENCH_SCALE_DLQ");
+    target_drop(&t);
+    target_drop(&sink);
+}
+
+int main(int argc, char **argv)
+{
+    nats_url = argc > 1 ? argv[1] : getenv("JSD_BENCH_NATS_URL");
+    if (!nats_url || !*nats_url)
+        die("%s", "usage: bench_scale NATS_URL (or set JSD_BENCH_NATS_URL)");
+    pg_base = getenv("JSD_BENCH_PG_URL");
+    long base = env_count("SCALE_BASE", 100000);
+    long pending = env_count("SCALE_PENDING", 1000000);
+    long published = env_count("SCALE_PUBLISHED", 5000000);
+    long rss_n = env_count("SCALE_RSS_MESSAGES", 1000000);
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/jsd-bench-scale.XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpdir))
+        die("cannot make a temporary folder: %s", strerror(errno));
+    jsd_log_configure(JSD_LOG_ERROR, JSD_LOG_TEXT, NULL, NULL);
+    nats_up();
+
+    for (int k = 0; k < 2; k++) {
+        bool pg = k == 1;
+        const char *kind = pg ? "postgres" : "sqlite";
+        if (!env_has("SCALE_STORES", "sqlite postgres", kind))
+            continue;
+        if (pg && (!pg_base || !*pg_base)) {
+            fprintf(stderr, "bench_scale: PostgreSQL figures skipped: JSD_BENCH_PG_URL is not "
+                            "set\n");
+            continue;
+        }
+        char label[64];
+        bool do_relay = env_has("SCALE_PARTS", "relay gc rss", "relay");
+        bool do_gc = env_has("SCALE_PARTS", "relay gc rss", "gc");
+        if (do_relay) {
+            snprintf(label, sizeof(label), "relay.%s.scale_base", kind);
+            printf("%s %.0f msg/s\n", label, relay_pending(pg, base, label));
+            fflush(stdout);
+            snprintf(label, sizeof(label), "relay.%s.scale_pending", kind);
+            printf("%s %.0f msg/s\n", label, relay_pending(pg, pending, label));
+            fflush(stdout);
+        }
+        if (do_relay || do_gc)
+            relay_published(pg, published, base, do_relay, do_gc);
+        if (env_has("SCALE_PARTS", "relay gc rss", "rss"))
+            rss(pg, rss_n);
+    }
+
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_scale: could not remove %s\n", tmpdir);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    return 0;
+}
