@@ -176,8 +176,8 @@ bench: deps
 	@BUILD=$(BUILD) bash bench/run.sh
 
 # The scale figures (bench/scale.sh: 1M pending effects, 5M published rows,
-# the CLI processes' peak memory through 1M messages); minutes, not seconds,
-# so not part of `make bench`.
+# the CLI processes' peak memory through 1M messages): about 17 minutes on the
+# 2-core machine, so not part of `make bench`.
 bench-scale: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/bench_scale
 	@BUILD=$(BUILD) bash bench/scale.sh

@@ -49,7 +49,7 @@
 
 #include "jsdurable.h"
 
-#define PAYLOAD 256
+#define PAYLOAD  256
 #define PER_TX   10000 /* effects per transaction */
 #define PER_EMIT 1000  /* effects per jsd_tx_emit_batch */
 
@@ -414,14 +414,15 @@ static void relay_published(bool pg, long published, long n, bool do_relay, bool
         if (jsd_store_stats_get(s, &ss) != JSD_OK)
             die("store stats: %s", jsd_store_errmsg(s));
         if (removed != total || ss.published != 0) {
-            fprintf(stderr, "bench_scale: gc.%s run is wrong: removed %lld, %lld published left, "
-                            "want %ld removed\n",
+            fprintf(stderr,
+                    "bench_scale: gc.%s run is wrong: removed %lld, %lld published left, "
+                    "want %ld removed\n",
                     t.kind, (long long)removed, (long long)ss.published, total);
             exit(1);
         }
         double rate = (double)removed / ((double)(g1 - g0) / 1e6);
-        fprintf(stderr, "bench_scale: gc.%s run: %lld rows in %.2f s\n", t.kind,
-                (long long)removed, (double)(g1 - g0) / 1e6);
+        fprintf(stderr, "bench_scale: gc.%s run: %lld rows in %.2f s\n", t.kind, (long long)removed,
+                (double)(g1 - g0) / 1e6);
         printf("gc.%s %.0f rows/s\n", t.kind, rate);
         fflush(stdout);
         jsd_store_close(s);
@@ -499,8 +500,8 @@ static void rss(bool pg, long n)
     stream_make(stream, subject);
     enqueue(&t, "e", subject, n);
 
-    const char *relay_argv[] = {cli, "relay", "--store", t.url, "--nats", nats_url,
-                          "--until-idle", "--log-level", "error", NULL};
+    const char *relay_argv[] = {cli,      "relay",        "--store",     t.url,   "--nats",
+                                nats_url, "--until-idle", "--log-level", "error", NULL};
     snprintf(name, sizeof(name), "jsdurable relay (%s, %ld)", t.kind, n);
     long relay_kib = run_measured(relay_argv, name);
     jsd_store *s = store_open(t.url);
@@ -602,10 +603,9 @@ int main(int argc, char **argv)
             rss(pg, rss_n);
     }
 
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "bench_scale: could not remove %s\n", tmpdir);
+    /* every store file went with its run (target_drop) */
+    if (rmdir(tmpdir) != 0)
+        fprintf(stderr, "bench_scale: could not remove %s: %s\n", tmpdir, strerror(errno));
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
     return 0;
