@@ -51,6 +51,7 @@ enum {
     P_INBOX_GET,
     P_INBOX_GET_MSG,
     P_INBOX_INS,
+    P_INBOX_INS_MANY,
     P_POISON_INS,
     P_POISON_MARK,
     P_POISON_GET,
@@ -154,6 +155,16 @@ static const char *const sql_text[P__COUNT] = {
     [P_INBOX_INS] = "INSERT INTO @jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, "
                     "detail, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) "
                     "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
+    /* A batch's rows in one statement. NOT EXISTS sees the rows recorded
+     * before the statement only: msg ids are kept distinct by the caller. */
+    [P_INBOX_INS_MANY] = "INSERT INTO @jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, "
+                         "detail, created_at) SELECT $1::text, $2::text, u.seq, u.mid, $3::int4, "
+                         "NULL, $4::int8 FROM unnest($5::int8[], $6::text[]) AS u(seq, mid) "
+                         "WHERE u.mid IS NULL OR NOT EXISTS (SELECT 1 FROM @jsd_inbox i "
+                         "WHERE i.stream = $1::text AND i.consumer = $2::text "
+                         "AND i.msg_id = u.mid) "
+                         "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING "
+                         "RETURNING stream_seq",
     [P_POISON_INS] = "INSERT INTO @jsd_poison (stream, consumer, stream_seq, msg_id, subject, "
                      "diagnostic, headers, payload, created_at) "
                      "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
@@ -1217,6 +1228,50 @@ static jsd_status pg_inbox_insert(jsd_store *s, const char *stream, const char *
     return ins ? JSD_OK : JSD_ERR_EXISTS;
 }
 
+static jsd_status pg_inbox_insert_many(jsd_store *s, const char *stream, const char *consumer,
+                                       const uint64_t *seqs, const char *const *msg_ids, size_t n,
+                                       int code, int64_t now, bool *inserted)
+{
+    arr a[2];
+    arr_init(&a[0], OID_INT8);
+    arr_init(&a[1], OID_TEXT);
+    for (size_t i = 0; i < n; i++) {
+        arr_i64(&a[0], (int64_t)seqs[i]);
+        arr_str(&a[1], msg_ids[i] && *msg_ids[i] ? msg_ids[i] : NULL);
+    }
+    if (!arr_done(&a[0]) || !arr_done(&a[1])) {
+        arr_free(a, 2);
+        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory building the inbox rows");
+    }
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    p_i64(&p, code);
+    p_i64(&p, now);
+    p_arr(&p, &a[0]);
+    p_arr(&p, &a[1]);
+    PGresult *r =
+        pexec(s, P_INBOX_INS_MANY, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "inbox insert");
+    arr_free(a, 2);
+    if (!r)
+        return s->err.status;
+    /* RETURNING comes in the order of the input as a rule: search on from
+     * the last match, so the common case is one pass. */
+    size_t at = 0;
+    for (int k = 0, rows = PQntuples(r); k < rows; k++) {
+        uint64_t seq = (uint64_t)get_i64(r, k, 0);
+        for (size_t tried = 0; tried < n; tried++, at = (at + 1) % n) {
+            if (seqs[at] == seq) {
+                inserted[at] = true;
+                at = (at + 1) % n;
+                break;
+            }
+        }
+    }
+    PQclear(r);
+    return JSD_OK;
+}
+
 static jsd_status pg_poison_insert(jsd_store *s, const jsd__poison *pz, int64_t now, bool *inserted)
 {
     params p = {.n = 0};
@@ -1386,6 +1441,7 @@ static const jsd__store_ops pg_ops = {
     .wait = pg_wait,
     .inbox_lookup = pg_inbox_lookup,
     .inbox_insert = pg_inbox_insert,
+    .inbox_insert_many = pg_inbox_insert_many,
     .poison_insert = pg_poison_insert,
     .poison_mark = pg_poison_mark,
     .poison_read = pg_poison_read,

@@ -58,6 +58,7 @@ enum {
     S_INBOX_GET,
     S_INBOX_GET_MSG,
     S_INBOX_INS,
+    S_INBOX_INS_NEW,
     S_POISON_INS,
     S_POISON_MARK,
     S_POISON_GET,
@@ -145,6 +146,13 @@ static const char *const sql_text[S__COUNT] = {
     [S_INBOX_INS] = "INSERT INTO jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, detail, "
                     "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
                     "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
+    /* One delivery of a batch: inserted unless seen by seq or by msg id (the
+     * WHERE also tells the parser the ON CONFLICT is an upsert clause). */
+    [S_INBOX_INS_NEW] = "INSERT INTO jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, "
+                        "detail, created_at) SELECT ?1, ?2, ?3, ?4, ?5, NULL, ?6 "
+                        "WHERE ?4 IS NULL OR NOT EXISTS (SELECT 1 FROM jsd_inbox "
+                        "WHERE stream = ?1 AND consumer = ?2 AND msg_id = ?4) "
+                        "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
     [S_POISON_INS] = "INSERT INTO jsd_poison (stream, consumer, stream_seq, msg_id, subject, "
                      "diagnostic, headers, payload, created_at) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
@@ -897,6 +905,34 @@ static jsd_status sq_inbox_insert(jsd_store *s, const char *stream, const char *
     return sqlite3_changes(SQ(s)->db) == 0 ? JSD_ERR_EXISTS : JSD_OK;
 }
 
+/* No round trips to save: one execution of one prepared statement each. */
+static jsd_status sq_inbox_insert_many(jsd_store *s, const char *stream, const char *consumer,
+                                       const uint64_t *seqs, const char *const *msg_ids, size_t n,
+                                       int code, int64_t now, bool *inserted)
+{
+    sqlite3_stmt *st = stmt(s, S_INBOX_INS_NEW);
+    if (!st)
+        return s->err.status;
+    sqlite3 *db = SQ(s)->db;
+    bind_text(st, 1, stream);
+    bind_text(st, 2, consumer);
+    sqlite3_bind_int(st, 5, code);
+    sqlite3_bind_int64(st, 6, now);
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_bind_int64(st, 3, (int64_t)seqs[i]);
+        bind_text(st, 4, msg_ids[i] && *msg_ids[i] ? msg_ids[i] : NULL);
+        int x = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (x != SQLITE_DONE) {
+            sqlite3_clear_bindings(st);
+            return sq_fail(s, x, "inbox insert");
+        }
+        inserted[i] = sqlite3_changes(db) > 0;
+    }
+    done(st);
+    return JSD_OK;
+}
+
 static jsd_status sq_poison_insert(jsd_store *s, const jsd__poison *p, int64_t now, bool *inserted)
 {
     sqlite3_stmt *st = stmt(s, S_POISON_INS);
@@ -1111,6 +1147,7 @@ static const jsd__store_ops sqlite_ops = {
     .wait = sq_wait,
     .inbox_lookup = sq_inbox_lookup,
     .inbox_insert = sq_inbox_insert,
+    .inbox_insert_many = sq_inbox_insert_many,
     .poison_insert = sq_poison_insert,
     .poison_mark = sq_poison_mark,
     .poison_read = sq_poison_read,

@@ -303,6 +303,20 @@ jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *cons
                                 uint64_t stream_seq, const char *msg_id, int outcome_code,
                                 const char *detail);
 
+/*
+ * The fast path of a batch: record n fresh deliveries (seqs[i], msg_ids[i],
+ * NULL or "" for none) with one outcome code and no detail, in one statement
+ * on PostgreSQL (INSERT ... SELECT FROM unnest ... ON CONFLICT DO NOTHING
+ * RETURNING), one prepared statement execution each on SQLite. Delivery i is
+ * inserted (inserted[i] true) unless its (stream, consumer, seq) is already
+ * in the inbox or a row with its message id was recorded before this call.
+ * Seqs and message ids must be distinct within the batch: the caller's to
+ * ensure (not checked), since one statement does not see its own rows.
+ */
+jsd_status jsd__tx_inbox_insert_many(jsd_tx *tx, const char *stream, const char *consumer,
+                                     const uint64_t *seqs, const char *const *msg_ids, size_t n,
+                                     int outcome_code, bool *inserted);
+
 /* ---- poison records (DLQ-1) ----------------------------------------------------------- */
 
 typedef struct jsd__poison {

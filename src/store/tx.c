@@ -514,6 +514,28 @@ jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *cons
     return rc;
 }
 
+jsd_status jsd__tx_inbox_insert_many(jsd_tx *tx, const char *stream, const char *consumer,
+                                     const uint64_t *seqs, const char *const *msg_ids, size_t n,
+                                     int outcome_code, bool *inserted)
+{
+    jsd_status rc = need_tx(tx, "inbox insert");
+    if (rc != JSD_OK)
+        return rc;
+    jsd_store *s = tx->store;
+    if (n == 0)
+        return JSD_OK;
+    if (!seqs || !msg_ids || !inserted)
+        return jsd__store_err(s, JSD_ERR_INVALID, "inbox insert: a batch array is NULL");
+    for (size_t i = 0; i < n; i++) {
+        inserted[i] = false;
+        if ((rc = check_delivery(s, stream, consumer, seqs[i])) != JSD_OK ||
+            (rc = check_msg_id(s, msg_ids[i])) != JSD_OK)
+            return rc;
+    }
+    return s->ops->inbox_insert_many(s, stream, consumer, seqs, msg_ids, n, outcome_code,
+                                     jsd__now_ms(), inserted);
+}
+
 /* ---- poison ---------------------------------------------------------------------------- */
 
 static jsd_status check_poison(jsd_store *s, const jsd__poison *p)
