@@ -11,6 +11,9 @@
  * DESIGN (crash ordering). One batch:
  *   fetch up to N (N <= the durable's max_ack_pending)
  *   BEGIN
+ *     (the fast pass of consumer_apply.c takes the common batch — all fresh,
+ *      every handler COMMIT — with one inbox statement for the batch and no
+ *      savepoint; anything else is rolled back and decided as below)
  *     per delivery:
  *       inbox lookup (stream, durable, stream seq), then by Nats-Msg-Id
  *         found        -> no handler; settle as its recorded outcome
@@ -251,6 +254,7 @@ void jsd_consumer_destroy(jsd_consumer *c)
         jsd__ack_collect(c->ack, true);
     jsd__batch_release(c);
     jsd__free(c->d);
+    jsd__apply_free(c);
     /* Destroy, never Unsubscribe/Drain: those would delete the durable. */
     natsSubscription_Destroy(c->sub);
     jsd__ack_destroy(c->ack); /* drained first: no confirmation callback runs after */
@@ -372,12 +376,10 @@ static void settle(jsd_consumer *c)
     jsd__bury_after(c, dlq_ok, dlq_failed);
 }
 
-jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
+static jsd_status poll_with(jsd_consumer *c, const jsd__handler *h, int *n)
 {
     if (n)
         *n = 0;
-    if (!c || !h)
-        return JSD_ERR_INVALID;
     if (atomic_load(&c->draining)) {
         jsd__fetch_drain(c);
         jsd__ack_collect(c->ack, true);
@@ -398,21 +400,39 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
     if (c->nd == 0)
         return JSD_OK;
 
-    if ((st = jsd__apply(c, h, user, &committed)) != JSD_OK || !committed)
+    if ((st = jsd__apply(c, h, &committed)) != JSD_OK || !committed)
         return st;
     JSD_CRASH_POINT("ingress.after_commit");
     settle(c);
     return JSD_OK;
 }
 
-jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle)
+jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
 {
+    if (n)
+        *n = 0;
     if (!c || !h)
         return JSD_ERR_INVALID;
+    jsd__handler hh = {.one = h, .user = user};
+    return poll_with(c, &hh, n);
+}
+
+jsd_status jsd_consumer_poll_batch(jsd_consumer *c, jsd_batch_handler h, void *user, int *n)
+{
+    if (n)
+        *n = 0;
+    if (!c || !h)
+        return JSD_ERR_INVALID;
+    jsd__handler hh = {.batch = h, .user = user};
+    return poll_with(c, &hh, n);
+}
+
+static jsd_status run_with(jsd_consumer *c, const jsd__handler *h, bool until_idle)
+{
     int64_t backoff = 50;
     while (!atomic_load(&c->draining)) {
         int got = 0;
-        jsd_status st = jsd_consumer_poll(c, h, user, &got);
+        jsd_status st = poll_with(c, h, &got);
         if (st == JSD_ERR_STOPPED)
             break;
         if (st != JSD_OK) {
@@ -447,4 +467,21 @@ jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool unt
     if (c->held_at_stop)
         return c->err.status != JSD_OK ? c->err.status : JSD_ERR_STORE;
     return JSD_OK;
+}
+
+jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle)
+{
+    if (!c || !h)
+        return JSD_ERR_INVALID;
+    jsd__handler hh = {.one = h, .user = user};
+    return run_with(c, &hh, until_idle);
+}
+
+jsd_status jsd_consumer_run_batch(jsd_consumer *c, jsd_batch_handler h, void *user,
+                                  bool until_idle)
+{
+    if (!c || !h)
+        return JSD_ERR_INVALID;
+    jsd__handler hh = {.batch = h, .user = user};
+    return run_with(c, &hh, until_idle);
 }

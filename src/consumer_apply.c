@@ -1,12 +1,45 @@
 /*
  * consumer_apply — the apply step: the batch in hand is applied in one store
- * transaction (a fast pass with one inbox statement per delivery, and when
- * anything in it is unusual a careful pass with a savepoint per handler),
- * each delivery decided as the DESIGN block in consumer.c says: answered
- * from the inbox, parked past the threshold, poison on a bad envelope, or
- * the handler's disposition; the poison records are written in the same
- * transaction. A store outage holds the batch (kept alive, retried with a
- * backoff) instead of failing it; a commit that fails otherwise NAKs it.
+ * transaction (a fast pass with one inbox statement for the whole batch, and
+ * when anything in it is unusual a careful pass with a savepoint per
+ * handler), each delivery decided as the DESIGN block in consumer.c says:
+ * answered from the inbox, parked past the threshold, poison on a bad
+ * envelope, or the handler's disposition; the poison records are written in
+ * the same transaction. A store outage holds the batch (kept alive, retried
+ * with a backoff) instead of failing it; a commit that fails otherwise NAKs
+ * it.
+ *
+ * DESIGN (the fast pass). Most batches are all fresh deliveries whose
+ * handlers commit; for them the fast pass costs one inbox statement per
+ * batch and the handlers' own work, with no savepoint:
+ *   1. in C, no store call: every delivery below the park threshold, its
+ *      envelope accepted, its msg id at most 256 bytes; no two deliveries of
+ *      the batch with one stream seq or one Nats-Msg-Id (the statement below
+ *      does not see its own rows, so such a pair must be decided one after
+ *      the other);
+ *   2. one INSERT of the batch's inbox rows (outcome COMMIT): on PostgreSQL
+ *      INSERT ... SELECT FROM unnest(seqs, msg ids) WHERE NOT EXISTS (a row
+ *      of this stream/durable with that msg id) ON CONFLICT (stream,
+ *      durable, seq) DO NOTHING RETURNING stream_seq, one round trip; on
+ *      SQLite the same test per row, one prepared statement execution each;
+ *   3. the handler: a batch handler once with every delivery, a per-delivery
+ *      handler for each in turn.
+ * Any check of 1 failing, any row of 2 not inserted (seen by seq: a
+ * redelivery; by msg id: a re-published duplicate), any disposition of 3
+ * not COMMIT, sends the batch to the careful pass: the transaction is rolled
+ * back whole (its inbox rows and handler work with it) and apply_one decides
+ * each delivery with today's lookups and a savepoint per handler. The answer
+ * of a per-delivery handler that failed in the fast pass, or of a batch
+ * handler given a batch of one, is reused there (the handler is not called
+ * again for it); a batch handler's answers for a larger batch are not (one
+ * failing row may have failed the whole statement), so the careful pass asks
+ * it again, one delivery at a time. A handler's store outage (its native
+ * handle broken, or a new SQLite error code) returns the outage at once, as
+ * before. Why it is safe: the fast pass decides nothing the careful pass
+ * would decide differently (it commits only deliveries with no inbox row by
+ * seq or msg id, within the threshold, with good envelopes, whose handlers
+ * committed), and it decides it inside the same transaction, so nothing is
+ * ACKed before the COMMIT and a crash anywhere before it leaves no trace.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -151,11 +184,33 @@ static jsd_status handler_saw_outage(jsd_tx *tx, int sqlite_before)
     }
 }
 
+/* The batch in hand is settled only after its COMMIT: when applying it takes
+ * a third of ack_wait, tell the server every delivery in it is still being
+ * worked on (+WPI), so none is redelivered meanwhile. */
+static void keep_alive(jsd_consumer *c, int64_t *last_ms)
+{
+    if (jsd__mono_ms() - *last_ms < c->keepalive_ms)
+        return;
+    for (size_t i = 0; i < c->nd; i++)
+        natsMsg_InProgress(c->d[i].msg, NULL);
+    *last_ms = jsd__mono_ms();
+}
+
+/* A handler called for one delivery: a batch handler gets a batch of one. */
+static jsd_disposition call_one(const jsd__handler *h, jsd_tx *tx, const jsd_delivery *d)
+{
+    if (!h->batch)
+        return h->one(tx, d, h->user);
+    jsd_disposition out = jsd_disposition_commit();
+    h->batch(tx, &d, 1, &out, h->user);
+    return out;
+}
+
 /* Decide one delivery inside the open transaction. A non-OK return means the
  * transaction can no longer be trusted (the batch is abandoned). */
-static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h, void *user,
-                            const jsd_disposition *given)
+static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const jsd__handler *h)
 {
+    bool given = d->given;
     jsd__inbox_outcome prev;
     bool found = false;
     jsd_status st;
@@ -207,7 +262,7 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
         jsd__strlcpy(given_reason, d->reason, sizeof(given_reason));
         /* The fast pass already ran this handler, and it did not commit:
          * reuse its answer rather than call it twice. */
-        disp = *given;
+        disp = (jsd_disposition){.kind = d->given_kind, .delay_ms = d->given_delay_ms};
         if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
             return st;
     } else {
@@ -215,7 +270,7 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_ha
             return st;
         int before = sqlite_code(tx);
         int64_t t0 = jsd__mono_us();
-        disp = h(tx, d, user);
+        disp = call_one(h, tx, d);
         int64_t took = jsd__mono_us() - t0;
         STAT_ADD(c, handler_us, (uint64_t)took);
         jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
@@ -289,74 +344,184 @@ static void keep_reason(jsd_delivery *d, const jsd_disposition *disp, const char
                  sizeof(d->reason));
 }
 
-/* The fast pass: the same decisions as apply_one for the common case, without
- * a savepoint per delivery and with one inbox statement per delivery (the
- * INSERT comes first and answers "seen before?" by conflicting). Anything
- * unusual — a handler that does not commit, poison, a park — sets *abort: the
- * caller rolls the whole batch back and redoes it with apply_one, passing on
- * the disposition of the handler that failed (in *failed) so it is not called
- * twice. */
-static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, jsd_handler h,
-                             void *user, bool *abort, jsd_disposition *failed)
+/* Keep the fast pass's answer for d, so the careful pass does not ask again. */
+static void keep_given(jsd_delivery *d, const jsd_disposition *disp)
 {
-    jsd__inbox_outcome prev;
-    bool found = false;
-    jsd_status st;
+    keep_reason(d, disp,
+                disp->kind == JSD_DISPOSITION_POISON ? "poison" : "handler asked to retry");
+    d->given = true;
+    d->given_kind = disp->kind;
+    d->given_delay_ms = disp->delay_ms;
+}
 
-    if (d->msg_id && *d->msg_id && strlen(d->msg_id) <= JSD_IDENT_MAX) {
-        st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, d->msg_id, &found, &prev);
-        if (st != JSD_OK)
-            return st;
-        if (found) {
+/* The fast pass's scratch: one slot per delivery of the batch in hand. */
+struct jsd__fast {
+    const jsd_delivery **dp; /* the handler's view, in stream order; also sorted */
+    jsd_disposition *out;
+    uint64_t *seqs;
+    const char **ids;
+    bool *inserted;
+};
+
+void jsd__apply_free(jsd_consumer *c)
+{
+    if (!c->fast)
+        return;
+    jsd__free(c->fast->dp);
+    jsd__free(c->fast->out);
+    jsd__free(c->fast->seqs);
+    jsd__free(c->fast->ids);
+    jsd__free(c->fast->inserted);
+    jsd__free(c->fast);
+    c->fast = NULL;
+    c->fast_cap = 0;
+}
+
+static jsd_status fast_scratch(jsd_consumer *c, size_t n)
+{
+    if (c->fast && c->fast_cap >= n)
+        return JSD_OK;
+    jsd__apply_free(c);
+    struct jsd__fast *f = jsd__calloc(1, sizeof(*f));
+    if (!f)
+        return JSD_ERR_NOMEM;
+    c->fast = f;
+    f->dp = jsd__calloc(n, sizeof(*f->dp)); /* NOLINT(bugprone-sizeof-expression) */
+    f->out = jsd__calloc(n, sizeof(*f->out));
+    f->seqs = jsd__calloc(n, sizeof(*f->seqs));
+    f->ids = jsd__calloc(n, sizeof(*f->ids)); /* NOLINT(bugprone-sizeof-expression) */
+    f->inserted = jsd__calloc(n, sizeof(*f->inserted));
+    if (!f->dp || !f->out || !f->seqs || !f->ids || !f->inserted) {
+        jsd__apply_free(c);
+        return JSD_ERR_NOMEM;
+    }
+    c->fast_cap = n;
+    return JSD_OK;
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    uint64_t x = (*(const jsd_delivery *const *)a)->seq, y = (*(const jsd_delivery *const *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
+static int by_msg_id(const void *a, const void *b)
+{
+    const char *x = (*(const jsd_delivery *const *)a)->msg_id;
+    const char *y = (*(const jsd_delivery *const *)b)->msg_id;
+    return strcmp(x ? x : "", y ? y : "");
+}
+
+/* Two deliveries of the batch with one stream seq or one message id: one
+ * statement would not see the first one's row when deciding the second. */
+static bool batch_repeats(const jsd_delivery **dp, size_t n)
+{
+    qsort(dp, n, sizeof(*dp), by_seq); /* NOLINT(bugprone-sizeof-expression) */
+    for (size_t i = 1; i < n; i++)
+        if (dp[i]->seq == dp[i - 1]->seq)
+            return true;
+    qsort(dp, n, sizeof(*dp), by_msg_id); /* NOLINT(bugprone-sizeof-expression) */
+    for (size_t i = 1; i < n; i++)
+        if (dp[i]->msg_id && *dp[i]->msg_id && by_msg_id(&dp[i], &dp[i - 1]) == 0)
+            return true;
+    return false;
+}
+
+static void handler_time(jsd_consumer *c, int64_t t0)
+{
+    int64_t took = jsd__mono_us() - t0;
+    STAT_ADD(c, handler_us, (uint64_t)took);
+    jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
+}
+
+/* The fast pass: the same decisions as apply_one for the common case, with
+ * no savepoint and one inbox statement for the whole batch (see DESIGN).
+ * Anything unusual — a park or a bad envelope (checked in C first), two
+ * deliveries of the batch with one seq or msg id, a delivery the inbox
+ * already holds (by seq, or by msg id), a handler that does not commit —
+ * sets *abort: the caller rolls the whole batch back and redoes it with
+ * apply_one, which reuses the answers kept with keep_given. */
+static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h, bool *abort,
+                             int64_t *wpi_at)
+{
+    size_t n = c->nd;
+    jsd_status st = fast_scratch(c, n);
+    if (st != JSD_OK)
+        return st;
+    struct jsd__fast *f = c->fast;
+    for (size_t i = 0; i < n; i++) {
+        jsd_delivery *d = &c->d[i];
+        if ((c->park_at > 0 && d->deliveries > (uint64_t)c->park_at) ||
+            (d->msg_id && strlen(d->msg_id) > JSD_IDENT_MAX) ||
+            !jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
+                                 (size_t)natsMsg_GetDataLength(d->msg),
+                                 (const char *const *)c->types, c->n_types, c->fmt, d->reason,
+                                 sizeof(d->reason))) {
+            *abort = true;
+            return JSD_OK;
+        }
+        f->dp[i] = d;
+        f->seqs[i] = d->seq;
+        f->ids[i] = d->msg_id && *d->msg_id ? d->msg_id : NULL;
+    }
+    if (batch_repeats(f->dp, n)) {
+        *abort = true;
+        return JSD_OK;
+    }
+    st = jsd__tx_inbox_insert_many(tx, c->stream, c->durable, f->seqs,
+                                   (const char *const *)f->ids, n, OUT_COMMIT, f->inserted);
+    if (st != JSD_OK)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        if (!f->inserted[i]) {
             *abort = true; /* a duplicate: the careful pass records and answers it */
             return JSD_OK;
         }
     }
-    if ((c->park_at > 0 && d->deliveries > (uint64_t)c->park_at) ||
-        !jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
-                             (size_t)natsMsg_GetDataLength(d->msg), (const char *const *)c->types,
-                             c->n_types, c->fmt, d->reason, sizeof(d->reason))) {
-        *abort = true;
-        return JSD_OK;
-    }
-    st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL);
-    if (st == JSD_ERR_EXISTS) {
-        *abort = true;
-        return JSD_OK;
-    }
-    if (st != JSD_OK)
-        return st;
-    int before = sqlite_code(tx);
-    int64_t t0 = jsd__mono_us();
-    jsd_disposition disp = h(tx, d, user);
-    int64_t took = jsd__mono_us() - t0;
-    STAT_ADD(c, handler_us, (uint64_t)took);
-    jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
-    if (disp.kind != JSD_DISPOSITION_COMMIT && (st = handler_saw_outage(tx, before)) != JSD_OK)
-        return st;
-    if (disp.kind == JSD_DISPOSITION_COMMIT) {
-        d->state = D_ACK;
-        d->fresh = true;
-        return JSD_OK;
-    }
-    keep_reason(d, &disp,
-                disp.kind == JSD_DISPOSITION_POISON ? "poison" : "handler asked to retry");
-    *failed = disp;
-    failed->reason = NULL; /* the copy in d->reason is used */
-    *abort = true;
-    return JSD_OK;
-}
+    keep_alive(c, wpi_at);
 
-/* The batch in hand is settled only after its COMMIT: when applying it takes
- * a third of ack_wait, tell the server every delivery in it is still being
- * worked on (+WPI), so none is redelivered meanwhile. */
-static void keep_alive(jsd_consumer *c, int64_t *last_ms)
-{
-    if (jsd__mono_ms() - *last_ms < c->keepalive_ms)
-        return;
-    for (size_t i = 0; i < c->nd; i++)
-        natsMsg_InProgress(c->d[i].msg, NULL);
-    *last_ms = jsd__mono_ms();
+    if (h->batch) {
+        for (size_t i = 0; i < n; i++) {
+            f->dp[i] = &c->d[i];
+            f->out[i] = jsd_disposition_commit();
+        }
+        int before = sqlite_code(tx);
+        int64_t t0 = jsd__mono_us();
+        h->batch(tx, f->dp, n, f->out, h->user);
+        handler_time(c, t0);
+        for (size_t i = 0; i < n; i++) {
+            if (f->out[i].kind == JSD_DISPOSITION_COMMIT)
+                continue;
+            if ((st = handler_saw_outage(tx, before)) != JSD_OK)
+                return st;
+            /* A batch of one is not asked again; in a larger batch the
+             * answer may be its neighbours' doing: each is asked alone. */
+            if (n == 1)
+                keep_given(&c->d[0], &f->out[0]);
+            *abort = true;
+            return JSD_OK;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            keep_alive(c, wpi_at);
+            int before = sqlite_code(tx);
+            int64_t t0 = jsd__mono_us();
+            jsd_disposition disp = h->one(tx, &c->d[i], h->user);
+            handler_time(c, t0);
+            if (disp.kind == JSD_DISPOSITION_COMMIT)
+                continue;
+            if ((st = handler_saw_outage(tx, before)) != JSD_OK)
+                return st;
+            keep_given(&c->d[i], &disp);
+            *abort = true;
+            return JSD_OK;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        c->d[i].state = D_ACK;
+        c->d[i].fresh = true;
+    }
+    return JSD_OK;
 }
 
 /* A store error that says nothing about the deliveries: the store cannot
@@ -385,42 +550,33 @@ bool jsd__store_outage(jsd_status st)
  * store call that failed, and nothing of the batch was committed (or, after
  * a lost connection at COMMIT, it is unknown: the next attempt's inbox
  * lookups answer that). */
-static jsd_status apply_batch(jsd_consumer *c, jsd_handler h, void *user, int64_t *wpi_at)
+static jsd_status apply_batch(jsd_consumer *c, const jsd__handler *h, int64_t *wpi_at)
 {
     jsd_tx *tx = NULL;
     bool abort = false;
-    size_t fail_at = SIZE_MAX;
-    jsd_disposition failed = jsd_disposition_commit();
 
     for (size_t i = 0; i < c->nd; i++) {
         c->d[i].state = D_NONE;
-        c->d[i].fresh = c->d[i].dup = false;
+        c->d[i].fresh = c->d[i].dup = c->d[i].given = false;
         c->d[i].reason[0] = '\0';
     }
+    keep_alive(c, wpi_at);
     jsd_status st = jsd_tx_begin(&tx, c->store);
-    for (size_t i = 0; st == JSD_OK && !abort && i < c->nd; i++) {
-        keep_alive(c, wpi_at);
-        st = apply_fast(c, tx, &c->d[i], h, user, &abort, &failed);
-        if (abort && failed.kind != JSD_DISPOSITION_COMMIT)
-            fail_at = i;
-    }
+    if (st == JSD_OK)
+        st = apply_fast(c, tx, h, &abort, wpi_at);
     if (st == JSD_OK && abort) {
-        char keep[JSD__ERROR_TEXT_MAX + 1] = "";
-        if (fail_at != SIZE_MAX)
-            jsd__strlcpy(keep, c->d[fail_at].reason, sizeof(keep));
         jsd_tx_rollback(tx);
         tx = NULL;
         for (size_t i = 0; i < c->nd; i++) {
             c->d[i].state = D_NONE;
             c->d[i].fresh = c->d[i].dup = false;
-            c->d[i].reason[0] = '\0';
+            if (!c->d[i].given)
+                c->d[i].reason[0] = '\0';
         }
-        if (fail_at != SIZE_MAX)
-            jsd__strlcpy(c->d[fail_at].reason, keep, sizeof(c->d[fail_at].reason));
         st = jsd_tx_begin(&tx, c->store);
         for (size_t i = 0; st == JSD_OK && i < c->nd; i++) {
             keep_alive(c, wpi_at);
-            st = apply_one(c, tx, &c->d[i], h, user, i == fail_at ? &failed : NULL);
+            st = apply_one(c, tx, &c->d[i], h);
         }
     }
     if (st == JSD_OK) {
@@ -462,7 +618,7 @@ static jsd_status hold_stop(jsd_consumer *c, jsd_status why)
  * (+WPI, which does not count a delivery), wait with a capped backoff, and
  * apply it again from the start in a fresh transaction until the store takes
  * it. JSD_OK once committed; JSD_ERR_STOPPED on drain. */
-static jsd_status hold_and_apply(jsd_consumer *c, jsd_handler h, void *user, int64_t *wpi_at,
+static jsd_status hold_and_apply(jsd_consumer *c, const jsd__handler *h, int64_t *wpi_at,
                                  jsd_status why)
 {
     int64_t backoff = 100;
@@ -489,7 +645,7 @@ static jsd_status hold_and_apply(jsd_consumer *c, jsd_handler h, void *user, int
         }
         backoff = JSD_MIN(backoff * 2, 5000);
         keep_alive(c, wpi_at);
-        jsd_status st = apply_batch(c, h, user, wpi_at);
+        jsd_status st = apply_batch(c, h, wpi_at);
         if (st == JSD_OK)
             break;
         if (!jsd__store_outage(st)) {
@@ -513,14 +669,14 @@ static jsd_status hold_and_apply(jsd_consumer *c, jsd_handler h, void *user, int
     return JSD_OK;
 }
 
-jsd_status jsd__apply(jsd_consumer *c, jsd_handler h, void *user, bool *committed)
+jsd_status jsd__apply(jsd_consumer *c, const jsd__handler *h, bool *committed)
 {
     *committed = false;
     int64_t wpi_at = jsd__mono_ms();
-    jsd_status st = apply_batch(c, h, user, &wpi_at);
+    jsd_status st = apply_batch(c, h, &wpi_at);
     if (st != JSD_OK && jsd__store_outage(st)) {
         jsd__err_copy(&c->err, jsd_store_error(c->store));
-        st = hold_and_apply(c, h, user, &wpi_at, st);
+        st = hold_and_apply(c, h, &wpi_at, st);
         if (st == JSD_ERR_STOPPED)
             return st;
     }

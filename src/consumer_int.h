@@ -89,8 +89,20 @@ struct jsd_delivery {
     bool fresh; /* its outcome was decided in this batch (not an inbox hit) */
     bool dup;   /* answered from the inbox */
     int64_t delay_ms;
+    /* The fast pass's answer, kept for the careful pass (which then does
+     * not call the handler for it again); its reason is in `reason`. */
+    bool given;
+    jsd_disposition_kind given_kind;
+    int64_t given_delay_ms;
     char reason[JSD__ERROR_TEXT_MAX + 1];
 };
+
+/* The application's handler: a per-delivery one or a batch one. */
+typedef struct jsd__handler {
+    jsd_handler one;
+    jsd_batch_handler batch;
+    void *user;
+} jsd__handler;
 
 #define LASTERR_SLOTS 64
 
@@ -153,6 +165,9 @@ struct jsd_consumer {
 
     jsd_delivery *d; /* the batch in hand */
     size_t nd, cap;
+    /* The fast pass's scratch, grown to the batch in hand. */
+    struct jsd__fast *fast;
+    size_t fast_cap;
 };
 #define STAT_SET(c, field, v)                                                                      \
     do {                                                                                           \
@@ -194,7 +209,8 @@ jsd_status jsd__fetch_batch(jsd_consumer *c, bool *idle);
  * through a store outage. JSD_OK with *committed when its COMMIT returned;
  * JSD_OK without when it was not committed (every delivery NAKed and the
  * batch released); JSD_ERR_STOPPED on a drain while held. */
-jsd_status jsd__apply(jsd_consumer *c, jsd_handler h, void *user, bool *committed);
+jsd_status jsd__apply(jsd_consumer *c, const jsd__handler *h, bool *committed);
+void jsd__apply_free(jsd_consumer *c);
 bool jsd__store_outage(jsd_status st);
 
 /* consumer_ack.c: the ACK pipeline, an object of its own: its lock, its

@@ -72,6 +72,34 @@ jsd_disposition jsd_disposition_poison(const char *reason);
  * called again for a delivery whose transaction did not commit. */
 typedef jsd_disposition (*jsd_handler)(jsd_tx *tx, const jsd_delivery *d, void *user);
 
+/*
+ * The batch handler: every delivery of a batch that needs applying in one
+ * call, so the application can apply them with one statement (say one
+ * INSERT ... SELECT FROM unnest on PostgreSQL) instead of one per delivery.
+ *
+ * n is the number of deliveries in d[0..n): the deliveries of the batch in
+ * hand that are fresh (not answered from the inbox, not parked, not poison
+ * on their envelope), in stream order, 1 <= n <= the consumer's batch. out
+ * has n entries, each preset to jsd_disposition_commit(); the handler sets
+ * out[i] for d[i] (reasons follow the rules of jsd_disposition: they must
+ * outlive the call). It runs inside tx, the batch transaction, like
+ * jsd_handler: its SQL and jsd_tx_emit calls are kept only when every
+ * delivery it was given commits, and it must not commit or roll back tx.
+ *
+ * When every out[i] is COMMIT the batch commits as one. When any is not
+ * (or when anything else in the batch is unusual: a duplicate, a park, a
+ * poison envelope), the whole transaction is rolled back and the batch is
+ * applied again delivery by delivery: the handler is then called once per
+ * delivery with n = 1 inside a savepoint of its own, and each answer
+ * decides its delivery alone (so one row that fails a constraint costs only
+ * its own delivery a retry). A delivery may therefore be handed over twice
+ * in one attempt, first in the batch and then alone; only the second answer
+ * counts (a batch of one is not called again: its answer is kept). A store
+ * outage seen by the handler's own SQL holds the batch as for jsd_handler.
+ */
+typedef void (*jsd_batch_handler)(jsd_tx *tx, const jsd_delivery *const *d, size_t n,
+                                  jsd_disposition *out, void *user);
+
 /* ---- the delivery object ----------------------------------------------------
  * Valid only during the handler call. Strings are NUL-terminated; the payload
  * is not (use its length). */
@@ -220,6 +248,13 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
  * idle durable whose poison records are not all in the dead-letter stream
  * (after one more attempt to publish them) is JSD_ERR_NATS, not JSD_OK. */
 jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle);
+
+/* jsd_consumer_poll and jsd_consumer_run with a batch handler (see
+ * jsd_batch_handler): the same fetch, transaction, settlement, outage
+ * handling and results; only the way the handler is called differs. */
+jsd_status jsd_consumer_poll_batch(jsd_consumer *c, jsd_batch_handler h, void *user, int *n);
+jsd_status jsd_consumer_run_batch(jsd_consumer *c, jsd_batch_handler h, void *user,
+                                  bool until_idle);
 
 /* Stop fetching; deliveries already handed out are still applied and settled.
  * Thread-safe; may be called from a signal-handling thread or a handler. */
