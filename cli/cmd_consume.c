@@ -5,7 +5,9 @@
  * (IN-1..5). Values reach the statement as bound parameters, never as text
  * spliced into SQL: :subject, :payload, :msg_id, :stream_seq, :deliveries.
  * SQLite binds them by name; for PostgreSQL the names are rewritten to $1..$n
- * outside string literals, quoted identifiers, comments and :: casts.
+ * outside string literals, quoted identifiers, comments and :: casts. On
+ * PostgreSQL a batch's statements go in one libpq pipeline (a round trip per
+ * chunk, not per message); on SQLite they run one after the other.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -254,18 +256,14 @@ static jsd_disposition run_sqlite(sink *k, sqlite3 *db, const jsd_delivery *d)
     return jsd_disposition_commit();
 }
 
-static jsd_disposition run_pg(sink *k, PGconn *pg, const jsd_delivery *d)
+/* One delivery's parameters, in $k order; seq and dlv are its buffers. */
+static void pg_params(const sink *k, const jsd_delivery *d, const char **values, int *lengths,
+                      int *formats, char *seq, char *dlv)
 {
-    const char *values[N_PARAMS];
-    int lengths[N_PARAMS], formats[N_PARAMS];
-    char seq[24], dlv[24];
     size_t len = 0;
     const void *payload = jsd_delivery_payload(d, &len);
-
-    if (!pg_prepare(k, pg, k->last_error, sizeof(k->last_error)))
-        return jsd_disposition_retry(0, k->last_error);
-    snprintf(seq, sizeof(seq), "%llu", (unsigned long long)jsd_delivery_stream_seq(d));
-    snprintf(dlv, sizeof(dlv), "%llu", (unsigned long long)jsd_delivery_deliveries(d));
+    snprintf(seq, 24, "%llu", (unsigned long long)jsd_delivery_stream_seq(d));
+    snprintf(dlv, 24, "%llu", (unsigned long long)jsd_delivery_deliveries(d));
     for (int i = 0; i < k->pg_n; i++) {
         int idx = k->pg_order[i];
         formats[i] = 0;
@@ -290,21 +288,110 @@ static jsd_disposition run_pg(sink *k, PGconn *pg, const jsd_delivery *d)
             break;
         }
     }
-    PGresult *r = PQexecPrepared(pg, PG_STMT_NAME, k->pg_n, values, lengths, formats, 0);
+}
+
+/* The answer for one statement's result: COMMIT, or RETRY with its error in
+ * err (cap bytes; it must outlive the handler call). */
+static jsd_disposition pg_answer(sink *k, PGresult *r, char *err, size_t cap)
+{
     ExecStatusType es = PQresultStatus(r);
-    if (es != PGRES_COMMAND_OK && es != PGRES_TUPLES_OK) {
-        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        if (state && strcmp(state, "26000") == 0)
-            k->pg_prepared_on = NULL; /* the session lost it: prepare again next time */
-        snprintf(k->last_error, sizeof(k->last_error), "--sql failed: %s", PQresultErrorMessage(r));
-        char *nl = strchr(k->last_error, '\n');
-        if (nl)
-            *nl = '\0';
-        PQclear(r);
+    if (es == PGRES_COMMAND_OK || es == PGRES_TUPLES_OK)
+        return jsd_disposition_commit();
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    if (state && strcmp(state, "26000") == 0)
+        k->pg_prepared_on = NULL; /* the session lost it: prepare again next time */
+    snprintf(err, cap, "--sql failed: %s", r ? PQresultErrorMessage(r) : "no result");
+    char *nl = strchr(err, '\n');
+    if (nl)
+        *nl = '\0';
+    return jsd_disposition_retry(0, err);
+}
+
+static jsd_disposition run_pg(sink *k, PGconn *pg, const jsd_delivery *d)
+{
+    const char *values[N_PARAMS];
+    int lengths[N_PARAMS], formats[N_PARAMS];
+    char seq[24], dlv[24];
+
+    if (!pg_prepare(k, pg, k->last_error, sizeof(k->last_error)))
         return jsd_disposition_retry(0, k->last_error);
-    }
+    pg_params(k, d, values, lengths, formats, seq, dlv);
+    PGresult *r = PQexecPrepared(pg, PG_STMT_NAME, k->pg_n, values, lengths, formats, 0);
+    jsd_disposition disp = pg_answer(k, r, k->last_error, sizeof(k->last_error));
     PQclear(r);
-    return jsd_disposition_commit();
+    return disp;
+}
+
+/* Statements sent before their results are read: bounded, so that neither
+ * side's socket buffer can fill while the other waits (libpq's pipeline
+ * warning for blocking connections). */
+#define PG_PIPE_CHUNK 256
+
+/* The batch's statements in libpq pipelines: every statement of a chunk
+ * sent, one Sync, every result read, so a chunk costs one round trip. A
+ * failed statement answers RETRY with its error, as run_pg does; the
+ * transaction is then aborted, so the statements after it (PIPELINE_ABORTED)
+ * and the chunks after its own are answered RETRY unrun: the consumer then
+ * applies the batch again one delivery at a time (n = 1: run_pg). A lost
+ * connection shows in PQstatus, where the consumer looks for an outage. */
+static void run_pg_batch(sink *k, PGconn *pg, const jsd_delivery *const *d, size_t n,
+                         jsd_disposition *out)
+{
+    static const char unrun[] = "not run: an earlier statement of the batch failed";
+    if (!pg_prepare(k, pg, k->last_error, sizeof(k->last_error))) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = jsd_disposition_retry(0, k->last_error);
+        return;
+    }
+    bool failed = false;
+    for (size_t from = 0; from < n; from += PG_PIPE_CHUNK) {
+        size_t to = from + PG_PIPE_CHUNK < n ? from + PG_PIPE_CHUNK : n, sent = from;
+        if (failed || !PQenterPipelineMode(pg)) {
+            for (size_t i = from; i < to; i++)
+                out[i] = jsd_disposition_retry(0, failed ? unrun : "cannot enter pipeline mode");
+            failed = true;
+            continue;
+        }
+        for (; sent < to; sent++) {
+            const char *values[N_PARAMS];
+            int lengths[N_PARAMS], formats[N_PARAMS];
+            char seq[24], dlv[24];
+            pg_params(k, d[sent], values, lengths, formats, seq, dlv);
+            if (!PQsendQueryPrepared(pg, PG_STMT_NAME, k->pg_n, values, lengths, formats, 0))
+                break;
+        }
+        bool synced = PQpipelineSync(pg) == 1;
+        for (size_t i = from; i < to; i++) {
+            PGresult *r = i < sent && synced ? PQgetResult(pg) : NULL;
+            if (!r) {
+                snprintf(k->last_error, sizeof(k->last_error), "--sql failed: %s",
+                         PQerrorMessage(pg));
+                char *nl = strchr(k->last_error, '\n');
+                if (nl)
+                    *nl = '\0';
+                out[i] = jsd_disposition_retry(0, failed ? unrun : k->last_error);
+                failed = true;
+                continue;
+            }
+            if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED)
+                out[i] = jsd_disposition_retry(0, unrun);
+            else if ((out[i] = pg_answer(k, r, k->last_error, sizeof(k->last_error))).kind !=
+                     JSD_DISPOSITION_COMMIT)
+                failed = true;
+            PQclear(r);
+            while ((r = PQgetResult(pg)) != NULL) /* the NULL that ends each statement */
+                PQclear(r);
+        }
+        /* Up to and including the Sync's own result. */
+        for (PGresult *r; synced && (r = PQgetResult(pg)) != NULL;) {
+            bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+            PQclear(r);
+            if (sync)
+                break;
+        }
+        if (!PQexitPipelineMode(pg))
+            failed = true;
+    }
 }
 
 static jsd_disposition handle(jsd_tx *tx, const jsd_delivery *d, void *user)
@@ -317,6 +404,20 @@ static jsd_disposition handle(jsd_tx *tx, const jsd_delivery *d, void *user)
     if (pg)
         return run_pg(k, pg, d);
     return jsd_disposition_retry(0, "transaction has no native handle");
+}
+
+/* The batch handler: a pipeline on PostgreSQL, a loop on SQLite (no round
+ * trips to save there). */
+static void handle_batch(jsd_tx *tx, const jsd_delivery *const *d, size_t n,
+                         jsd_disposition *out, void *user)
+{
+    PGconn *pg = jsd_tx_pg(tx);
+    if (pg && n > 1) {
+        run_pg_batch(user, pg, d, n, out);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = handle(tx, d[i], user);
 }
 
 /* Prepare (and so check) the statement once before consuming anything. */
@@ -360,7 +461,8 @@ static void usage(FILE *f)
             "                           = --max-deliver + 1 (the whole configuration,\n"
             "                           dead-letter stream included, is checked first)\n"
             "  --filter SUBJ            filter subject for a created durable\n"
-            "  --sql STATEMENT          one SQL statement run per message\n"
+            "  --sql STATEMENT          one SQL statement run per message (PostgreSQL: the\n"
+            "                           batch's statements in one libpq pipeline)\n"
             "  --accept-type TYPE       accepted Jsd-Type header (repeatable; default: any)\n"
             "  --payload raw|json       json: a payload must be JSON nested <= 8 (default raw)\n"
             "  --dlq-subject SUBJ       death envelopes (default jsd.dlq.<stream>.<durable>);\n"
@@ -620,7 +722,7 @@ int cmd_consume(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    st = jsd_consumer_run(cons, handle, &k, until_idle);
+    st = jsd_consumer_run_batch(cons, handle_batch, &k, until_idle);
     running = NULL;
     jsd_consumer_stats s;
     jsd_consumer_stats_get(cons, &s);
