@@ -389,8 +389,18 @@ static void run_pg_batch(sink *k, PGconn *pg, const jsd_delivery *const *d, size
             if (sync)
                 break;
         }
-        if (!PQexitPipelineMode(pg))
+        /* Never leave the session in pipeline mode: the consumer's own
+         * statements follow on it. Whatever is still queued is read off
+         * first (a lost connection ends this at once). */
+        for (int left = 2 * PG_PIPE_CHUNK + 2; !PQexitPipelineMode(pg) && left > 0; left--) {
             failed = true;
+            if (PQstatus(pg) != CONNECTION_OK)
+                break;
+            PGresult *r = PQgetResult(pg);
+            if (!r && !(r = PQgetResult(pg)))
+                break;
+            PQclear(r);
+        }
     }
 }
 

@@ -7,7 +7,8 @@
  * pass), a batch handler that retries one delivery (the others commit, that
  * one is NAKed and comes again), and `jsdurable consume --sql` with one
  * statement that fails in the batch (a unique violation): on PostgreSQL the
- * batch runs in one libpq pipeline, and still only that message is parked.
+ * batch runs in one libpq pipeline, and still only that message is parked;
+ * and a connection lost inside that pipeline is held as a store outage.
  */
 #include "consumer_env.h"
 
@@ -213,6 +214,43 @@ static void cli_one_statement_fails(bool pg)
     cenv_down(&e);
 }
 
+/* ---- consume --sql: the connection lost inside the pipeline is an outage ------------------ */
+static void cli_outage_in_pipeline(void **state)
+{
+    (void)state;
+    cenv e;
+    cenv_up(&e, true);
+    cenv_store_exec(e.store, "CREATE TABLE sink(body TEXT, seq BIGINT)");
+    cenv_store_exec(e.store, "CREATE SEQUENCE kill_once");
+    cenv_publish(&e, 1, 20, NULL);
+    /* Message 5's statement ends its own session, once (a sequence is not
+     * rolled back): the connection is lost in the middle of the batch's
+     * pipeline. As a handler failure it would park message 5 (attempts 1);
+     * as the outage it is, the batch is held and applied whole once the
+     * store answers again. */
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "%s consume --store '%s' --nats %s --stream %s --durable %s --ack-wait 5s "
+             "--until-idle --max-deliver 1 --sql 'INSERT INTO sink(body, seq) SELECT CAST("
+             ":payload AS TEXT), CAST(:stream_seq AS BIGINT) WHERE CASE WHEN CAST(:stream_seq "
+             "AS BIGINT) = 5 THEN NOT (nextval('\\''kill_once'\\'') = 1 AND "
+             "pg_terminate_backend(pg_backend_pid())) ELSE true END'",
+             jsd_fx_bin("jsdurable"), e.store_url, jsd_fx_shared_nats_url(), e.stream, e.durable);
+    int rc = jsd_test_run(cmd, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("consume exited %d: %s", rc, out);
+    ASSERT_CONTAINS(out, "store outage");
+    ASSERT_CONTAINS(out, "20 committed");
+    ASSERT_CONTAINS(out, "0 retried");
+    ASSERT_CONTAINS(out, "0 parked");
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM sink"), 20);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM sink"), 20);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_poison"), 0);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT last_value FROM kill_once"), 2);
+    ASSERT_TRUE(cenv_settled(&e));
+    cenv_down(&e);
+}
+
 BOTH(batch_commit)
 BOTH(duplicate_in_batch)
 BOTH(batch_retry_one)
@@ -221,4 +259,4 @@ BOTH(cli_one_statement_fails)
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
 JSD_TEST_MAIN(T(batch_commit), T(duplicate_in_batch), T(batch_retry_one),
-              T(cli_one_statement_fails))
+              T(cli_one_statement_fails), cmocka_unit_test(cli_outage_in_pipeline))
