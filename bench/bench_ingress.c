@@ -1,27 +1,45 @@
 /*
- * bench_ingress — durable ingress throughput against the raw client ceiling
- * (issue 6's figures).
+ * bench_ingress — durable ingress throughput against the raw client ceilings
+ * (issue 6's and issue 12's figures).
  *
  *   bench_ingress [NATS_URL]      (default $JSD_BENCH_NATS_URL; PostgreSQL
  *                                  figures when $JSD_BENCH_PG_URL is set)
  *
  * Prints one `NAME VALUE UNIT` line per figure on stdout:
  *   raw.fetch_ack V msg/s          nats.c alone: fetch(256) + natsMsg_Ack per
- *                                  message on a SendAsap connection, 100k
- *                                  messages of 256 bytes, until the server
- *                                  reports none pending and none unacked
+ *                                  message (fire and forget) on a SendAsap
+ *                                  connection, 100k messages of 256 bytes,
+ *                                  until the server reports none pending and
+ *                                  none unacked
+ *   raw.fetch_ackack V msg/s       the confirmed-ACK ceiling: the same fetch,
+ *                                  each ACK a request with a reply subject
+ *                                  under one inbox, every confirmation
+ *                                  awaited (a batch's replies are collected
+ *                                  after the next fetch went out, as the
+ *                                  library's consumer overlaps them)
  *   ingress.sqlite V msg/s         the jsdurable consumer (default batch: 512 for
- *                                  max_ack_pending 1024; BENCH_INGRESS_BATCH): a handler
- *                                  INSERTs each payload into a fresh SQLite
- *                                  store, inbox row in the same transaction,
- *                                  commit, pipelined confirmed ACKs; same 100k
- *   ingress.postgres V msg/s       the same on a fresh PostgreSQL database
- *   ingress.sqlite.ratio V x       ingress.sqlite / raw.fetch_ack (same run)
- *   ingress.postgres.ratio V x
+ *                                  max_ack_pending 1024; BENCH_INGRESS_BATCH): a
+ *                                  per-message handler INSERTs each payload into
+ *                                  a fresh SQLite store, inbox rows in the same
+ *                                  transaction, commit, pipelined confirmed
+ *                                  ACKs; same 100k
+ *   ingress.postgres V msg/s       the same on a fresh PostgreSQL database with
+ *                                  a batch handler (jsd_consumer_poll_batch)
+ *                                  running one INSERT ... SELECT FROM
+ *                                  unnest($1::int8[], $2::bytea[]) per batch,
+ *                                  as an application would write it
+ *   ingress.postgres.sql V msg/s   a per-message INSERT of every delivery sent
+ *                                  in one libpq pipeline per batch (what
+ *                                  `jsdurable consume --sql` does)
+ *   ingress.X.ratio V x            ingress.X / raw.fetch_ackack (same run): the
+ *                                  ceiling with the confirmations the
+ *                                  consumer waits for
+ *   ingress.X.ratio_plain V x      ingress.X / raw.fetch_ack (same run)
  * Each figure is the median of 3 runs. Each ingress run checks that the table
  * holds exactly one row per message and the durable has nothing pending or
- * unacknowledged, so a fast but lossy run cannot report a figure.
- * BENCH_INGRESS_MESSAGES overrides 100000. Notes go to stderr.
+ * unacknowledged, so a fast but lossy run cannot report a figure (the
+ * raw.fetch_ackack run checks every confirmation came). BENCH_INGRESS_MESSAGES
+ * overrides 100000. Notes go to stderr.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,12 +170,74 @@ static double raw_fetch_ack(int run)
     return rate;
 }
 
+/* The confirmed-ACK ceiling: the same fetch, each ACK sent as a request
+ * with a reply subject under one inbox for the whole batch, and the batch's
+ * confirmations awaited after the next fetch went out (one batch of ACKs in
+ * flight while the next is pulled), as the library's consumer does. */
+static double raw_fetch_ackack(int run)
+{
+    char stream[64], durable[32] = "raw";
+    snprintf(stream, sizeof(stream), "BIRAWC_%d_%d", (int)getpid(), run);
+    fill(stream, durable);
+    natsSubscription *sub = NULL, *replies = NULL;
+    natsInbox *inbox = NULL;
+    jsSubOptions so;
+    jsErrCode jerr = 0;
+    jsSubOptions_Init(&so);
+    so.Stream = stream;
+    so.Consumer = durable;
+    check(js_PullSubscribe(&sub, js, NULL, durable, NULL, &so, &jerr), "pull subscribe");
+    check(natsInbox_Create(&inbox), "inbox");
+    char wild[128], reply[160];
+    snprintf(wild, sizeof(wild), "%s.>", inbox);
+    check(natsConnection_SubscribeSync(&replies, nc, wild), "reply subscription");
+    check(natsSubscription_SetPendingLimits(replies, -1, -1), "pending limits");
+    int got = 0, owed = 0, confirmed = 0;
+    int64_t t0 = mono_us();
+    while (got < n_msgs || owed > 0) {
+        natsMsgList list = {0};
+        natsStatus s = got < n_msgs ? natsSubscription_Fetch(&list, sub, 256, 500, &jerr)
+                                    : NATS_TIMEOUT;
+        if (s != NATS_OK && s != NATS_TIMEOUT)
+            check(s, "fetch");
+        /* the previous batch's confirmations, each one awaited */
+        for (; owed > 0; owed--) {
+            natsMsg *m = NULL;
+            check(natsSubscription_NextMsg(&m, replies, 5000), "ack confirmation");
+            confirmed++;
+            natsMsg_Destroy(m);
+        }
+        for (int i = 0; i < list.Count; i++) {
+            snprintf(reply, sizeof(reply), "%s.%d", inbox, got + i);
+            check(natsConnection_PublishRequest(nc, natsMsg_GetReply(list.Msgs[i]), reply, "+ACK",
+                                                4),
+                  "ack request");
+        }
+        owed = list.Count;
+        got += list.Count;
+        natsMsgList_Destroy(&list);
+    }
+    double rate = n_msgs / ((mono_us() - t0) / 1e6);
+    if (confirmed != n_msgs || !settled(stream, durable))
+        die("check", "raw confirmed acks do not match the messages");
+    natsSubscription_Destroy(replies);
+    natsInbox_Destroy(inbox);
+    natsSubscription_Destroy(sub);
+    js_DeleteStream(js, stream, NULL, NULL);
+    return rate;
+}
+
 /* ---- the consumer with an INSERT handler ------------------------------------------- */
 
 typedef struct sink {
     sqlite3 *db;
     sqlite3_stmt *st;
-    bool pg_prepared;
+    bool pg_prepared, pg_batch_prepared;
+    struct pgarr {
+        unsigned char *b;
+        size_t len, cap;
+        uint32_t count;
+    } seqs, bodies;
 } sink;
 
 static jsd_disposition insert(jsd_tx *tx, const jsd_delivery *d, void *user)
@@ -199,6 +279,129 @@ static jsd_disposition insert(jsd_tx *tx, const jsd_delivery *d, void *user)
     return ok ? jsd_disposition_commit() : jsd_disposition_retry(0, "insert failed");
 }
 
+/* A one-dimensional PostgreSQL array in binary format (int8 or bytea). */
+typedef struct pgarr pgarr;
+
+static void put32(unsigned char *b, uint32_t v)
+{
+    b[0] = (unsigned char)(v >> 24);
+    b[1] = (unsigned char)(v >> 16);
+    b[2] = (unsigned char)(v >> 8);
+    b[3] = (unsigned char)v;
+}
+
+static void arr_put(pgarr *a, const void *v, uint32_t n)
+{
+    if (a->len + 4 + n > a->cap) {
+        a->cap = (a->len + 4 + n) * 2;
+        a->b = realloc(a->b, a->cap);
+        if (!a->b)
+            die("array", "out of memory");
+    }
+    put32(a->b + a->len, n);
+    memcpy(a->b + a->len + 4, v, n);
+    a->len += 4 + n;
+    a->count++;
+}
+
+static void arr_start(pgarr *a)
+{
+    a->len = 20;
+    a->count = 0;
+    if (a->cap < 20) {
+        a->cap = 4096;
+        a->b = realloc(a->b, a->cap);
+        if (!a->b)
+            die("array", "out of memory");
+    }
+}
+
+static void arr_end(pgarr *a, uint32_t oid)
+{
+    put32(a->b, 1);
+    put32(a->b + 4, 0);
+    put32(a->b + 8, oid);
+    put32(a->b + 12, a->count);
+    put32(a->b + 16, 1);
+}
+
+/* What an application writes on PostgreSQL: the whole batch in one
+ * INSERT ... SELECT FROM unnest. */
+static void insert_batch(jsd_tx *tx, const jsd_delivery *const *d, size_t n,
+                         jsd_disposition *out, void *user)
+{
+    sink *k = user;
+    PGconn *pg = jsd_tx_pg(tx);
+    if (!k->pg_batch_prepared) {
+        PGresult *r = PQprepare(pg, "bench_insert_batch",
+                                "INSERT INTO effects(seq, body) SELECT * FROM "
+                                "unnest($1::int8[], $2::bytea[])",
+                                0, NULL);
+        k->pg_batch_prepared = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+    }
+    arr_start(&k->seqs);
+    arr_start(&k->bodies);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b[8];
+        uint64_t v = jsd_delivery_stream_seq(d[i]);
+        for (int j = 0; j < 8; j++)
+            b[j] = (unsigned char)(v >> (56 - 8 * j));
+        arr_put(&k->seqs, b, 8);
+        size_t len = 0;
+        const void *p = jsd_delivery_payload(d[i], &len);
+        arr_put(&k->bodies, p, (uint32_t)len);
+    }
+    arr_end(&k->seqs, 20);
+    arr_end(&k->bodies, 17);
+    const char *vals[2] = {(const char *)k->seqs.b, (const char *)k->bodies.b};
+    int lens[2] = {(int)k->seqs.len, (int)k->bodies.len}, fmts[2] = {1, 1};
+    PGresult *r = PQexecPrepared(pg, "bench_insert_batch", 2, vals, lens, fmts, 0);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    for (size_t i = 0; !ok && i < n; i++)
+        out[i] = jsd_disposition_retry(0, "insert failed");
+}
+
+/* The per-message statement of `consume --sql`, pipelined: every INSERT
+ * of the batch sent, one Sync, every result read. */
+static void insert_pipelined(jsd_tx *tx, const jsd_delivery *const *d, size_t n,
+                             jsd_disposition *out, void *user)
+{
+    sink *k = user;
+    PGconn *pg = jsd_tx_pg(tx);
+    if (!k->pg_prepared) {
+        PGresult *r = PQprepare(pg, "bench_insert",
+                                "INSERT INTO effects(seq, body) VALUES ($1, $2)", 0, NULL);
+        k->pg_prepared = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+    }
+    if (!PQenterPipelineMode(pg))
+        die("pipeline", PQerrorMessage(pg));
+    for (size_t i = 0; i < n; i++) {
+        char seq[24];
+        size_t len = 0;
+        const void *p = jsd_delivery_payload(d[i], &len);
+        snprintf(seq, sizeof(seq), "%llu", (unsigned long long)jsd_delivery_stream_seq(d[i]));
+        const char *vals[2] = {seq, p};
+        int lens[2] = {0, (int)len}, fmts[2] = {0, 1};
+        if (!PQsendQueryPrepared(pg, "bench_insert", 2, vals, lens, fmts, 0))
+            die("pipeline send", PQerrorMessage(pg));
+    }
+    PQpipelineSync(pg);
+    for (size_t i = 0; i < n; i++) {
+        PGresult *r = PQgetResult(pg);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            out[i] = jsd_disposition_retry(0, "insert failed");
+        PQclear(r);
+        while ((r = PQgetResult(pg)) != NULL)
+            PQclear(r);
+    }
+    PGresult *r = PQgetResult(pg); /* the Sync */
+    PQclear(r);
+    PQexitPipelineMode(pg);
+}
+
 static long long count_rows(jsd_store *s)
 {
     jsd_tx *tx = NULL;
@@ -222,7 +425,9 @@ static long long count_rows(jsd_store *s)
     return v;
 }
 
-static double ingress(const char *store_url, int run, bool pg)
+enum mode { PER_MESSAGE, PG_UNNEST, PG_PIPELINE };
+
+static double ingress(const char *store_url, int run, bool pg, enum mode mode)
 {
     char stream[64], durable[32] = "sink", dlq[80], dsubj[128];
     jsd_error err;
@@ -290,7 +495,11 @@ static double ingress(const char *store_url, int run, bool pg)
     int64_t t0 = mono_us();
     jsd_consumer_stats s = {0};
     while (s.committed < (uint64_t)n_msgs) {
-        if (jsd_consumer_poll(c, insert, &k, NULL) != JSD_OK)
+        jsd_status st = mode == PG_UNNEST      ? jsd_consumer_poll_batch(c, insert_batch, &k, NULL)
+                        : mode == PG_PIPELINE ? jsd_consumer_poll_batch(c, insert_pipelined, &k,
+                                                                        NULL)
+                                              : jsd_consumer_poll(c, insert, &k, NULL);
+        if (st != JSD_OK)
             die("poll", jsd_consumer_errmsg(c));
         jsd_consumer_stats_get(c, &s);
     }
@@ -302,10 +511,13 @@ static double ingress(const char *store_url, int run, bool pg)
     if (rows != n_msgs || s.ack_unconfirmed || s.duplicates)
         die("check", "rows, confirmations or duplicates do not match the messages");
     fprintf(stderr, "bench_ingress: %s run %d: %.0f msg/s, %llu batches, %llu acked\n",
-            pg ? "postgres" : "sqlite", run, rate, (unsigned long long)s.batches,
+            !pg ? "sqlite" : mode == PG_PIPELINE ? "postgres.sql" : "postgres", run, rate,
+            (unsigned long long)s.batches,
             (unsigned long long)s.acked);
     jsd_consumer_destroy(c);
     sqlite3_finalize(k.st);
+    free(k.seqs.b);
+    free(k.bodies.b);
     jsd_conn_close(conn);
     jsd_store_close(store);
     js_DeleteStream(js, stream, NULL, NULL);
@@ -351,27 +563,41 @@ int main(int argc, char **argv)
     if (!mkdtemp(tmpdir))
         die("mkdtemp", tmpdir);
 
-    double raw[RUNS], sq[RUNS], pgv[RUNS];
+    double raw[RUNS], rawc[RUNS], sq[RUNS], pgv[RUNS];
     for (int r = 0; r < RUNS; r++)
         raw[r] = raw_fetch_ack(r);
     double raw_m = median3(raw);
     printf("raw.fetch_ack %.0f msg/s\n", raw_m);
     fflush(stdout);
+    for (int r = 0; r < RUNS; r++)
+        rawc[r] = raw_fetch_ackack(r);
+    double rawc_m = median3(rawc);
+    printf("raw.fetch_ackack %.0f msg/s\n", rawc_m);
+    fflush(stdout);
     for (int r = 0; r < RUNS; r++) {
         char url[700];
         snprintf(url, sizeof(url), "sqlite:%s/ingress-%d.db", tmpdir, r);
-        sq[r] = ingress(url, r, false);
+        sq[r] = ingress(url, r, false, PER_MESSAGE);
     }
     double sq_m = median3(sq);
     printf("ingress.sqlite %.0f msg/s\n", sq_m);
-    printf("ingress.sqlite.ratio %.2f x\n", sq_m / raw_m);
+    printf("ingress.sqlite.ratio %.2f x\n", sq_m / rawc_m);
+    printf("ingress.sqlite.ratio_plain %.2f x\n", sq_m / raw_m);
     fflush(stdout);
     if (pg_url && *pg_url) {
         for (int r = 0; r < RUNS; r++)
-            pgv[r] = ingress(pg_url, r, true);
+            pgv[r] = ingress(pg_url, r, true, PG_UNNEST);
         double pg_m = median3(pgv);
         printf("ingress.postgres %.0f msg/s\n", pg_m);
-        printf("ingress.postgres.ratio %.2f x\n", pg_m / raw_m);
+        printf("ingress.postgres.ratio %.2f x\n", pg_m / rawc_m);
+        printf("ingress.postgres.ratio_plain %.2f x\n", pg_m / raw_m);
+        fflush(stdout);
+        for (int r = 0; r < RUNS; r++)
+            pgv[r] = ingress(pg_url, r, true, PG_PIPELINE);
+        pg_m = median3(pgv);
+        printf("ingress.postgres.sql %.0f msg/s\n", pg_m);
+        printf("ingress.postgres.sql.ratio %.2f x\n", pg_m / rawc_m);
+        printf("ingress.postgres.sql.ratio_plain %.2f x\n", pg_m / raw_m);
     } else {
         fprintf(stderr, "bench_ingress: no $JSD_BENCH_PG_URL: PostgreSQL figures skipped\n");
     }
