@@ -196,8 +196,8 @@ static double raw_fetch_ackack(int run)
     int64_t t0 = mono_us();
     while (got < n_msgs || owed > 0) {
         natsMsgList list = {0};
-        natsStatus s = got < n_msgs ? natsSubscription_Fetch(&list, sub, 256, 500, &jerr)
-                                    : NATS_TIMEOUT;
+        natsStatus s =
+            got < n_msgs ? natsSubscription_Fetch(&list, sub, 256, 500, &jerr) : NATS_TIMEOUT;
         if (s != NATS_OK && s != NATS_TIMEOUT)
             check(s, "fetch");
         /* the previous batch's confirmations, each one awaited */
@@ -209,9 +209,9 @@ static double raw_fetch_ackack(int run)
         }
         for (int i = 0; i < list.Count; i++) {
             snprintf(reply, sizeof(reply), "%s.%d", inbox, got + i);
-            check(natsConnection_PublishRequest(nc, natsMsg_GetReply(list.Msgs[i]), reply, "+ACK",
-                                                4),
-                  "ack request");
+            check(
+                natsConnection_PublishRequest(nc, natsMsg_GetReply(list.Msgs[i]), reply, "+ACK", 4),
+                "ack request");
         }
         owed = list.Count;
         got += list.Count;
@@ -327,8 +327,8 @@ static void arr_end(pgarr *a, uint32_t oid)
 
 /* What an application writes on PostgreSQL: the whole batch in one
  * INSERT ... SELECT FROM unnest. */
-static void insert_batch(jsd_tx *tx, const jsd_delivery *const *d, size_t n,
-                         jsd_disposition *out, void *user)
+static void insert_batch(jsd_tx *tx, const jsd_delivery *const *d, size_t n, jsd_disposition *out,
+                         void *user)
 {
     sink *k = user;
     PGconn *pg = jsd_tx_pg(tx);
@@ -495,10 +495,10 @@ static double ingress(const char *store_url, int run, bool pg, enum mode mode)
     int64_t t0 = mono_us();
     jsd_consumer_stats s = {0};
     while (s.committed < (uint64_t)n_msgs) {
-        jsd_status st = mode == PG_UNNEST      ? jsd_consumer_poll_batch(c, insert_batch, &k, NULL)
-                        : mode == PG_PIPELINE ? jsd_consumer_poll_batch(c, insert_pipelined, &k,
-                                                                        NULL)
-                                              : jsd_consumer_poll(c, insert, &k, NULL);
+        jsd_status st = mode == PG_UNNEST ? jsd_consumer_poll_batch(c, insert_batch, &k, NULL)
+                        : mode == PG_PIPELINE
+                            ? jsd_consumer_poll_batch(c, insert_pipelined, &k, NULL)
+                            : jsd_consumer_poll(c, insert, &k, NULL);
         if (st != JSD_OK)
             die("poll", jsd_consumer_errmsg(c));
         jsd_consumer_stats_get(c, &s);
@@ -511,9 +511,10 @@ static double ingress(const char *store_url, int run, bool pg, enum mode mode)
     if (rows != n_msgs || s.ack_unconfirmed || s.duplicates)
         die("check", "rows, confirmations or duplicates do not match the messages");
     fprintf(stderr, "bench_ingress: %s run %d: %.0f msg/s, %llu batches, %llu acked\n",
-            !pg ? "sqlite" : mode == PG_PIPELINE ? "postgres.sql" : "postgres", run, rate,
-            (unsigned long long)s.batches,
-            (unsigned long long)s.acked);
+            !pg                   ? "sqlite"
+            : mode == PG_PIPELINE ? "postgres.sql"
+                                  : "postgres",
+            run, rate, (unsigned long long)s.batches, (unsigned long long)s.acked);
     jsd_consumer_destroy(c);
     sqlite3_finalize(k.st);
     free(k.seqs.b);

@@ -418,8 +418,8 @@ static jsd_disposition handle(jsd_tx *tx, const jsd_delivery *d, void *user)
 
 /* The batch handler: a pipeline on PostgreSQL, a loop on SQLite (no round
  * trips to save there). */
-static void handle_batch(jsd_tx *tx, const jsd_delivery *const *d, size_t n,
-                         jsd_disposition *out, void *user)
+static void handle_batch(jsd_tx *tx, const jsd_delivery *const *d, size_t n, jsd_disposition *out,
+                         void *user)
 {
     PGconn *pg = jsd_tx_pg(tx);
     if (pg && n > 1) {

@@ -477,8 +477,7 @@ jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool unt
     return run_with(c, &hh, until_idle);
 }
 
-jsd_status jsd_consumer_run_batch(jsd_consumer *c, jsd_batch_handler h, void *user,
-                                  bool until_idle)
+jsd_status jsd_consumer_run_batch(jsd_consumer *c, jsd_batch_handler h, void *user, bool until_idle)
 {
     if (!c || !h)
         return JSD_ERR_INVALID;

@@ -453,10 +453,9 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
         jsd_delivery *d = &c->d[i];
         if ((c->park_at > 0 && d->deliveries > (uint64_t)c->park_at) ||
             (d->msg_id && strlen(d->msg_id) > JSD_IDENT_MAX) ||
-            !jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
-                                 (size_t)natsMsg_GetDataLength(d->msg),
-                                 (const char *const *)c->types, c->n_types, c->fmt, d->reason,
-                                 sizeof(d->reason))) {
+            !jsd__envelope_check(
+                d->type, natsMsg_GetData(d->msg), (size_t)natsMsg_GetDataLength(d->msg),
+                (const char *const *)c->types, c->n_types, c->fmt, d->reason, sizeof(d->reason))) {
             *abort = true;
             return JSD_OK;
         }
@@ -468,8 +467,8 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
         *abort = true;
         return JSD_OK;
     }
-    st = jsd__tx_inbox_insert_many(tx, c->stream, c->durable, f->seqs,
-                                   (const char *const *)f->ids, n, OUT_COMMIT, f->inserted);
+    st = jsd__tx_inbox_insert_many(tx, c->stream, c->durable, f->seqs, (const char *const *)f->ids,
+                                   n, OUT_COMMIT, f->inserted);
     if (st != JSD_OK)
         return st;
     for (size_t i = 0; i < n; i++) {

@@ -137,8 +137,7 @@ static void duplicate_in_batch(bool pg)
     ASSERT_EQ(scalar(&e, "SELECT COUNT(*) FROM effects WHERE seq = 3"), 0);
     /* Both identities recorded: the copy as a duplicate (outcome 4) of seq 1. */
     ASSERT_EQ(scalar(&e, "SELECT COUNT(*) FROM jsd_inbox"), 4);
-    ASSERT_EQ(scalar(&e, "SELECT COUNT(*) FROM jsd_inbox WHERE stream_seq = 3 AND outcome = 4"),
-              1);
+    ASSERT_EQ(scalar(&e, "SELECT COUNT(*) FROM jsd_inbox WHERE stream_seq = 3 AND outcome = 4"), 1);
     POLL_UNTIL(c, &h, cenv_settled(&e), 5000);
     jsd_consumer_destroy(c);
     cenv_down(&e);
