@@ -48,11 +48,25 @@ enum {
     S_EMIT_ROLLBACK_TO,
     S_INSERT,
     S_CLAIM,
+    S_CLAIM_GAP,
+    S_KEYED_ANY,
+    S_UNLEASE_OLD,
+    S_LEASE_EXPIRED,
+    S_LEASE_MARK,
+    S_LEASE_DEL,
+    S_LEASE_LIVE,
+    S_LEASE_INS,
+    S_LEASE_GET,
+    S_LEASE_SETTLE,
+    S_LEASE_END,
     S_RECEIPT,
+    S_RECEIPT_RANGE,
     S_FAIL_SEL,
+    S_FAIL_SEL_RANGE,
     S_FAIL_UPD,
     S_TROUBLE,
     S_RELEASE_LEASE,
+    S_RELEASE_RANGE,
     S_REQUEUE,
     S_NEXT_DUE,
     S_INBOX_GET,
@@ -98,27 +112,58 @@ static const char *const sql_text[S__COUNT] = {
                  "order_key, created_at, not_before, next_attempt_at) "
                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) "
                  "ON CONFLICT (owner, effect_id) DO NOTHING",
-    /* Candidates: unordered due effects in id order, and the head (smallest
-     * pending id) of each order key when it is due; see jsd__store_claim. */
+    /* Keyed effects (see "range leases" below for the others): the head
+     * (smallest pending id) of each order key when it is due, leased row by
+     * row; see jsd__store_claim. */
     [S_CLAIM] =
         "UPDATE jsd_outbox SET lease_token = ?1, lease_expires = ?2, "
         /* an earlier lease that ended unsettled: maybe published (store.h) */
         "duplicate = CASE WHEN lease_token IS NOT NULL THEN 1 ELSE duplicate END WHERE id IN ("
-        "SELECT id FROM (SELECT c.id AS id FROM jsd_outbox c WHERE c.order_key IS NULL "
-        "AND c.published_at IS NULL AND c.dead_lettered_at IS NULL "
-        "AND c.next_attempt_at <= ?3 AND (c.lease_expires IS NULL OR c.lease_expires <= ?3) "
-        "ORDER BY c.id LIMIT ?4) "
-        "UNION ALL "
-        "SELECT id FROM (SELECT c.id AS id FROM (SELECT min(id) AS hid FROM jsd_outbox "
+        "SELECT c.id FROM (SELECT min(id) AS hid FROM jsd_outbox "
         "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key) h "
         "JOIN jsd_outbox c ON c.id = h.hid WHERE c.next_attempt_at <= ?3 "
         "AND (c.lease_expires IS NULL OR c.lease_expires <= ?3) ORDER BY c.id LIMIT ?4) "
-        "ORDER BY id LIMIT ?4) RETURNING " OUTBOX_COLS ", duplicate",
+        "RETURNING " OUTBOX_COLS ", duplicate",
+    /* Unordered due effects between two claimed ranges, in id order. A row
+     * with a lease_token is one leased row by row before schema 3 (or by a
+     * test standing in for a crashed relay): claimable once it expired; one
+     * with only lease_expires (0) was released from a range. */
+    [S_CLAIM_GAP] = "SELECT " OUTBOX_COLS ", duplicate, lease_token, lease_expires FROM jsd_outbox "
+                    "INDEXED BY jsd_outbox_ready WHERE order_key IS NULL AND " PENDING
+                    " AND id > ?1 AND id < ?2 AND next_attempt_at <= ?3 "
+                    "AND (lease_token IS NULL OR lease_expires <= ?3) ORDER BY id LIMIT ?4",
+    [S_KEYED_ANY] = "SELECT 1 FROM jsd_outbox INDEXED BY jsd_outbox_keyed "
+                    "WHERE order_key IS NOT NULL AND " PENDING " LIMIT 1",
+    [S_UNLEASE_OLD] = "UPDATE jsd_outbox SET duplicate = CASE WHEN lease_token IS NOT NULL "
+                      "THEN 1 ELSE duplicate END, lease_token = NULL, lease_expires = NULL "
+                      "WHERE id BETWEEN ?1 AND ?2 AND order_key IS NULL "
+                      "AND lease_expires <= ?3 AND " PENDING,
+    [S_LEASE_EXPIRED] =
+        "SELECT token, lo, hi, claimed_at FROM jsd_outbox_lease WHERE expires <= ?1",
+    /* The unsettled effects of an expired range: maybe published (store.h). */
+    [S_LEASE_MARK] = "UPDATE jsd_outbox SET duplicate = 1 WHERE id BETWEEN ?1 AND ?2 "
+                     "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL AND " PENDING
+                     " AND next_attempt_at <= ?3",
+    [S_LEASE_DEL] = "DELETE FROM jsd_outbox_lease WHERE token = ?1",
+    [S_LEASE_LIVE] = "SELECT lo, hi FROM jsd_outbox_lease ORDER BY lo",
+    [S_LEASE_INS] = "INSERT INTO jsd_outbox_lease (token, lo, hi, claimed_at, expires, open) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [S_LEASE_GET] = "SELECT lo, hi, claimed_at FROM jsd_outbox_lease WHERE token = ?1",
+    [S_LEASE_SETTLE] = "UPDATE jsd_outbox_lease SET open = open - ?2 WHERE token = ?1",
+    [S_LEASE_END] = "DELETE FROM jsd_outbox_lease WHERE token = ?1 AND open <= 0",
     [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
                   "published_at = ?6, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
+    /* A range-held row: unkeyed, no lease_token, still pending (the caller
+     * checked that its range lease is still there). */
+    [S_RECEIPT_RANGE] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
+                        "published_at = ?6 WHERE id = ?1 AND ?2 IS NOT NULL AND order_key IS NULL "
+                        "AND lease_token IS NULL AND lease_expires IS NULL AND " PENDING,
     [S_FAIL_SEL] =
         "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND lease_token = ?2 AND " PENDING,
+    [S_FAIL_SEL_RANGE] = "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND ?2 IS NOT NULL "
+                         "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL "
+                         "AND " PENDING,
     [S_FAIL_UPD] = "UPDATE jsd_outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, "
                    "dead_lettered_at = ?5, dead_reason = ?6, lease_token = NULL, "
                    "lease_expires = NULL WHERE id = ?1",
@@ -128,13 +173,21 @@ static const char *const sql_text[S__COUNT] = {
                   "AND dead_reason LIKE '%" JSD__FIRST_DUP_REASON "%')",
     [S_RELEASE_LEASE] = "UPDATE jsd_outbox SET lease_token = NULL, lease_expires = NULL "
                         "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
+    /* No longer held by its range (lease_expires 0: claimable, not marked
+     * maybe published by a takeover); the next claim clears the mark. */
+    [S_RELEASE_RANGE] = "UPDATE jsd_outbox SET lease_expires = 0 WHERE id = ?1 AND ?2 IS NOT NULL "
+                        "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL "
+                        "AND " PENDING,
     [S_REQUEUE] = "UPDATE jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
                   "attempts = 0, next_attempt_at = ?2, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND dead_lettered_at IS NOT NULL AND published_at IS NULL",
     /* Only effects a claim could take: unordered ones and the heads of keys. */
     [S_NEXT_DUE] =
         "SELECT min(t) FROM (SELECT min(max(next_attempt_at, coalesce(lease_expires, 0))) "
-        "AS t FROM jsd_outbox WHERE order_key IS NULL AND " PENDING " UNION ALL "
+        "AS t FROM jsd_outbox o WHERE order_key IS NULL AND " PENDING " AND NOT EXISTS "
+        "(SELECT 1 FROM jsd_outbox_lease l WHERE o.id BETWEEN l.lo AND l.hi) UNION ALL "
+        /* what a range holds is claimable when its lease expires, or earlier */
+        "SELECT min(expires) FROM jsd_outbox_lease UNION ALL "
         "SELECT min(max(c.next_attempt_at, coalesce(c.lease_expires, 0))) FROM "
         "(SELECT min(id) AS hid FROM jsd_outbox WHERE order_key IS NOT NULL AND " PENDING
         " GROUP BY order_key) h JOIN jsd_outbox c ON c.id = h.hid)",
@@ -244,9 +297,20 @@ static const char *const migration_1[] = {
 static const char *const migration_2[] = {
     "CREATE TABLE jsd_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)", NULL};
 
-/* 3: nothing on SQLite (PostgreSQL's outbox gets room for HOT lease
- * updates); the version is shared by both back ends. */
-static const char *const migration_3[] = {NULL};
+/* 3: range leases (PostgreSQL's migration 3 gives its outbox room for HOT
+ * lease updates instead; the version is shared by both back ends). An unordered claim no longer writes a lease
+ * into each row: it records one row here for the claimed id range (see
+ * "range leases" at sq_claim). Rows leased the old way are still claimable
+ * when their lease expires (S_CLAIM_GAP). */
+static const char *const migration_3[] = {
+    "CREATE TABLE jsd_outbox_lease ("
+    " token TEXT PRIMARY KEY,"
+    " lo INTEGER NOT NULL,"
+    " hi INTEGER NOT NULL,"
+    " claimed_at INTEGER NOT NULL,"
+    " expires INTEGER NOT NULL,"
+    " open INTEGER NOT NULL)",
+    NULL};
 
 static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3};
 
@@ -312,6 +376,9 @@ typedef struct sq {
     int busy_timeout_ms;
     int64_t lively_until_ms; /* poll data_version fast until then (monotonic) */
     int64_t busy_since_us;   /* when the current wait for the lock began */
+    /* failures_read -> failures_write: the rows read as held by a range */
+    int64_t *fail_range;
+    size_t fail_range_n;
 } sq;
 
 #define SQ(s) ((sq *)(s)->be)
@@ -475,6 +542,7 @@ static void sq_close(jsd_store *s)
     for (int i = 0; i < S__COUNT; i++)
         sqlite3_finalize(q->st[i]);
     sqlite3_close_v2(q->db);
+    jsd__free(q->fail_range);
     wake_put(q->wake);
     jsd__free(q);
     s->be = NULL;
@@ -608,44 +676,235 @@ static jsd_status sq_claim(jsd_store *s, int max, int64_t lease_ms, const char *
     return rc;
 }
 
+/* Read one claimed row (columns as OUTBOX_COLS, then duplicate) into the
+ * batch. */
+static jsd_status add_claimed(jsd_store *s, sqlite3_stmt *st, bool maybe, jsd__effect_batch *out)
+{
+    jsd__claimed_row row = {.row_id = sqlite3_column_int64(st, 0)};
+    row.owner = col_text(st, 1, &row.owner_len);
+    row.effect_id = col_text(st, 2, &row.id_len);
+    row.msg_id = col_text(st, 3, &row.msg_id_len);
+    row.subject = col_text(st, 4, &row.subject_len);
+    row.headers = sqlite3_column_blob(st, 5);
+    row.headers_len = (size_t)sqlite3_column_bytes(st, 5);
+    row.payload = sqlite3_column_blob(st, 6);
+    row.len = (size_t)sqlite3_column_bytes(st, 6);
+    row.attempts = sqlite3_column_int(st, 7);
+    row.order_key = col_text(st, 8, &row.order_key_len);
+    row.created_at = sqlite3_column_int64(st, 9);
+    row.not_before = sqlite3_column_int64(st, 10);
+    row.maybe_published = maybe || sqlite3_column_int(st, 11) != 0;
+    jsd_status rc = jsd__batch_add(out, &row);
+    if (rc != JSD_OK)
+        jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory", (long long)row.row_id);
+    return rc;
+}
+
+/* Keyed heads, leased row by row (S_CLAIM). */
+static jsd_status claim_keyed(jsd_store *s, int max, int64_t lease_ms, const char *token,
+                              int64_t now, jsd__effect_batch *out)
+{
+    sqlite3_stmt *st = stmt(s, S_KEYED_ANY);
+    if (!st)
+        return s->err.status;
+    int x = sqlite3_step(st);
+    done(st);
+    if (x == SQLITE_DONE)
+        return JSD_OK; /* no keyed effect pending: skip the GROUP BY */
+    if (x != SQLITE_ROW)
+        return sq_fail(s, x, "claim");
+    if (!(st = stmt(s, S_CLAIM)))
+        return s->err.status;
+    bind_text(st, 1, token);
+    sqlite3_bind_int64(st, 2, now + lease_ms);
+    sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_int(st, 4, max);
+    jsd_status rc = JSD_OK;
+    while (rc == JSD_OK && (x = sqlite3_step(st)) == SQLITE_ROW)
+        rc = add_claimed(s, st, false, out);
+    if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
+        rc = sq_fail(s, x, "claim");
+    done(st);
+    return rc;
+}
+
+/* Take over the ranges whose lease expired: their unsettled effects are
+ * marked maybe published and become claimable. */
+static jsd_status take_over_expired(jsd_store *s, int64_t now)
+{
+    sqlite3_stmt *st = stmt(s, S_LEASE_EXPIRED), *mark = stmt(s, S_LEASE_MARK),
+                 *del = stmt(s, S_LEASE_DEL);
+    if (!st || !mark || !del)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, now);
+    jsd_status rc = JSD_OK;
+    int x;
+    /* Few rows (one per batch in flight); changing the table being read is
+     * avoided by taking one expired range per pass. */
+    while (rc == JSD_OK && (x = sqlite3_step(st)) == SQLITE_ROW) {
+        char token[JSD__LEASE_TOKEN_MAX + 1];
+        jsd__strlcpy(token, (const char *)sqlite3_column_text(st, 0), sizeof(token));
+        int64_t lo = sqlite3_column_int64(st, 1), hi = sqlite3_column_int64(st, 2),
+                at = sqlite3_column_int64(st, 3);
+        done(st);
+        sqlite3_bind_int64(mark, 1, lo);
+        sqlite3_bind_int64(mark, 2, hi);
+        sqlite3_bind_int64(mark, 3, at);
+        x = sqlite3_step(mark);
+        done(mark);
+        if (x == SQLITE_DONE) {
+            bind_text(del, 1, token);
+            x = sqlite3_step(del);
+            done(del);
+        }
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, "claim: taking over an expired lease");
+        sqlite3_bind_int64(st, 1, now);
+    }
+    if (rc == JSD_OK && x != SQLITE_DONE)
+        rc = sq_fail(s, x, "claim: reading expired leases");
+    done(st);
+    return rc;
+}
+
+#define LIVE_MAX 256 /* live ranges looked between; more wait for the next claim */
+
+/* Unordered effects: the first run of due rows between live ranges, held by
+ * one range lease row. */
+static jsd_status claim_range(jsd_store *s, int max, int64_t lease_ms, const char *token,
+                              int64_t now, jsd__effect_batch *out)
+{
+    jsd_status rc = take_over_expired(s, now);
+    if (rc != JSD_OK)
+        return rc;
+    int64_t bounds[2 * LIVE_MAX + 2];
+    size_t nb = 0;
+    sqlite3_stmt *st = stmt(s, S_LEASE_LIVE);
+    if (!st)
+        return s->err.status;
+    bounds[nb++] = 0;
+    int x;
+    while ((x = sqlite3_step(st)) == SQLITE_ROW && nb < 2 * LIVE_MAX + 1) {
+        bounds[nb++] = sqlite3_column_int64(st, 0); /* a gap ends at lo */
+        bounds[nb++] = sqlite3_column_int64(st, 1); /* the next starts after hi */
+    }
+    done(st);
+    if (x != SQLITE_DONE && x != SQLITE_ROW)
+        return sq_fail(s, x, "claim: reading leases");
+    int64_t last = x == SQLITE_ROW ? bounds[nb - 1] + 1 : INT64_MAX;
+    bounds[nb++] = last;
+    if (!(st = stmt(s, S_CLAIM_GAP)))
+        return s->err.status;
+    size_t first = out->n;
+    bool old_leases = false;
+    for (size_t g = 0; g + 1 < nb && out->n == first && rc == JSD_OK; g += 2) {
+        if (bounds[g + 1] <= bounds[g] + 1)
+            continue;
+        sqlite3_bind_int64(st, 1, bounds[g]);
+        sqlite3_bind_int64(st, 2, bounds[g + 1]);
+        sqlite3_bind_int64(st, 3, now);
+        sqlite3_bind_int(st, 4, max);
+        while (rc == JSD_OK && (x = sqlite3_step(st)) == SQLITE_ROW) {
+            bool leased = sqlite3_column_type(st, 12) != SQLITE_NULL;
+            old_leases |= sqlite3_column_type(st, 13) != SQLITE_NULL;
+            rc = add_claimed(s, st, leased, out);
+        }
+        if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
+            rc = sq_fail(s, x, "claim");
+        done(st);
+    }
+    size_t n = out->n - first;
+    if (rc != JSD_OK || n == 0)
+        return rc;
+    int64_t lo = out->items[first].row_id, hi = out->items[out->n - 1].row_id;
+    if (old_leases) {
+        /* rows leased the old way (expired) or released: the range holds
+         * them from now on */
+        if (!(st = stmt(s, S_UNLEASE_OLD)))
+            return s->err.status;
+        sqlite3_bind_int64(st, 1, lo);
+        sqlite3_bind_int64(st, 2, hi);
+        sqlite3_bind_int64(st, 3, now);
+        x = sqlite3_step(st);
+        done(st);
+        if (x != SQLITE_DONE)
+            return sq_fail(s, x, "claim");
+    }
+    if (!(st = stmt(s, S_LEASE_INS)))
+        return s->err.status;
+    bind_text(st, 1, token);
+    sqlite3_bind_int64(st, 2, lo);
+    sqlite3_bind_int64(st, 3, hi);
+    sqlite3_bind_int64(st, 4, now);
+    sqlite3_bind_int64(st, 5, now + lease_ms);
+    sqlite3_bind_int64(st, 6, (int64_t)n);
+    x = sqlite3_step(st);
+    done(st);
+    return x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "claim: recording the lease");
+}
+
 static jsd_status sq_claim_tx(jsd_store *s, int max, int64_t lease_ms, const char *token,
                               int64_t now, jsd__effect_batch *out)
 {
     jsd_status rc = own_begin(s, "claim");
     if (rc != JSD_OK)
         return rc;
-    sqlite3_stmt *st = stmt(s, S_CLAIM);
-    if (!st)
-        return own_end(s, s->err.status, "claim");
-    bind_text(st, 1, token);
-    sqlite3_bind_int64(st, 2, now + lease_ms);
-    sqlite3_bind_int64(st, 3, now);
-    sqlite3_bind_int(st, 4, max);
-    int x;
-    while ((x = sqlite3_step(st)) == SQLITE_ROW && rc == JSD_OK) {
-        jsd__claimed_row row = {.row_id = sqlite3_column_int64(st, 0)};
-        row.owner = col_text(st, 1, &row.owner_len);
-        row.effect_id = col_text(st, 2, &row.id_len);
-        row.msg_id = col_text(st, 3, &row.msg_id_len);
-        row.subject = col_text(st, 4, &row.subject_len);
-        row.headers = sqlite3_column_blob(st, 5);
-        row.headers_len = (size_t)sqlite3_column_bytes(st, 5);
-        row.payload = sqlite3_column_blob(st, 6);
-        row.len = (size_t)sqlite3_column_bytes(st, 6);
-        row.attempts = sqlite3_column_int(st, 7);
-        row.order_key = col_text(st, 8, &row.order_key_len);
-        row.created_at = sqlite3_column_int64(st, 9);
-        row.not_before = sqlite3_column_int64(st, 10);
-        row.maybe_published = sqlite3_column_int(st, 11) != 0;
-        rc = jsd__batch_add(out, &row);
-        if (rc != JSD_OK)
-            jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory",
-                           (long long)row.row_id);
-    }
-    if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
-        rc = sq_fail(s, x, "claim");
-    done(st);
+    /* Keyed heads take at most half a batch when unordered effects wait too. */
+    rc = claim_keyed(s, max > 1 ? max / 2 : 1, lease_ms, token, now, out);
+    int left = max - (int)out->n;
+    if (rc == JSD_OK && left > 0)
+        rc = claim_range(s, left, lease_ms, token, now, out);
     return own_end(s, rc, "claim");
+}
+
+/* The range lease of token, if it is still there (not taken over). */
+typedef struct range {
+    bool live;
+    int64_t lo, hi, claimed_at;
+} range;
+
+static jsd_status range_get(jsd_store *s, const char *token, range *r)
+{
+    memset(r, 0, sizeof(*r));
+    sqlite3_stmt *st = stmt(s, S_LEASE_GET);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, token);
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        r->live = true;
+        r->lo = sqlite3_column_int64(st, 0);
+        r->hi = sqlite3_column_int64(st, 1);
+        r->claimed_at = sqlite3_column_int64(st, 2);
+    }
+    done(st);
+    return x == SQLITE_ROW || x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "reading a lease");
+}
+
+static bool range_has(const range *r, int64_t id)
+{
+    return r->live && id >= r->lo && id <= r->hi;
+}
+
+/* settled effects of the range are no longer held; the range ends with its
+ * last one */
+static jsd_status range_settle(jsd_store *s, const char *token, size_t settled)
+{
+    if (settled == 0)
+        return JSD_OK;
+    sqlite3_stmt *up = stmt(s, S_LEASE_SETTLE), *end = stmt(s, S_LEASE_END);
+    if (!up || !end)
+        return s->err.status;
+    bind_text(up, 1, token);
+    sqlite3_bind_int64(up, 2, (int64_t)settled);
+    int x = sqlite3_step(up);
+    done(up);
+    if (x == SQLITE_DONE) {
+        bind_text(end, 1, token);
+        x = sqlite3_step(end);
+        done(end);
+    }
+    return x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "settling a lease");
 }
 
 static jsd_status sq_receipts(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
@@ -654,24 +913,38 @@ static jsd_status sq_receipts(jsd_store *s, const char *token, const jsd__receip
     jsd_status rc = own_begin(s, "recording receipts");
     if (rc != JSD_OK)
         return rc;
-    sqlite3_stmt *st = stmt(s, S_RECEIPT);
-    if (!st)
+    range rg;
+    sqlite3_stmt *row = stmt(s, S_RECEIPT), *in_range = stmt(s, S_RECEIPT_RANGE);
+    if (!row || !in_range)
         return own_end(s, s->err.status, "receipts");
-    size_t a = 0;
+    if ((rc = range_get(s, token, &rg)) != JSD_OK)
+        return own_end(s, rc, "receipts");
+    size_t a = 0, ra = 0;
     for (size_t i = 0; i < n && rc == JSD_OK; i++) {
-        sqlite3_bind_int64(st, 1, r[i].row_id);
-        bind_text(st, 2, token);
-        bind_text(st, 3, r[i].stream);
-        sqlite3_bind_int64(st, 4, (int64_t)r[i].seq);
-        sqlite3_bind_int(st, 5, r[i].duplicate ? 1 : 0);
-        sqlite3_bind_int64(st, 6, r[i].published_at_ms);
-        int x = sqlite3_step(st);
-        done(st);
-        if (x != SQLITE_DONE)
-            rc = sq_fail(s, x, "recording a receipt");
-        else
-            a += (size_t)sqlite3_changes(SQ(s)->db);
+        /* a range-held row first, then one leased by itself (keyed) */
+        for (int k = range_has(&rg, r[i].row_id) ? 0 : 1; k < 2; k++) {
+            sqlite3_stmt *st = k == 0 ? in_range : row;
+            sqlite3_bind_int64(st, 1, r[i].row_id);
+            bind_text(st, 2, token);
+            bind_text(st, 3, r[i].stream);
+            sqlite3_bind_int64(st, 4, (int64_t)r[i].seq);
+            sqlite3_bind_int(st, 5, r[i].duplicate ? 1 : 0);
+            sqlite3_bind_int64(st, 6, r[i].published_at_ms);
+            int x = sqlite3_step(st);
+            done(st);
+            if (x != SQLITE_DONE) {
+                rc = sq_fail(s, x, "recording a receipt");
+                break;
+            }
+            if (sqlite3_changes(SQ(s)->db) > 0) {
+                a++;
+                ra += k == 0;
+                break;
+            }
+        }
     }
+    if (rc == JSD_OK)
+        rc = range_settle(s, token, ra);
     rc = own_end(s, rc, "recording receipts");
     *applied = rc == JSD_OK ? a : 0;
     return rc;
@@ -680,21 +953,41 @@ static jsd_status sq_receipts(jsd_store *s, const char *token, const jsd__receip
 static jsd_status sq_failures_read(jsd_store *s, const char *token, const int64_t *ids, size_t n,
                                    int *attempts)
 {
+    sq *q = SQ(s);
+    q->fail_range_n = 0;
     jsd_status rc = own_begin(s, "recording failures");
     if (rc != JSD_OK)
         return rc;
-    sqlite3_stmt *sel = stmt(s, S_FAIL_SEL);
-    if (!sel)
+    range rg;
+    sqlite3_stmt *row = stmt(s, S_FAIL_SEL), *in_range = stmt(s, S_FAIL_SEL_RANGE);
+    if (!row || !in_range)
         return own_end(s, s->err.status, "failures");
+    if ((rc = range_get(s, token, &rg)) != JSD_OK)
+        return own_end(s, rc, "recording failures");
+    jsd__free(q->fail_range);
+    if (!(q->fail_range = jsd__malloc((n ? n : 1) * sizeof(int64_t))))
+        return own_end(s, jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording failures"),
+                       "recording failures");
     for (size_t i = 0; i < n && rc == JSD_OK; i++) {
-        sqlite3_bind_int64(sel, 1, ids[i]);
-        bind_text(sel, 2, token);
-        int x = sqlite3_step(sel);
-        attempts[i] =
-            x == SQLITE_ROW ? sqlite3_column_int(sel, 0) : -1; /* -1: lease lost, or settled */
-        done(sel);
-        if (x != SQLITE_ROW && x != SQLITE_DONE)
-            rc = sq_fail(s, x, "recording a failure");
+        attempts[i] = -1; /* lease lost, or settled */
+        for (int k = range_has(&rg, ids[i]) ? 0 : 1; k < 2; k++) {
+            sqlite3_stmt *sel = k == 0 ? in_range : row;
+            sqlite3_bind_int64(sel, 1, ids[i]);
+            bind_text(sel, 2, token);
+            int x = sqlite3_step(sel);
+            if (x == SQLITE_ROW)
+                attempts[i] = sqlite3_column_int(sel, 0);
+            done(sel);
+            if (x != SQLITE_ROW && x != SQLITE_DONE) {
+                rc = sq_fail(s, x, "recording a failure");
+                break;
+            }
+            if (x == SQLITE_ROW) {
+                if (k == 0)
+                    q->fail_range[q->fail_range_n++] = ids[i];
+                break;
+            }
+        }
     }
     if (rc != JSD_OK)
         return own_end(s, rc, "recording failures");
@@ -704,8 +997,9 @@ static jsd_status sq_failures_read(jsd_store *s, const char *token, const int64_
 static jsd_status sq_failures_write(jsd_store *s, const char *token, const jsd__failure_update *u,
                                     size_t n)
 {
-    (void)token; /* the rows were read under it in this transaction */
+    sq *q = SQ(s);
     jsd_status rc = JSD_OK;
+    size_t settled = 0;
     sqlite3_stmt *upd = stmt(s, S_FAIL_UPD);
     if (!upd)
         return own_end(s, s->err.status, "failures");
@@ -725,7 +1019,17 @@ static jsd_status sq_failures_write(jsd_store *s, const char *token, const jsd__
         done(upd);
         if (x != SQLITE_DONE)
             rc = sq_fail(s, x, "recording a failure");
+        /* the rows were read under token in this transaction (the front
+         * passes each row once) */
+        for (size_t j = 0; j < q->fail_range_n; j++)
+            if (q->fail_range[j] == u[i].row_id) {
+                settled++;
+                break;
+            }
     }
+    if (rc == JSD_OK)
+        rc = range_settle(s, token, settled);
+    q->fail_range_n = 0;
     return own_end(s, rc, "recording failures");
 }
 
@@ -776,7 +1080,40 @@ static jsd_status each_id(jsd_store *s, int id, const char *token, int64_t now, 
 static jsd_status sq_release(jsd_store *s, const char *token, const int64_t *ids, size_t n,
                              size_t *released)
 {
-    return each_id(s, S_RELEASE_LEASE, token, 0, ids, n, released, "releasing leases");
+    *released = 0;
+    jsd_status rc = own_begin(s, "releasing leases");
+    if (rc != JSD_OK)
+        return rc;
+    range rg;
+    sqlite3_stmt *row = stmt(s, S_RELEASE_LEASE), *in_range = stmt(s, S_RELEASE_RANGE);
+    if (!row || !in_range)
+        return own_end(s, s->err.status, "releasing leases");
+    if ((rc = range_get(s, token, &rg)) != JSD_OK)
+        return own_end(s, rc, "releasing leases");
+    size_t k = 0, rk = 0;
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        for (int v = range_has(&rg, ids[i]) ? 0 : 1; v < 2; v++) {
+            sqlite3_stmt *st = v == 0 ? in_range : row;
+            sqlite3_bind_int64(st, 1, ids[i]);
+            bind_text(st, 2, token);
+            int x = sqlite3_step(st);
+            done(st);
+            if (x != SQLITE_DONE) {
+                rc = sq_fail(s, x, "releasing leases");
+                break;
+            }
+            if (sqlite3_changes(SQ(s)->db) > 0) {
+                k++;
+                rk += v == 0;
+                break;
+            }
+        }
+    }
+    if (rc == JSD_OK)
+        rc = range_settle(s, token, rk);
+    rc = own_end(s, rc, "releasing leases");
+    *released = rc == JSD_OK ? k : 0;
+    return rc;
 }
 
 static jsd_status sq_requeue(jsd_store *s, const int64_t *ids, size_t n, int64_t now,

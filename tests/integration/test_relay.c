@@ -489,6 +489,7 @@ static void stop_settles_in_flight(void **state)
     /* no lease is left behind: each claimed effect got its receipt, its
      * failure, or its lease back */
     ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE lease_token IS NOT NULL"), 0);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_lease"), 0); /* SQLite's range leases */
     long long pub = rt_published(&e.st);
     ASSERT_EQ(pub, (long long)rs.published);
     /* every stored message has its receipt, unless its outcome was UNKNOWN

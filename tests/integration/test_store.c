@@ -1356,6 +1356,8 @@ static void migration_keeps_stored_msg_ids(void **state)
     app_sql(s, sql);
     app_sql(s, "DROP TABLE jsd_meta");
     app_sql(s, "DELETE FROM jsd_schema_version WHERE version >= 2");
+    if (BE(state) == BE_SQLITE)
+        app_sql(s, "DROP TABLE jsd_outbox_lease");
     jsd_store_close(s);
 
     s = open_url(url);
