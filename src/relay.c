@@ -93,6 +93,20 @@
  *    index entries published rows leave until vacuum; a claim from the start
  *    runs whenever one comes back short and at least once a second, so an
  *    expired lease or an ended backoff below the floor waits at most that.
+ * 9. SQLite (one host, one writer at a time): an unordered claim writes no
+ *    lease into its rows. It takes the first run of due rows, in id order,
+ *    that lies between the ranges other claims hold, and records one row
+ *    (token T, lo..hi, claimed_at, expires, open count) in jsd_outbox_lease,
+ *    in the same BEGIN IMMEDIATE transaction, so no two live ranges overlap
+ *    and no effect is held twice. Its rows (unkeyed, no lease_token, due at
+ *    claimed_at) are held while that row is there; receipts, failures and
+ *    releases under T look it up once per transaction and write only such
+ *    rows in lo..hi (the zombie test of point 3: a range taken over is gone,
+ *    so T's late results are refused), and the last settled row deletes it.
+ *    A claim that finds a range expired takes it over: its still unsettled
+ *    rows are marked maybe published (4a) and become claimable. A released
+ *    row is marked (lease_expires 0) so that a takeover does not mark it.
+ *    Keyed heads keep the per-row lease of points 3 and 5.
  */
 #include <pthread.h>
 #include <stdarg.h>

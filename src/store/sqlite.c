@@ -840,6 +840,11 @@ static jsd_status claim_range(jsd_store *s, int max, int64_t lease_ms, const cha
     sqlite3_bind_int64(st, 6, (int64_t)n);
     x = sqlite3_step(st);
     done(st);
+    if (x == SQLITE_CONSTRAINT_PRIMARYKEY)
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "claim: lease token %s still holds an earlier claim; draw a fresh "
+                              "token for each claim",
+                              token);
     return x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "claim: recording the lease");
 }
 
