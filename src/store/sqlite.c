@@ -140,9 +140,10 @@ static const char *const sql_text[S__COUNT] = {
     [S_LEASE_EXPIRED] =
         "SELECT token, lo, hi, claimed_at FROM jsd_outbox_lease WHERE expires <= ?1",
     /* The unsettled effects of an expired range: maybe published (store.h). */
-    [S_LEASE_MARK] = "UPDATE jsd_outbox SET duplicate = 1 WHERE id BETWEEN ?1 AND ?2 "
-                     "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL AND " PENDING
-                     " AND next_attempt_at <= ?3",
+    [S_LEASE_MARK] =
+        "UPDATE jsd_outbox SET duplicate = 1 WHERE id BETWEEN ?1 AND ?2 "
+        "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL AND " PENDING
+        " AND next_attempt_at <= ?3",
     [S_LEASE_DEL] = "DELETE FROM jsd_outbox_lease WHERE token = ?1",
     [S_LEASE_LIVE] = "SELECT lo, hi FROM jsd_outbox_lease ORDER BY lo",
     [S_LEASE_INS] = "INSERT INTO jsd_outbox_lease (token, lo, hi, claimed_at, expires, open) "
@@ -296,15 +297,14 @@ static const char *const migration_2[] = {
  * into each row: it records one row here for the claimed id range (see
  * "range leases" at sq_claim). Rows leased the old way are still claimable
  * when their lease expires (S_CLAIM_GAP). */
-static const char *const migration_3[] = {
-    "CREATE TABLE jsd_outbox_lease ("
-    " token TEXT PRIMARY KEY,"
-    " lo INTEGER NOT NULL,"
-    " hi INTEGER NOT NULL,"
-    " claimed_at INTEGER NOT NULL,"
-    " expires INTEGER NOT NULL,"
-    " open INTEGER NOT NULL)",
-    NULL};
+static const char *const migration_3[] = {"CREATE TABLE jsd_outbox_lease ("
+                                          " token TEXT PRIMARY KEY,"
+                                          " lo INTEGER NOT NULL,"
+                                          " hi INTEGER NOT NULL,"
+                                          " claimed_at INTEGER NOT NULL,"
+                                          " expires INTEGER NOT NULL,"
+                                          " open INTEGER NOT NULL)",
+                                          NULL};
 
 static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3};
 
