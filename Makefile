@@ -9,7 +9,7 @@
 #   cli/*.c                   -> jsdurable
 #   tests/{unit,integration,slow,chaos}/*.c -> one test binary per file
 #   tests/tools/*.c           -> helper programs used by tests (fault proxy, ...)
-#   bench/*.c                 -> benchmark programs
+#   bench/*.c                 -> benchmark programs (bench/lib/*.c linked into each)
 #   examples/*.c              -> example programs (built and run by `make check`)
 
 PREFIX  ?= /usr/local
@@ -46,11 +46,13 @@ SLOW_SRC  := $(sort $(wildcard tests/slow/*.c))
 CHAOS_SRC := $(sort $(wildcard tests/chaos/*.c))
 TOOL_SRC  := $(sort $(wildcard tests/tools/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
+BLIB_SRC  := $(sort $(wildcard bench/lib/*.c))
 EX_SRC    := $(sort $(wildcard examples/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 HARN_OBJ := $(HARN_SRC:%.c=$(BUILD)/obj/%.o)
+BLIB_OBJ := $(BLIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(UNIT_SRC:%.c=$(BUILD)/%) $(INTEG_SRC:%.c=$(BUILD)/%) $(SLOW_SRC:%.c=$(BUILD)/%) \
             $(CHAOS_SRC:%.c=$(BUILD)/%)
 TOOL_BIN := $(TOOL_SRC:%.c=$(BUILD)/%)
@@ -96,9 +98,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(HARN_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(HARN_OBJ) $(STATIC) $(LIBS) $(TEST_LIBS)
 
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(STATIC)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BLIB_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(BLIB_OBJ) $(STATIC) $(LIBS)
 
 $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(STATIC)
 	@mkdir -p $(dir $@)
@@ -221,7 +223,7 @@ fuzz: deps
 	    build-fuzz/$$n.log; done
 
 format:
-	clang-format -i $(LIB_SRC) $(CLI_SRC) $(wildcard src/*.h src/store/*.h cli/*.h include/*.h include/jsdurable/*.h tests/*/*.c tests/*/*.h bench/*.c examples/*.c)
+	clang-format -i $(LIB_SRC) $(CLI_SRC) $(wildcard src/*.h src/store/*.h cli/*.h include/*.h include/jsdurable/*.h tests/*/*.c tests/*/*.h bench/*.c bench/lib/*.c bench/lib/*.h examples/*.c)
 
 # `make lint` fails on any finding of: cppcheck (library and CLI), clang-tidy
 # (checks and the reasons for the disabled ones in .clang-tidy, tests/.clang-tidy)
@@ -234,7 +236,7 @@ format:
 LINT_SKIP ?= bench/bench_ingress.c bench/bench_relay.c bench/bench_store.c
 LINT_JOBS ?= 2
 LINT_C := $(filter-out $(LINT_SKIP),$(sort $(wildcard src/*.c src/store/*.c cli/*.c \
-            tests/*/*.c fuzz/*.c examples/*.c bench/*.c)))
+            tests/*/*.c fuzz/*.c examples/*.c bench/*.c bench/lib/*.c)))
 LINT_H := $(filter-out $(LINT_SKIP),$(sort $(wildcard src/*.h src/store/*.h cli/*.h \
             include/*.h include/jsdurable/*.h tests/*/*.h)))
 TIDY_FLAGS = -std=c11 -D_GNU_SOURCE -DJSD_VERSION='"$(VERSION)"' -Iinclude -Isrc -Itests/harness \

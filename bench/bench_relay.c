@@ -45,91 +45,13 @@
 #include <nats/nats.h>
 
 #include "jsdurable.h"
+#include "lib/bench_js.h"
 
 #define PAYLOAD 256
 #define RUNS    3
 
 static const char *nats_url;
 static char tmpdir[512];
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* CPU time (user + system) of this process, µs: a steadier measure than
- * wall time on a shared machine. */
-static int64_t cpu_us(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
-           ru.ru_stime.tv_usec;
-}
-
-static void die(const char *fmt, const char *detail)
-{
-    fprintf(stderr, "bench_relay: ");
-    fprintf(stderr, fmt, detail);
-    fputc('\n', stderr);
-    exit(1);
-}
-
-/* ---- the stream, through a separate nats.c connection ----------------------------- */
-
-static natsConnection *nc;
-static jsCtx *js;
-
-static void nats_up(void)
-{
-    natsOptions *o = NULL;
-    if (natsOptions_Create(&o) != NATS_OK || natsOptions_SetURL(o, nats_url) != NATS_OK)
-        die("bad NATS URL %s", nats_url);
-    natsStatus s = natsConnection_Connect(&nc, o);
-    natsOptions_Destroy(o);
-    if (s != NATS_OK)
-        die("cannot connect: %s", natsStatus_GetText(s));
-    if (natsConnection_JetStream(&js, nc, NULL) != NATS_OK)
-        die("%s", "no JetStream context");
-}
-
-static void stream_make(const char *name, const char *subject)
-{
-    jsStreamConfig c;
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    const char *subjects[1] = {subject};
-    jsStreamConfig_Init(&c);
-    c.Name = name;
-    c.Subjects = subjects;
-    c.SubjectsLen = 1;
-    c.Storage = js_FileStorage;
-    c.Duplicates = (int64_t)120 * 1000 * 1000 * 1000;
-    js_DeleteStream(js, name, NULL, &jerr);
-    natsStatus s = js_AddStream(&si, js, &c, NULL, &jerr);
-    if (s != NATS_OK)
-        die("create stream: %s", natsStatus_GetText(s));
-    jsStreamInfo_Destroy(si);
-}
-
-static uint64_t stream_msgs(const char *name)
-{
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    if (js_GetStreamInfo(&si, js, name, NULL, &jerr) != NATS_OK)
-        die("stream info %s", name);
-    uint64_t n = si->State.Msgs;
-    jsStreamInfo_Destroy(si);
-    return n;
-}
-
-static void stream_drop(const char *name)
-{
-    jsErrCode jerr = 0;
-    js_DeleteStream(js, name, NULL, &jerr);
-}
 
 /* ---- stores ------------------------------------------------------------------------ */
 
@@ -139,7 +61,7 @@ static jsd_store *store_open(const char *url)
     jsd_error err;
     jsd_error_clear(&err);
     if (jsd_store_open(&s, url, &err) != JSD_OK)
-        die("cannot open the store: %s", err.msg);
+        bench_die("cannot open the store: %s", err.msg);
     return s;
 }
 
@@ -150,7 +72,7 @@ static void enqueue(jsd_store *s, const char *prefix, const char *subject, int n
     for (int i = 0; i < n;) {
         jsd_tx *tx = NULL;
         if (jsd_tx_begin(&tx, s) != JSD_OK)
-            die("begin: %s", jsd_store_errmsg(s));
+            bench_die("begin: %s", jsd_store_errmsg(s));
         for (int k = 0; k < per_tx && i < n; k++, i++) {
             char id[32];
             snprintf(id, sizeof(id), "%s%d", prefix, i);
@@ -160,10 +82,10 @@ static void enqueue(jsd_store *s, const char *prefix, const char *subject, int n
                             .payload = payload,
                             .len = sizeof(payload)};
             if (jsd_tx_emit(tx, &e) != JSD_OK)
-                die("emit: %s", jsd_store_errmsg(s));
+                bench_die("emit: %s", jsd_store_errmsg(s));
         }
         if (jsd_tx_commit(tx) != JSD_OK)
-            die("commit: %s", jsd_store_errmsg(s));
+            bench_die("commit: %s", jsd_store_errmsg(s));
     }
 }
 
@@ -176,7 +98,7 @@ static jsd_conn *conn_open(void)
     jsd_error err;
     jsd_error_clear(&err);
     if (jsd_conn_open(&c, &o, &err) != JSD_OK)
-        die("cannot connect: %s", err.msg);
+        bench_die("cannot connect: %s", err.msg);
     return c;
 }
 
@@ -188,12 +110,12 @@ static void pg_fresh(const char *base_url, char *url, size_t cap, char *name, si
     snprintf(name, ncap, "jsd_bench_relay_%ld_%d", (long)getpid(), seq++);
     PGconn *pg = PQconnectdb(base_url);
     if (PQstatus(pg) != CONNECTION_OK)
-        die("PostgreSQL: %s", PQerrorMessage(pg));
+        bench_die("PostgreSQL: %s", PQerrorMessage(pg));
     char sql[200];
     snprintf(sql, sizeof(sql), "CREATE DATABASE %s", name);
     PGresult *r = PQexec(pg, sql);
     if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        die("create database: %s", PQerrorMessage(pg));
+        bench_die("create database: %s", PQerrorMessage(pg));
     PQclear(r);
     PQfinish(pg);
     /* postgresql://user@host:port/db?params -> .../name?params */
@@ -201,7 +123,7 @@ static void pg_fresh(const char *base_url, char *url, size_t cap, char *name, si
     const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
     const char *q = strchr(base_url, '?');
     if (!slash)
-        die("cannot place a database name in %s", "the PostgreSQL URL");
+        bench_die("cannot place a database name in %s", "the PostgreSQL URL");
     snprintf(url, cap, "%.*s/%s%s", (int)(slash - base_url), base_url, name, q ? q : "");
 }
 
@@ -226,7 +148,7 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     char stream[64], subject[64];
     snprintf(stream, sizeof(stream), "BENCH_RELAY_%ld_%d", (long)getpid(), run_no);
     snprintf(subject, sizeof(subject), "bench.relay.%ld.%d", (long)getpid(), run_no++);
-    stream_make(stream, subject);
+    bench_stream_make(stream, subject);
 
     jsd_store *app = store_open(store_url);
     enqueue(app, "e", subject, n, 1000);
@@ -245,19 +167,19 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     jsd_error err;
     jsd_error_clear(&err);
     if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
-        die("relay: %s", err.msg);
+        bench_die("relay: %s", err.msg);
 
-    int64_t t0 = mono_us(), c0 = cpu_us();
+    int64_t t0 = bench_mono_us(), c0 = bench_cpu_us();
     if (jsd_relay_run_until_idle(r) != JSD_OK)
-        die("relay run: %s", jsd_relay_errmsg(r));
-    int64_t t1 = mono_us(), c1 = cpu_us();
+        bench_die("relay run: %s", jsd_relay_errmsg(r));
+    int64_t t1 = bench_mono_us(), c1 = bench_cpu_us();
 
     jsd_relay_stats st;
     jsd_relay_stats_get(r, &st);
     jsd_store_stats ss;
     if (jsd_store_stats_get(app, &ss) != JSD_OK)
-        die("store stats: %s", jsd_store_errmsg(app));
-    uint64_t stored = stream_msgs(stream);
+        bench_die("store stats: %s", jsd_store_errmsg(app));
+    uint64_t stored = bench_stream_msgs(stream);
     if (st.published != (uint64_t)n || ss.published != n || stored != (uint64_t)n ||
         st.duplicates != 0) {
         fprintf(stderr,
@@ -271,7 +193,7 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     jsd_conn_close(c);
     jsd_store_close(rs);
     jsd_store_close(app);
-    stream_drop(stream);
+    bench_stream_drop(stream);
     double rate = (double)n / ((double)(t1 - t0) / 1e6);
     last_cpu_us_per_effect = (double)(c1 - c0) / n;
     fprintf(stderr,
@@ -391,9 +313,9 @@ static void produce(jsd_store *app, int64_t *committed_us, int n, const char *su
 {
     char payload[PAYLOAD];
     memset(payload, 'p', sizeof(payload));
-    int64_t start = mono_us(), period = 1000000 / LAT_RATE;
+    int64_t start = bench_mono_us(), period = 1000000 / LAT_RATE;
     for (int i = k; i < n; i += every) {
-        int64_t due = start + (int64_t)i * period, now = mono_us();
+        int64_t due = start + (int64_t)i * period, now = bench_mono_us();
         if (due > now)
             usleep((useconds_t)(due - now));
         char id[32];
@@ -406,8 +328,8 @@ static void produce(jsd_store *app, int64_t *committed_us, int n, const char *su
                         .len = sizeof(payload)};
         if (jsd_tx_begin(&tx, app) != JSD_OK || jsd_tx_emit(tx, &e) != JSD_OK ||
             jsd_tx_commit(tx) != JSD_OK)
-            die("enqueue: %s", jsd_store_errmsg(app));
-        committed_us[i] = mono_us();
+            bench_die("enqueue: %s", jsd_store_errmsg(app));
+        committed_us[i] = bench_mono_us();
     }
 }
 
@@ -430,11 +352,11 @@ static void bench_latency(const char *name, const char *url, int producers)
              .acked_us = calloc((size_t)n, sizeof(int64_t)),
              .n = n};
     if (!l.committed_us || !l.acked_us)
-        die("%s", "out of memory");
+        bench_die("%s", "out of memory");
     char stream[64], subject[64];
     snprintf(stream, sizeof(stream), "BENCH_RELAY_LAT_%ld", (long)getpid());
     snprintf(subject, sizeof(subject), "bench.relay.lat.%ld", (long)getpid());
-    stream_make(stream, subject);
+    bench_stream_make(stream, subject);
 
     /* The store file exists (schema made) before the child opens it; the
      * child is forked before the relay's threads start and commits only once
@@ -448,12 +370,12 @@ static void bench_latency(const char *name, const char *url, int producers)
         jsd_store_close(app);
         app = NULL;
         if (pipe(go) != 0)
-            die("pipe: %s", strerror(errno));
+            bench_die("pipe: %s", strerror(errno));
         fflush(NULL);
         for (int k = 0; k < producers; k++) {
             child[k] = fork();
             if (child[k] < 0)
-                die("fork: %s", strerror(errno));
+                bench_die("fork: %s", strerror(errno));
             if (child[k] == 0) {
                 char ch;
                 close(go[1]);
@@ -477,23 +399,23 @@ static void bench_latency(const char *name, const char *url, int producers)
     jsd_error err;
     jsd_error_clear(&err);
     if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
-        die("relay: %s", err.msg);
+        bench_die("relay: %s", err.msg);
     relay_thread t = {.r = r};
     pthread_t th;
     pthread_create(&th, NULL, relay_main, &t);
     usleep(200000);
 
-    int64_t t_go = mono_us();
+    int64_t t_go = bench_mono_us();
     if (xproc) {
         for (int k = 0; k < producers; k++)
             if (write(go[1], "g", 1) != 1)
-                die("pipe: %s", strerror(errno));
+                bench_die("pipe: %s", strerror(errno));
         close(go[1]);
         for (int k = 0; k < producers; k++) {
             int status = 0;
             if (waitpid(child[k], &status, 0) != child[k] || !WIFEXITED(status) ||
                 WEXITSTATUS(status) != 0)
-                die("%s", "a producing process failed");
+                bench_die("%s", "a producing process failed");
         }
     } else {
         produce(app, l.committed_us, n, subject, 0, 1);
@@ -518,9 +440,9 @@ static void bench_latency(const char *name, const char *url, int producers)
     for (int i = 0; i < n; i++)
         if (l.acked_us[i])
             d[got++] = l.acked_us[i] - l.committed_us[i];
-    if (got != n || stream_msgs(stream) != (uint64_t)n) {
+    if (got != n || bench_stream_msgs(stream) != (uint64_t)n) {
         fprintf(stderr, "bench_relay: latency run is wrong: %d of %d acked, stream %llu\n", got, n,
-                (unsigned long long)stream_msgs(stream));
+                (unsigned long long)bench_stream_msgs(stream));
         exit(1);
     }
     qsort(d, (size_t)n, sizeof(int64_t), cmp_i64);
@@ -536,16 +458,17 @@ static void bench_latency(const char *name, const char *url, int producers)
     jsd_conn_close(c);
     jsd_store_close(rs);
     jsd_store_close(app);
-    stream_drop(stream);
+    bench_stream_drop(stream);
     munmap(shared, (size_t)(n + 1) * sizeof(int64_t));
     free(l.acked_us);
 }
 
 int main(int argc, char **argv)
 {
+    bench_prog = "bench_relay";
     nats_url = argc > 1 ? argv[1] : getenv("JSD_BENCH_NATS_URL");
     if (!nats_url || !*nats_url)
-        die("%s", "usage: bench_relay NATS_URL (or set JSD_BENCH_NATS_URL)");
+        bench_die("%s", "usage: bench_relay NATS_URL (or set JSD_BENCH_NATS_URL)");
     const char *pg = getenv("JSD_BENCH_PG_URL");
     /* sqlite|postgres|latency|xproc|pg-latency|naive */
     const char *only = getenv("BENCH_RELAY_ONLY");
@@ -555,15 +478,15 @@ int main(int argc, char **argv)
         char *end = NULL;
         long v = strtol(ns, &end, 10);
         if (*end || v < 1 || v > 10000000)
-            die("BENCH_RELAY_MESSAGES=%s is not a count", ns);
+            bench_die("BENCH_RELAY_MESSAGES=%s is not a count", ns);
         n = (int)v;
     }
     const char *t = getenv("TMPDIR");
     snprintf(tmpdir, sizeof(tmpdir), "%s/jsd-bench-relay.XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(tmpdir))
-        die("cannot make a temporary folder: %s", strerror(errno));
+        bench_die("cannot make a temporary folder: %s", strerror(errno));
     jsd_log_configure(JSD_LOG_ERROR, JSD_LOG_TEXT, NULL, NULL);
-    nats_up();
+    bench_nats_up(nats_url);
 
     if (!only || !strcmp(only, "sqlite"))
         bench_throughput_sqlite(n);
@@ -601,7 +524,7 @@ int main(int argc, char **argv)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
         fprintf(stderr, "bench_relay: could not remove %s\n", tmpdir);
-    jsCtx_Destroy(js);
-    natsConnection_Destroy(nc);
+    jsCtx_Destroy(bench_js);
+    natsConnection_Destroy(bench_nc);
     return 0;
 }

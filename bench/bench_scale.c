@@ -48,6 +48,7 @@
 #include <sqlite3.h>
 
 #include "jsdurable.h"
+#include "lib/bench_js.h"
 
 #define PAYLOAD  256
 #define PER_TX   10000 /* effects per transaction */
@@ -57,21 +58,6 @@ static const char *nats_url;
 static const char *pg_base;
 static char tmpdir[512];
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void die(const char *fmt, const char *detail)
-{
-    fprintf(stderr, "bench_scale: ");
-    fprintf(stderr, fmt, detail);
-    fputc('\n', stderr);
-    exit(1);
-}
-
 static long env_count(const char *name, long dflt)
 {
     const char *v = getenv(name);
@@ -80,7 +66,7 @@ static long env_count(const char *name, long dflt)
     char *end = NULL;
     long x = strtol(v, &end, 10);
     if (*end || x < 1 || x > 100000000)
-        die("%s is not a count (1..100000000)", name);
+        bench_die("%s is not a count (1..100000000)", name);
     return x;
 }
 
@@ -94,59 +80,6 @@ static bool env_has(const char *name, const char *dflt, const char *word)
         if ((p == v || p[-1] == ' ' || p[-1] == ',') && (p[n] == 0 || p[n] == ' ' || p[n] == ','))
             return true;
     return false;
-}
-
-/* ---- the stream, through a separate nats.c connection ----------------------------- */
-
-static natsConnection *nc;
-static jsCtx *js;
-
-static void nats_up(void)
-{
-    natsOptions *o = NULL;
-    if (natsOptions_Create(&o) != NATS_OK || natsOptions_SetURL(o, nats_url) != NATS_OK)
-        die("bad NATS URL %s", nats_url);
-    natsStatus s = natsConnection_Connect(&nc, o);
-    natsOptions_Destroy(o);
-    if (s != NATS_OK)
-        die("cannot connect: %s", natsStatus_GetText(s));
-    if (natsConnection_JetStream(&js, nc, NULL) != NATS_OK)
-        die("%s", "no JetStream context");
-}
-
-static void stream_make(const char *name, const char *subject)
-{
-    jsStreamConfig c;
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    const char *subjects[1] = {subject};
-    jsStreamConfig_Init(&c);
-    c.Name = name;
-    c.Subjects = subjects;
-    c.SubjectsLen = 1;
-    c.Storage = js_FileStorage;
-    c.Duplicates = (int64_t)120 * 1000 * 1000 * 1000;
-    js_DeleteStream(js, name, NULL, &jerr);
-    if (js_AddStream(&si, js, &c, NULL, &jerr) != NATS_OK)
-        die("create stream %s", name);
-    jsStreamInfo_Destroy(si);
-}
-
-static uint64_t stream_msgs(const char *name)
-{
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    if (js_GetStreamInfo(&si, js, name, NULL, &jerr) != NATS_OK)
-        die("stream info %s", name);
-    uint64_t n = si->State.Msgs;
-    jsStreamInfo_Destroy(si);
-    return n;
-}
-
-static void stream_drop(const char *name)
-{
-    jsErrCode jerr = 0;
-    js_DeleteStream(js, name, NULL, &jerr);
 }
 
 /* ---- stores: a fresh SQLite file or PostgreSQL database per run --------------------- */
@@ -171,12 +104,12 @@ static void target_fresh(target *t, bool pg)
     snprintf(t->db, sizeof(t->db), "jsd_bench_scale_%ld_%d", (long)getpid(), seq++);
     PGconn *c = PQconnectdb(pg_base);
     if (PQstatus(c) != CONNECTION_OK)
-        die("PostgreSQL: %s", PQerrorMessage(c));
+        bench_die("PostgreSQL: %s", PQerrorMessage(c));
     char sql[200];
     snprintf(sql, sizeof(sql), "CREATE DATABASE %s", t->db);
     PGresult *r = PQexec(c, sql);
     if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        die("create database: %s", PQerrorMessage(c));
+        bench_die("create database: %s", PQerrorMessage(c));
     PQclear(r);
     PQfinish(c);
     /* postgresql://user@host:port/db?params -> .../name?params */
@@ -184,7 +117,7 @@ static void target_fresh(target *t, bool pg)
     const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
     const char *q = strchr(pg_base, '?');
     if (!slash)
-        die("cannot place a database name in %s", "the PostgreSQL URL");
+        bench_die("cannot place a database name in %s", "the PostgreSQL URL");
     snprintf(t->url, sizeof(t->url), "%.*s/%s%s", (int)(slash - pg_base), pg_base, t->db,
              q ? q : "");
 }
@@ -214,11 +147,11 @@ static int64_t sql_run(const target *t, const char *sql)
     if (t->pg) {
         PGconn *c = PQconnectdb(t->url);
         if (PQstatus(c) != CONNECTION_OK)
-            die("PostgreSQL: %s", PQerrorMessage(c));
+            bench_die("PostgreSQL: %s", PQerrorMessage(c));
         PGresult *r = PQexec(c, sql);
         ExecStatusType st = PQresultStatus(r);
         if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-            die("SQL failed: %s", PQerrorMessage(c));
+            bench_die("SQL failed: %s", PQerrorMessage(c));
         if (st == PGRES_TUPLES_OK && PQntuples(r) > 0)
             v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
         PQclear(r);
@@ -229,16 +162,16 @@ static int64_t sql_run(const target *t, const char *sql)
     snprintf(path, sizeof(path), "%s/%s", tmpdir, t->db);
     sqlite3 *db = NULL;
     if (sqlite3_open(path, &db) != SQLITE_OK)
-        die("cannot open %s", path);
+        bench_die("cannot open %s", path);
     sqlite3_busy_timeout(db, 30000);
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        die("SQL failed: %s", sqlite3_errmsg(db));
+        bench_die("SQL failed: %s", sqlite3_errmsg(db));
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         v = sqlite3_column_int64(st, 0);
     else if (rc != SQLITE_DONE)
-        die("SQL failed: %s", sqlite3_errmsg(db));
+        bench_die("SQL failed: %s", sqlite3_errmsg(db));
     sqlite3_finalize(st);
     sqlite3_close(db);
     return v;
@@ -250,7 +183,7 @@ static jsd_store *store_open(const char *url)
     jsd_error err;
     jsd_error_clear(&err);
     if (jsd_store_open(&s, url, &err) != JSD_OK)
-        die("cannot open the store: %s", err.msg);
+        bench_die("cannot open the store: %s", err.msg);
     return s;
 }
 
@@ -261,11 +194,11 @@ static void enqueue(const target *t, const char *owner, const char *subject, lon
     static char ids[PER_EMIT][32];
     static jsd_effect e[PER_EMIT];
     jsd_store *s = store_open(t->url);
-    int64_t t0 = mono_us();
+    int64_t t0 = bench_mono_us();
     for (long i = 0; i < n;) {
         jsd_tx *tx = NULL;
         if (jsd_tx_begin(&tx, s) != JSD_OK)
-            die("begin: %s", jsd_store_errmsg(s));
+            bench_die("begin: %s", jsd_store_errmsg(s));
         for (int k = 0; k < PER_TX && i < n;) {
             size_t m = 0;
             for (; m < PER_EMIT && k < PER_TX && i < n; m++, k++, i++) {
@@ -278,13 +211,13 @@ static void enqueue(const target *t, const char *owner, const char *subject, lon
             }
             size_t bad = 0;
             if (jsd_tx_emit_batch(tx, e, m, &bad) != JSD_OK)
-                die("emit: %s", jsd_store_errmsg(s));
+                bench_die("emit: %s", jsd_store_errmsg(s));
         }
         if (jsd_tx_commit(tx) != JSD_OK)
-            die("commit: %s", jsd_store_errmsg(s));
+            bench_die("commit: %s", jsd_store_errmsg(s));
     }
     fprintf(stderr, "bench_scale: %s: enqueued %ld effects in %.1f s\n", t->kind, n,
-            (double)(mono_us() - t0) / 1e6);
+            (double)(bench_mono_us() - t0) / 1e6);
     jsd_store_close(s);
 }
 
@@ -303,7 +236,7 @@ static double relay_run(const target *t, const char *stream, long due, int64_t p
     jsd_error err;
     jsd_error_clear(&err);
     if (jsd_conn_open(&c, &co, &err) != JSD_OK)
-        die("cannot connect: %s", err.msg);
+        bench_die("cannot connect: %s", err.msg);
     jsd_relay_opts o;
     jsd_relay_opts_init(&o);
     o.publish_deadline_ms = 30000;
@@ -311,17 +244,17 @@ static double relay_run(const target *t, const char *stream, long due, int64_t p
     o.backoff_cap_ms = 20000; /* deadline + cap + lease within the 2-minute window */
     jsd_relay *r = NULL;
     if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
-        die("relay: %s", err.msg);
-    int64_t t0 = mono_us();
+        bench_die("relay: %s", err.msg);
+    int64_t t0 = bench_mono_us();
     if (jsd_relay_run_until_idle(r) != JSD_OK)
-        die("relay run: %s", jsd_relay_errmsg(r));
-    int64_t t1 = mono_us();
+        bench_die("relay run: %s", jsd_relay_errmsg(r));
+    int64_t t1 = bench_mono_us();
     jsd_relay_stats st;
     jsd_relay_stats_get(r, &st);
     jsd_store_stats ss;
     if (jsd_store_stats_get(rs, &ss) != JSD_OK)
-        die("store stats: %s", jsd_store_errmsg(rs));
-    uint64_t stored = stream_msgs(stream);
+        bench_die("store stats: %s", jsd_store_errmsg(rs));
+    uint64_t stored = bench_stream_msgs(stream);
     if (st.published != (uint64_t)due || stored != (uint64_t)due || st.duplicates != 0 ||
         ss.published != published_before + due || ss.backlog != 0) {
         fprintf(stderr,
@@ -355,10 +288,10 @@ static double relay_pending(bool pg, long n, const char *label)
     char stream[64], subject[64];
     target_fresh(&t, pg);
     names(stream, sizeof(stream), subject, sizeof(subject));
-    stream_make(stream, subject);
+    bench_stream_make(stream, subject);
     enqueue(&t, "e", subject, n);
     double v = relay_run(&t, stream, n, 0, label);
-    stream_drop(stream);
+    bench_stream_drop(stream);
     target_drop(&t);
     return v;
 }
@@ -371,9 +304,9 @@ static void relay_published(bool pg, long published, long n, bool do_relay, bool
     char stream[64], subject[64], label[64];
     target_fresh(&t, pg);
     names(stream, sizeof(stream), subject, sizeof(subject));
-    stream_make(stream, subject);
+    bench_stream_make(stream, subject);
     enqueue(&t, "old", subject, published);
-    int64_t t0 = mono_us();
+    int64_t t0 = bench_mono_us();
     /* the relay's receipt (src/store/sqlite.c S_RECEIPT, postgres.c P_RECEIPTS) */
     int64_t done = sql_run(&t, pg ? "WITH u AS (UPDATE jsd_outbox SET stream = 'BENCH_SCALE_FILL', "
                                     "stream_seq = id, duplicate = false, published_at = "
@@ -393,7 +326,7 @@ static void relay_published(bool pg, long published, long n, bool do_relay, bool
         exit(1);
     }
     fprintf(stderr, "bench_scale: %s: %ld rows given a receipt%s in %.1f s\n", t.kind, published,
-            pg ? " and vacuumed" : "", (double)(mono_us() - t0) / 1e6);
+            pg ? " and vacuumed" : "", (double)(bench_mono_us() - t0) / 1e6);
     long total = published;
     if (do_relay) {
         enqueue(&t, "e", subject, n);
@@ -406,13 +339,13 @@ static void relay_published(bool pg, long published, long n, bool do_relay, bool
     if (do_gc) {
         jsd_store *s = store_open(t.url);
         int64_t removed = 0;
-        int64_t g0 = mono_us();
+        int64_t g0 = bench_mono_us();
         if (jsd_store_gc(s, 0, 1000, &removed) != JSD_OK)
-            die("gc: %s", jsd_store_errmsg(s));
-        int64_t g1 = mono_us();
+            bench_die("gc: %s", jsd_store_errmsg(s));
+        int64_t g1 = bench_mono_us();
         jsd_store_stats ss;
         if (jsd_store_stats_get(s, &ss) != JSD_OK)
-            die("store stats: %s", jsd_store_errmsg(s));
+            bench_die("store stats: %s", jsd_store_errmsg(s));
         if (removed != total || ss.published != 0) {
             fprintf(stderr,
                     "bench_scale: gc.%s run is wrong: removed %lld, %lld published left, "
@@ -427,7 +360,7 @@ static void relay_published(bool pg, long published, long n, bool do_relay, bool
         fflush(stdout);
         jsd_store_close(s);
     }
-    stream_drop(stream);
+    bench_stream_drop(stream);
     target_drop(&t);
 }
 
@@ -457,7 +390,7 @@ static long run_measured(const char *const argv[], const char *label)
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0)
-        die("fork: %s", strerror(errno));
+        bench_die("fork: %s", strerror(errno));
     if (pid == 0) {
         execv(argv[0], (char *const *)argv);
         fprintf(stderr, "bench_scale: cannot run %s: %s\n", argv[0], strerror(errno));
@@ -465,7 +398,7 @@ static long run_measured(const char *const argv[], const char *label)
     }
     long peak = -1;
     int status = 0;
-    int64_t t0 = mono_us();
+    int64_t t0 = bench_mono_us();
     for (;;) {
         long v = vm_hwm_kib(pid);
         if (v > peak)
@@ -474,7 +407,7 @@ static long run_measured(const char *const argv[], const char *label)
         if (w == pid)
             break;
         if (w < 0)
-            die("waitpid: %s", strerror(errno));
+            bench_die("waitpid: %s", strerror(errno));
         usleep(20000);
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -483,7 +416,7 @@ static long run_measured(const char *const argv[], const char *label)
         exit(1);
     }
     fprintf(stderr, "bench_scale: %s: %.1f s, VmHWM %.1f MiB\n", label,
-            (double)(mono_us() - t0) / 1e6, (double)peak / 1024.0);
+            (double)(bench_mono_us() - t0) / 1e6, (double)peak / 1024.0);
     return peak;
 }
 
@@ -497,7 +430,7 @@ static void rss(bool pg, long n)
     target_fresh(&t, pg);
     target_fresh(&sink, pg);
     names(stream, sizeof(stream), subject, sizeof(subject));
-    stream_make(stream, subject);
+    bench_stream_make(stream, subject);
     enqueue(&t, "e", subject, n);
 
     const char *relay_argv[] = {cli,      "relay",        "--store",     t.url,   "--nats",
@@ -507,17 +440,17 @@ static void rss(bool pg, long n)
     jsd_store *s = store_open(t.url);
     jsd_store_stats ss;
     if (jsd_store_stats_get(s, &ss) != JSD_OK)
-        die("store stats: %s", jsd_store_errmsg(s));
+        bench_die("store stats: %s", jsd_store_errmsg(s));
     jsd_store_close(s);
-    if (stream_msgs(stream) != (uint64_t)n || ss.published != n || ss.backlog != 0) {
+    if (bench_stream_msgs(stream) != (uint64_t)n || ss.published != n || ss.backlog != 0) {
         fprintf(stderr, "bench_scale: %s is wrong: stream %llu, store published %lld, want %ld\n",
-                name, (unsigned long long)stream_msgs(stream), (long long)ss.published, n);
+                name, (unsigned long long)bench_stream_msgs(stream), (long long)ss.published, n);
         exit(1);
     }
 
     /* the consumer's store exists with its sink table, and a stream captures
      * its dead letters, before it starts */
-    stream_make("BENCH_SCALE_DLQ", "jsd.dlq.>");
+    bench_stream_make("BENCH_SCALE_DLQ", "jsd.dlq.>");
     jsd_store_close(store_open(sink.url));
     sql_run(&sink, pg ? "CREATE TABLE bench_sink (seq BIGINT PRIMARY KEY, subject TEXT NOT "
                         "NULL, body BYTEA NOT NULL)"
@@ -553,17 +486,18 @@ static void rss(bool pg, long n)
     printf("rss.relay%s.max_mib %.1f MiB\n", infix, (double)relay_kib / 1024.0);
     printf("rss.consume%s.max_mib %.1f MiB\n", infix, (double)consume_kib / 1024.0);
     fflush(stdout);
-    stream_drop(stream);
-    stream_drop("BENCH_SCALE_DLQ");
+    bench_stream_drop(stream);
+    bench_stream_drop("BENCH_SCALE_DLQ");
     target_drop(&t);
     target_drop(&sink);
 }
 
 int main(int argc, char **argv)
 {
+    bench_prog = "bench_scale";
     nats_url = argc > 1 ? argv[1] : getenv("JSD_BENCH_NATS_URL");
     if (!nats_url || !*nats_url)
-        die("%s", "usage: bench_scale NATS_URL (or set JSD_BENCH_NATS_URL)");
+        bench_die("%s", "usage: bench_scale NATS_URL (or set JSD_BENCH_NATS_URL)");
     pg_base = getenv("JSD_BENCH_PG_URL");
     long base = env_count("SCALE_BASE", 100000);
     long pending = env_count("SCALE_PENDING", 1000000);
@@ -572,9 +506,9 @@ int main(int argc, char **argv)
     const char *t = getenv("TMPDIR");
     snprintf(tmpdir, sizeof(tmpdir), "%s/jsd-bench-scale.XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(tmpdir))
-        die("cannot make a temporary folder: %s", strerror(errno));
+        bench_die("cannot make a temporary folder: %s", strerror(errno));
     jsd_log_configure(JSD_LOG_ERROR, JSD_LOG_TEXT, NULL, NULL);
-    nats_up();
+    bench_nats_up(nats_url);
 
     for (int k = 0; k < 2; k++) {
         bool pg = k == 1;
@@ -606,7 +540,7 @@ int main(int argc, char **argv)
     /* every store file went with its run (target_drop) */
     if (rmdir(tmpdir) != 0)
         fprintf(stderr, "bench_scale: could not remove %s: %s\n", tmpdir, strerror(errno));
-    jsCtx_Destroy(js);
-    natsConnection_Destroy(nc);
+    jsCtx_Destroy(bench_js);
+    natsConnection_Destroy(bench_nc);
     return 0;
 }

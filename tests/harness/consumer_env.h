@@ -83,4 +83,18 @@ jsd_consumer *cenv_consumer(cenv *e, jsd_consumer_opts *o);
         fn(true);                                                                                  \
     }
 
+/* Poll c with pollfn (jsd_consumer_poll or jsd_consumer_poll_batch) and
+ * handler h (user data u) until cond holds, failing the test after ms. */
+#define CENV_POLL_UNTIL(pollfn, c, h, u, cond, ms)                                                 \
+    do {                                                                                           \
+        int64_t end_ = jsd_test_mono_ms() + (ms);                                                  \
+        while (!(cond) && jsd_test_mono_ms() < end_) {                                             \
+            jsd_status st_ = pollfn((c), (h), (u), NULL);                                          \
+            if (st_ != JSD_OK && st_ != JSD_ERR_STOPPED)                                           \
+                fail_msg("poll: %s: %s", jsd_status_name(st_), jsd_consumer_errmsg(c));            \
+        }                                                                                          \
+        if (!(cond))                                                                               \
+            fail_msg("`%s` still false after %d ms", #cond, (int)(ms));                            \
+    } while (0)
+
 #endif

@@ -108,17 +108,7 @@ static long long distinct_effects(cenv *e)
 }
 
 /* Poll until cond or the deadline. */
-#define POLL_UNTIL(c, h, cond, ms)                                                                 \
-    do {                                                                                           \
-        int64_t end_ = jsd_test_mono_ms() + (ms);                                                  \
-        while (!(cond) && jsd_test_mono_ms() < end_) {                                             \
-            jsd_status st_ = jsd_consumer_poll((c), sink, (h), NULL);                              \
-            if (st_ != JSD_OK && st_ != JSD_ERR_STOPPED)                                           \
-                fail_msg("poll: %s: %s", jsd_status_name(st_), jsd_consumer_errmsg(c));            \
-        }                                                                                          \
-        if (!(cond))                                                                               \
-            fail_msg("`%s` still false after %d ms", #cond, (int)(ms));                            \
-    } while (0)
+#define POLL_UNTIL(c, h, cond, ms) CENV_POLL_UNTIL(jsd_consumer_poll, c, sink, h, cond, ms)
 
 /* ---- commit, then a confirmed ACK ------------------------------------------------------ */
 static void commit_then_confirmed_ack(bool pg)

@@ -55,16 +55,7 @@ static long long scalar(cenv *e, const char *sql)
 }
 
 #define POLL_UNTIL(c, h, cond, ms)                                                                 \
-    do {                                                                                           \
-        int64_t end_ = jsd_test_mono_ms() + (ms);                                                  \
-        while (!(cond) && jsd_test_mono_ms() < end_) {                                             \
-            jsd_status st_ = jsd_consumer_poll_batch((c), batch_sink, (h), NULL);                  \
-            if (st_ != JSD_OK && st_ != JSD_ERR_STOPPED)                                           \
-                fail_msg("poll: %s: %s", jsd_status_name(st_), jsd_consumer_errmsg(c));            \
-        }                                                                                          \
-        if (!(cond))                                                                               \
-            fail_msg("`%s` still false after %d ms", #cond, (int)(ms));                            \
-    } while (0)
+    CENV_POLL_UNTIL(jsd_consumer_poll_batch, c, batch_sink, h, cond, ms)
 
 /* ---- a batch commits as one -------------------------------------------------------------- */
 static void batch_commit(bool pg)

@@ -1,0 +1,83 @@
+/* bench_js — see bench_js.h. */
+#include "bench_js.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
+
+const char *bench_prog = "bench";
+natsConnection *bench_nc;
+jsCtx *bench_js;
+
+int64_t bench_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t bench_cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
+           ru.ru_stime.tv_usec;
+}
+
+void bench_die(const char *fmt, const char *detail)
+{
+    fprintf(stderr, "%s: ", bench_prog);
+    fprintf(stderr, fmt, detail);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+void bench_nats_up(const char *url)
+{
+    natsOptions *o = NULL;
+    if (natsOptions_Create(&o) != NATS_OK || natsOptions_SetURL(o, url) != NATS_OK)
+        bench_die("bad NATS URL %s", url);
+    natsStatus s = natsConnection_Connect(&bench_nc, o);
+    natsOptions_Destroy(o);
+    if (s != NATS_OK)
+        bench_die("cannot connect: %s", natsStatus_GetText(s));
+    if (natsConnection_JetStream(&bench_js, bench_nc, NULL) != NATS_OK)
+        bench_die("%s", "no JetStream context");
+}
+
+void bench_stream_make(const char *name, const char *subject)
+{
+    jsStreamConfig c;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    const char *subjects[1] = {subject};
+    jsStreamConfig_Init(&c);
+    c.Name = name;
+    c.Subjects = subjects;
+    c.SubjectsLen = 1;
+    c.Storage = js_FileStorage;
+    c.Duplicates = (int64_t)120 * 1000 * 1000 * 1000;
+    js_DeleteStream(bench_js, name, NULL, &jerr);
+    natsStatus s = js_AddStream(&si, bench_js, &c, NULL, &jerr);
+    if (s != NATS_OK)
+        bench_die("create stream: %s", natsStatus_GetText(s));
+    jsStreamInfo_Destroy(si);
+}
+
+uint64_t bench_stream_msgs(const char *name)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    if (js_GetStreamInfo(&si, bench_js, name, NULL, &jerr) != NATS_OK)
+        bench_die("stream info %s", name);
+    uint64_t n = si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    return n;
+}
+
+void bench_stream_drop(const char *name)
+{
+    jsErrCode jerr = 0;
+    js_DeleteStream(bench_js, name, NULL, &jerr);
+}

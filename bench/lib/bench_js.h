@@ -1,0 +1,33 @@
+/*
+ * bench_js — what the bench programs share: the clocks, the fatal error,
+ * and a separate nats.c connection that makes, counts and drops the
+ * benchmark streams (the library under test never makes its own stream
+ * here, so a figure measures publishing, not provisioning). Linked into
+ * every program under bench/ by the Makefile.
+ */
+#ifndef JSD_BENCH_JS_H
+#define JSD_BENCH_JS_H
+
+#include <stdint.h>
+
+#include <nats/nats.h>
+
+/* The program's name for messages ("bench_relay"); set it first in main. */
+extern const char *bench_prog;
+extern natsConnection *bench_nc;
+extern jsCtx *bench_js;
+
+int64_t bench_mono_us(void);
+/* CPU time (user + system) of this process, µs: a steadier measure than
+ * wall time on a shared machine. */
+int64_t bench_cpu_us(void);
+/* Print "PROG: " fmt (with detail) and exit 1. */
+void bench_die(const char *fmt, const char *detail);
+/* Connect bench_nc / bench_js to url, or die. */
+void bench_nats_up(const char *url);
+/* A fresh file-storage stream capturing subject (2 min duplicate window). */
+void bench_stream_make(const char *name, const char *subject);
+uint64_t bench_stream_msgs(const char *name);
+void bench_stream_drop(const char *name);
+
+#endif
