@@ -108,32 +108,7 @@ static void pg_fresh(const char *base_url, char *url, size_t cap, char *name, si
 {
     static int seq;
     snprintf(name, ncap, "jsd_bench_relay_%ld_%d", (long)getpid(), seq++);
-    PGconn *pg = PQconnectdb(base_url);
-    if (PQstatus(pg) != CONNECTION_OK)
-        bench_die("PostgreSQL: %s", PQerrorMessage(pg));
-    char sql[200];
-    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", name);
-    PGresult *r = PQexec(pg, sql);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        bench_die("create database: %s", PQerrorMessage(pg));
-    PQclear(r);
-    PQfinish(pg);
-    /* postgresql://user@host:port/db?params -> .../name?params */
-    const char *scheme = strstr(base_url, "://");
-    const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
-    const char *q = strchr(base_url, '?');
-    if (!slash)
-        bench_die("cannot place a database name in %s", "the PostgreSQL URL");
-    snprintf(url, cap, "%.*s/%s%s", (int)(slash - base_url), base_url, name, q ? q : "");
-}
-
-static void pg_drop(const char *base_url, const char *name)
-{
-    PGconn *pg = PQconnectdb(base_url);
-    char sql[200];
-    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s", name);
-    PQclear(PQexec(pg, sql));
-    PQfinish(pg);
+    bench_pg_create(base_url, name, url, cap);
 }
 
 /* ---- throughput ---------------------------------------------------------------------- */
@@ -250,7 +225,7 @@ static void bench_throughput_pg(const char *base, int n)
         pg_fresh(base, url, sizeof(url), name, sizeof(name));
         v[i] = throughput_run(url, n, 256, 1024, "relay.postgres");
         c[i] = last_cpu_us_per_effect;
-        pg_drop(base, name);
+        bench_pg_drop(base, name);
     }
     qsort(v, RUNS, sizeof(double), cmp_double);
     qsort(c, RUNS, sizeof(double), cmp_double);
@@ -511,7 +486,7 @@ int main(int argc, char **argv)
             char name[80];
             pg_fresh(pg, url, sizeof(url), name, sizeof(name));
             bench_latency("relay.latency.postgres", url, 4);
-            pg_drop(pg, name);
+            bench_pg_drop(pg, name);
         } else {
             fprintf(stderr, "bench_relay: relay.latency.postgres skipped: JSD_BENCH_PG_URL is "
                             "not set\n");

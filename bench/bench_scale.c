@@ -102,24 +102,7 @@ static void target_fresh(target *t, bool pg)
         return;
     }
     snprintf(t->db, sizeof(t->db), "jsd_bench_scale_%ld_%d", (long)getpid(), seq++);
-    PGconn *c = PQconnectdb(pg_base);
-    if (PQstatus(c) != CONNECTION_OK)
-        bench_die("PostgreSQL: %s", PQerrorMessage(c));
-    char sql[200];
-    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", t->db);
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK)
-        bench_die("create database: %s", PQerrorMessage(c));
-    PQclear(r);
-    PQfinish(c);
-    /* postgresql://user@host:port/db?params -> .../name?params */
-    const char *scheme = strstr(pg_base, "://");
-    const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
-    const char *q = strchr(pg_base, '?');
-    if (!slash)
-        bench_die("cannot place a database name in %s", "the PostgreSQL URL");
-    snprintf(t->url, sizeof(t->url), "%.*s/%s%s", (int)(slash - pg_base), pg_base, t->db,
-             q ? q : "");
+    bench_pg_create(pg_base, t->db, t->url, sizeof(t->url));
 }
 
 static void target_drop(const target *t)
@@ -133,10 +116,7 @@ static void target_drop(const target *t)
         }
         return;
     }
-    PGconn *c = PQconnectdb(pg_base);
-    snprintf(path, sizeof(path), "DROP DATABASE IF EXISTS %s", t->db);
-    PQclear(PQexec(c, path));
-    PQfinish(c);
+    bench_pg_drop(pg_base, t->db);
 }
 
 /* Run one SQL statement on the target outside the library; returns the first

@@ -2,9 +2,12 @@
 #include "bench_js.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
+
+#include <libpq-fe.h>
 
 const char *bench_prog = "bench";
 natsConnection *bench_nc;
@@ -80,4 +83,34 @@ void bench_stream_drop(const char *name)
 {
     jsErrCode jerr = 0;
     js_DeleteStream(bench_js, name, NULL, &jerr);
+}
+
+void bench_pg_create(const char *base_url, const char *name, char *url, size_t cap)
+{
+    PGconn *pg = PQconnectdb(base_url);
+    if (PQstatus(pg) != CONNECTION_OK)
+        bench_die("PostgreSQL: %s", PQerrorMessage(pg));
+    char sql[200];
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", name);
+    PGresult *r = PQexec(pg, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        bench_die("create database: %s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    /* postgresql://user@host:port/db?params -> .../name?params */
+    const char *scheme = strstr(base_url, "://");
+    const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
+    const char *q = strchr(base_url, '?');
+    if (!slash)
+        bench_die("cannot place a database name in %s", "the PostgreSQL URL");
+    snprintf(url, cap, "%.*s/%s%s", (int)(slash - base_url), base_url, name, q ? q : "");
+}
+
+void bench_pg_drop(const char *base_url, const char *name)
+{
+    PGconn *pg = PQconnectdb(base_url);
+    char sql[200];
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s", name);
+    PQclear(PQexec(pg, sql));
+    PQfinish(pg);
 }

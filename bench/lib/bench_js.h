@@ -2,12 +2,14 @@
  * bench_js — what the bench programs share: the clocks, the fatal error,
  * and a separate nats.c connection that makes, counts and drops the
  * benchmark streams (the library under test never makes its own stream
- * here, so a figure measures publishing, not provisioning). Linked into
- * every program under bench/ by the Makefile.
+ * here, so a figure measures publishing, not provisioning), and fresh
+ * PostgreSQL databases for the stores under test. Linked into every program
+ * under bench/ by the Makefile.
  */
 #ifndef JSD_BENCH_JS_H
 #define JSD_BENCH_JS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <nats/nats.h>
@@ -29,5 +31,10 @@ void bench_nats_up(const char *url);
 void bench_stream_make(const char *name, const char *subject);
 uint64_t bench_stream_msgs(const char *name);
 void bench_stream_drop(const char *name);
+
+/* CREATE DATABASE name on the server of base_url (a postgresql:// URL), and
+ * write into url the same URL naming that database; or die. */
+void bench_pg_create(const char *base_url, const char *name, char *url, size_t cap);
+void bench_pg_drop(const char *base_url, const char *name);
 
 #endif
