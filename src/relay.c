@@ -81,14 +81,10 @@
  *    migration 3), so a claim is a HOT update that adds no index entries;
  *    only the receipt makes a new indexed row version. The receipt writer
  *    has its own connection (jsd__store_open_writer), so receipts overlap
- *    the next claims instead of taking turns with them, and its commits are
- *    lazy (synchronous_commit = off): a receipt lost in a server crash is
- *    the crash before the receipt commit of point 2 (the row keeps its
- *    lease token, so the next claim marks it maybe_published and the
- *    duplicate PubAck retires it), and it cannot be built upon: the next
- *    claim of its order key commits synchronously, which makes every
- *    earlier WAL record durable first. Claims stay synchronous (a lost
- *    claim would hide that an effect was sent). A full batch moves a claim
+ *    the next claims instead of taking turns with them. Both commit
+ *    synchronously: a receipt lost in a server crash would be republished
+ *    after a restart that may come later than the duplicate window, and a
+ *    lost claim would hide that an effect was sent. A full batch moves a claim
  *    floor above its largest id, so the next claim does not step over the
  *    index entries published rows leave until vacuum; a claim from the start
  *    runs whenever one comes back short and at least once a second, so an

@@ -117,10 +117,6 @@ struct jsd_store {
 jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err);
 jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, jsd_error *err);
 struct sqlite3 *jsd__sqlite_handle(jsd_store *s);
-/* PostgreSQL: this session's commits no longer wait for their WAL flush
- * (synchronous_commit = off, kept across reconnects); see
- * jsd__store_open_writer. */
-jsd_status jsd__pg_lazy_commit(jsd_store *s);
 struct pg_conn *jsd__pg_handle(jsd_store *s);
 
 #endif

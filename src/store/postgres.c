@@ -294,7 +294,6 @@ typedef struct pg {
     char prefix[72]; /* "schema". */
     bool prepared[P__COUNT];
     bool listening;
-    bool lazy_commit;       /* synchronous_commit = off on this session */
     int64_t claim_floor;    /* see pg_claim */
     int64_t floor_since_ms; /* monotonic: when the floor left 0 */
     char *password;         /* to scrub from libpq's messages; wiped */
@@ -404,22 +403,6 @@ static char *with_schema(jsd_store *s, const char *sql)
 }
 
 /* The connection is usable, re-established when it broke outside a transaction. */
-static jsd_status set_lazy_commit(jsd_store *s)
-{
-    PGresult *r = PQexec(PG(s)->conn, "SET synchronous_commit = off");
-    jsd_status rc = PQresultStatus(r) == PGRES_COMMAND_OK
-                        ? JSD_OK
-                        : pg_fail(s, r, "setting synchronous_commit = off");
-    PQclear(r);
-    return rc;
-}
-
-jsd_status jsd__pg_lazy_commit(jsd_store *s)
-{
-    PG(s)->lazy_commit = true;
-    return set_lazy_commit(s);
-}
-
 static jsd_status ready(jsd_store *s)
 {
     pg *p = PG(s);
@@ -433,7 +416,7 @@ static jsd_status ready(jsd_store *s)
     if (PQstatus(p->conn) != CONNECTION_OK)
         return pg_fail(s, NULL, "reconnecting to PostgreSQL");
     JSD_INFO("store", "reconnected to PostgreSQL store \"%s\"", s->url_safe);
-    return p->lazy_commit ? set_lazy_commit(s) : JSD_OK;
+    return JSD_OK;
 }
 
 /* Execute prepared statement id; NULL on failure (error recorded). want is

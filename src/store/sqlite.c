@@ -293,10 +293,10 @@ static const char *const migration_2[] = {
     "CREATE TABLE jsd_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)", NULL};
 
 /* 3: range leases (PostgreSQL's migration 3 gives its outbox room for HOT
- * lease updates instead; the version is shared by both back ends). An unordered claim no longer writes a lease
- * into each row: it records one row here for the claimed id range (see
- * "range leases" at sq_claim). Rows leased the old way are still claimable
- * when their lease expires (S_CLAIM_GAP). */
+ * lease updates instead; the version is shared by both back ends). An unordered claim no longer
+ * writes a lease into each row: it records one row here for the claimed id range (see "range
+ * leases" at sq_claim). Rows leased the old way are still claimable when their lease expires
+ * (S_CLAIM_GAP). */
 static const char *const migration_3[] = {"CREATE TABLE jsd_outbox_lease ("
                                           " token TEXT PRIMARY KEY,"
                                           " lo INTEGER NOT NULL,"

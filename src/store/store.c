@@ -422,15 +422,7 @@ jsd_status jsd__store_open_writer(const jsd_store *s, jsd_store **out, jsd_error
     o.id_namespace = s->open_ns;
     o.busy_timeout_ms = s->busy_timeout_ms;
     o.payload_max = s->payload_max;
-    jsd_store *w = NULL;
-    jsd_status rc = jsd_store_open_opts(&w, &o, err);
-    if (rc == JSD_OK && (rc = jsd__pg_lazy_commit(w)) != JSD_OK) {
-        jsd__err_copy(err, &w->err);
-        jsd_store_close(w);
-        w = NULL;
-    }
-    *out = w;
-    return rc;
+    return jsd_store_open_opts(out, &o, err);
 }
 
 void jsd_store_close(jsd_store *s)

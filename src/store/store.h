@@ -91,12 +91,12 @@ void jsd__effect_batch_free(jsd__effect_batch *b);
 /*
  * A second handle on the same store for writing the relay's outcomes
  * (receipts, failures, releases) beside the claims of the first, so the two
- * overlap (DESIGN 7 in relay.c). PostgreSQL only: *out is NULL on SQLite,
- * whose one writer gains nothing from a second connection. Its commits are
- * lazy (synchronous_commit = off): a receipt lost in a server crash leaves
- * its effect as a crash before the receipt commit does, and the next claim's
- * synchronous commit makes every earlier receipt durable (WAL is one
- * sequence), so no later claim can build on a lost one.
+ * overlap (DESIGN 8 in relay.c), opened with the options s was opened
+ * with. PostgreSQL only: *out is NULL on SQLite, whose one writer gains
+ * nothing from a second connection. Its commits are synchronous like every
+ * other: a receipt lost in a server crash would have its effect published
+ * again, and a server that comes back after the stream's duplicate window
+ * would store it twice.
  */
 jsd_status jsd__store_open_writer(const jsd_store *s, jsd_store **out, jsd_error *err);
 
