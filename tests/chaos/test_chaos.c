@@ -613,7 +613,7 @@ static void *producer(void *arg)
     run *R = arg;
     rng pr = {R->c.seed ^ 0x5eed5eed5eedULL};
     jsd_store *s = NULL;
-    int i = 0, fails = 0;
+    int i = 0, fails = 0, n = 0;
     int64_t start = jsd_test_mono_ms();
     while (i < R->c.messages && atomic_load(&R->prod_done) == 0 &&
            jsd_test_mono_ms() < R->deadline) {
@@ -627,7 +627,11 @@ static void *producer(void *arg)
                 continue;
             }
         }
-        int n = rng_range(&pr, 1, 16);
+        /* A retry keeps the ids of the attempt it repeats: with a fresh size
+         * an unknown outcome retried as a longer batch would count the ids
+         * beyond the first attempt as committed when its first id exists. */
+        if (n == 0)
+            n = rng_range(&pr, 1, 16);
         if (n > R->c.messages - i)
             n = R->c.messages - i;
         /* pace: message i is due at start + i / rate */
@@ -650,6 +654,7 @@ static void *producer(void *arg)
         for (int k = i; k < i + n; k++)
             R->committed[k] = (uint8_t)rc;
         i += n;
+        n = 0;
         atomic_store(&R->prod_committed, i);
     }
     jsd_store_close(s);
