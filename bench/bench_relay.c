@@ -55,16 +55,6 @@ static char tmpdir[512];
 
 /* ---- stores ------------------------------------------------------------------------ */
 
-static jsd_store *store_open(const char *url)
-{
-    jsd_store *s = NULL;
-    jsd_error err;
-    jsd_error_clear(&err);
-    if (jsd_store_open(&s, url, &err) != JSD_OK)
-        bench_die("cannot open the store: %s", err.msg);
-    return s;
-}
-
 static void enqueue(jsd_store *s, const char *prefix, const char *subject, int n, int per_tx)
 {
     char payload[PAYLOAD];
@@ -87,19 +77,6 @@ static void enqueue(jsd_store *s, const char *prefix, const char *subject, int n
         if (jsd_tx_commit(tx) != JSD_OK)
             bench_die("commit: %s", jsd_store_errmsg(s));
     }
-}
-
-static jsd_conn *conn_open(void)
-{
-    jsd_conn_opts o;
-    jsd_conn_opts_init(&o);
-    o.servers = nats_url;
-    jsd_conn *c = NULL;
-    jsd_error err;
-    jsd_error_clear(&err);
-    if (jsd_conn_open(&c, &o, &err) != JSD_OK)
-        bench_die("cannot connect: %s", err.msg);
-    return c;
 }
 
 /* A fresh PostgreSQL database next to the one in base_url; url receives its
@@ -125,11 +102,11 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     snprintf(subject, sizeof(subject), "bench.relay.%ld.%d", (long)getpid(), run_no++);
     bench_stream_make(stream, subject);
 
-    jsd_store *app = store_open(store_url);
+    jsd_store *app = bench_store_open(store_url);
     enqueue(app, "e", subject, n, 1000);
 
-    jsd_store *rs = store_open(store_url);
-    jsd_conn *c = conn_open();
+    jsd_store *rs = bench_store_open(store_url);
+    jsd_conn *c = bench_conn_open(nats_url);
     jsd_relay_opts o;
     jsd_relay_opts_init(&o);
     o.batch_size = batch;
@@ -336,7 +313,7 @@ static void bench_latency(const char *name, const char *url, int producers)
     /* The store file exists (schema made) before the child opens it; the
      * child is forked before the relay's threads start and commits only once
      * the parent says go. */
-    jsd_store *app = store_open(url);
+    jsd_store *app = bench_store_open(url);
     pid_t child[8];
     int go[2] = {-1, -1};
     if (producers > 8)
@@ -356,7 +333,7 @@ static void bench_latency(const char *name, const char *url, int producers)
                 close(go[1]);
                 if (read(go[0], &ch, 1) != 1)
                     _exit(1);
-                jsd_store *cs = store_open(url);
+                jsd_store *cs = bench_store_open(url);
                 produce(cs, l.committed_us, n, subject, k, producers);
                 jsd_store_close(cs);
                 _exit(0);
@@ -364,8 +341,8 @@ static void bench_latency(const char *name, const char *url, int producers)
         }
         close(go[0]);
     }
-    jsd_store *rs = store_open(url);
-    jsd_conn *c = conn_open();
+    jsd_store *rs = bench_store_open(url);
+    jsd_conn *c = bench_conn_open(nats_url);
     jsd_relay_opts o;
     jsd_relay_opts_init(&o);
     o.on_published = on_published;

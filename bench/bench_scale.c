@@ -157,23 +157,13 @@ static int64_t sql_run(const target *t, const char *sql)
     return v;
 }
 
-static jsd_store *store_open(const char *url)
-{
-    jsd_store *s = NULL;
-    jsd_error err;
-    jsd_error_clear(&err);
-    if (jsd_store_open(&s, url, &err) != JSD_OK)
-        bench_die("cannot open the store: %s", err.msg);
-    return s;
-}
-
 static void enqueue(const target *t, const char *owner, const char *subject, long n)
 {
     char payload[PAYLOAD];
     memset(payload, 'p', sizeof(payload));
     static char ids[PER_EMIT][32];
     static jsd_effect e[PER_EMIT];
-    jsd_store *s = store_open(t->url);
+    jsd_store *s = bench_store_open(t->url);
     int64_t t0 = bench_mono_us();
     for (long i = 0; i < n;) {
         jsd_tx *tx = NULL;
@@ -208,21 +198,16 @@ static void enqueue(const target *t, const char *owner, const char *subject, lon
 static double relay_run(const target *t, const char *stream, long due, int64_t published_before,
                         const char *label)
 {
-    jsd_store *rs = store_open(t->url);
-    jsd_conn_opts co;
-    jsd_conn_opts_init(&co);
-    co.servers = nats_url;
-    jsd_conn *c = NULL;
-    jsd_error err;
-    jsd_error_clear(&err);
-    if (jsd_conn_open(&c, &co, &err) != JSD_OK)
-        bench_die("cannot connect: %s", err.msg);
+    jsd_store *rs = bench_store_open(t->url);
+    jsd_conn *c = bench_conn_open(nats_url);
     jsd_relay_opts o;
     jsd_relay_opts_init(&o);
     o.publish_deadline_ms = 30000;
     o.lease_ms = 60000;
     o.backoff_cap_ms = 20000; /* deadline + cap + lease within the 2-minute window */
     jsd_relay *r = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
     if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
         bench_die("relay: %s", err.msg);
     int64_t t0 = bench_mono_us();
@@ -317,7 +302,7 @@ static void relay_published(bool pg, long published, long n, bool do_relay, bool
         total += n;
     }
     if (do_gc) {
-        jsd_store *s = store_open(t.url);
+        jsd_store *s = bench_store_open(t.url);
         int64_t removed = 0;
         int64_t g0 = bench_mono_us();
         if (jsd_store_gc(s, 0, 1000, &removed) != JSD_OK)
@@ -417,7 +402,7 @@ static void rss(bool pg, long n)
                                 nats_url, "--until-idle", "--log-level", "error", NULL};
     snprintf(name, sizeof(name), "jsdurable relay (%s, %ld)", t.kind, n);
     long relay_kib = run_measured(relay_argv, name);
-    jsd_store *s = store_open(t.url);
+    jsd_store *s = bench_store_open(t.url);
     jsd_store_stats ss;
     if (jsd_store_stats_get(s, &ss) != JSD_OK)
         bench_die("store stats: %s", jsd_store_errmsg(s));
@@ -431,7 +416,7 @@ static void rss(bool pg, long n)
     /* the consumer's store exists with its sink table, and a stream captures
      * its dead letters, before it starts */
     bench_stream_make("BENCH_SCALE_DLQ", "jsd.dlq.>");
-    jsd_store_close(store_open(sink.url));
+    jsd_store_close(bench_store_open(sink.url));
     sql_run(&sink, pg ? "CREATE TABLE bench_sink (seq BIGINT PRIMARY KEY, subject TEXT NOT "
                         "NULL, body BYTEA NOT NULL)"
                       : "CREATE TABLE bench_sink (seq INTEGER PRIMARY KEY, subject TEXT NOT "

@@ -114,3 +114,26 @@ void bench_pg_drop(const char *base_url, const char *name)
     PQclear(PQexec(pg, sql));
     PQfinish(pg);
 }
+
+jsd_store *bench_store_open(const char *url)
+{
+    jsd_store *s = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_store_open(&s, url, &err) != JSD_OK)
+        bench_die("cannot open the store: %s", err.msg);
+    return s;
+}
+
+jsd_conn *bench_conn_open(const char *nats_url)
+{
+    jsd_conn_opts o;
+    jsd_conn_opts_init(&o);
+    o.servers = nats_url;
+    jsd_conn *c = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_conn_open(&c, &o, &err) != JSD_OK)
+        bench_die("cannot connect: %s", err.msg);
+    return c;
+}

@@ -14,6 +14,8 @@
 
 #include <nats/nats.h>
 
+#include "jsdurable.h"
+
 /* The program's name for messages ("bench_relay"); set it first in main. */
 extern const char *bench_prog;
 extern natsConnection *bench_nc;
@@ -31,6 +33,10 @@ void bench_nats_up(const char *url);
 void bench_stream_make(const char *name, const char *subject);
 uint64_t bench_stream_msgs(const char *name);
 void bench_stream_drop(const char *name);
+
+/* The library's store and connection for the code under test, or die. */
+jsd_store *bench_store_open(const char *url);
+jsd_conn *bench_conn_open(const char *nats_url);
 
 /* CREATE DATABASE name on the server of base_url (a postgresql:// URL), and
  * write into url the same URL naming that database; or die. */
