@@ -174,6 +174,22 @@ static void batch_retry_one(bool pg)
 /* ---- consume --sql: one failing statement in the batch (a pipeline on PostgreSQL) ------- */
 static char out[65536];
 
+/* `jsdurable consume --until-idle --max-deliver 1 --sql SQL` on e's store and
+ * durable (SQL is put inside single quotes for the shell); its output in
+ * out, failing the test unless it exits 0. */
+static void consume_sql(cenv *e, const char *ack_wait, const char *sql)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "%s consume --store '%s' --nats %s --stream %s --durable %s --ack-wait %s "
+             "--until-idle --max-deliver 1 --sql '%s'",
+             jsd_fx_bin("jsdurable"), e->store_url, jsd_fx_shared_nats_url(), e->stream, e->durable,
+             ack_wait, sql);
+    int rc = jsd_test_run(cmd, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("consume exited %d: %s", rc, out);
+}
+
 static void cli_one_statement_fails(bool pg)
 {
     cenv e;
@@ -182,15 +198,8 @@ static void cli_one_statement_fails(bool pg)
     /* msg-7 is there already: its INSERT violates the unique key on every try. */
     cenv_store_exec(e.store, "INSERT INTO sink(body, seq) VALUES ('msg-7', 0)");
     cenv_publish(&e, 1, 20, NULL);
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd),
-             "%s consume --store '%s' --nats %s --stream %s --durable %s --ack-wait 1s "
-             "--until-idle --max-deliver 1 --sql 'INSERT INTO sink(body, seq) VALUES (CAST("
-             ":payload AS TEXT), :stream_seq)'",
-             jsd_fx_bin("jsdurable"), e.store_url, jsd_fx_shared_nats_url(), e.stream, e.durable);
-    int rc = jsd_test_run(cmd, out, sizeof(out));
-    if (rc != 0)
-        fail_msg("consume exited %d: %s", rc, out);
+    consume_sql(&e, "1s",
+                "INSERT INTO sink(body, seq) VALUES (CAST(:payload AS TEXT), :stream_seq)");
     ASSERT_CONTAINS(out, "19 committed");
     ASSERT_CONTAINS(out, "1 parked");
     ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM sink"), 20);
@@ -218,17 +227,11 @@ static void cli_outage_in_pipeline(void **state)
      * pipeline. As a handler failure it would park message 5 (attempts 1);
      * as the outage it is, the batch is held and applied whole once the
      * store answers again. */
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd),
-             "%s consume --store '%s' --nats %s --stream %s --durable %s --ack-wait 5s "
-             "--until-idle --max-deliver 1 --sql 'INSERT INTO sink(body, seq) SELECT CAST("
-             ":payload AS TEXT), CAST(:stream_seq AS BIGINT) WHERE CASE WHEN CAST(:stream_seq "
-             "AS BIGINT) = 5 THEN NOT (nextval('\\''kill_once'\\'') = 1 AND "
-             "pg_terminate_backend(pg_backend_pid())) ELSE true END'",
-             jsd_fx_bin("jsdurable"), e.store_url, jsd_fx_shared_nats_url(), e.stream, e.durable);
-    int rc = jsd_test_run(cmd, out, sizeof(out));
-    if (rc != 0)
-        fail_msg("consume exited %d: %s", rc, out);
+    consume_sql(&e, "5s",
+                "INSERT INTO sink(body, seq) SELECT CAST(:payload AS TEXT), CAST(:stream_seq AS "
+                "BIGINT) WHERE CASE WHEN CAST(:stream_seq AS BIGINT) = 5 THEN NOT "
+                "(nextval('\\''kill_once'\\'') = 1 AND pg_terminate_backend(pg_backend_pid())) "
+                "ELSE true END");
     ASSERT_CONTAINS(out, "store outage");
     ASSERT_CONTAINS(out, "20 committed");
     ASSERT_CONTAINS(out, "0 retried");
