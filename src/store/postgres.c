@@ -70,6 +70,16 @@ enum {
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
 #define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
+/* The backlog, counted by order key so each half is read through its partial
+ * pending index: PENDING alone matches neither index, and the planner then
+ * scans the whole table, published rows included. */
+#define BACKLOG_PART(key)                                                                          \
+    "SELECT count(*) AS n, count(*) FILTER (WHERE next_attempt_at <= $1) AS d, "                   \
+    "min(not_before) FILTER (WHERE next_attempt_at <= $1) AS m FROM @jsd_outbox "                  \
+    "WHERE order_key " key " AND " PENDING
+#define BACKLOG                                                                                    \
+    "SELECT sum(n)::int8 AS n, sum(d)::int8 AS d, min(m) AS m FROM (" BACKLOG_PART("IS NULL")      \
+    " UNION ALL " BACKLOG_PART("IS NOT NULL") ") u"
 
 static const char *const sql_text[P__COUNT] = {
     [P_INSERT1] = "INSERT INTO @jsd_outbox (owner, effect_id, msg_id, subject, headers, payload, "
@@ -130,7 +140,9 @@ static const char *const sql_text[P__COUNT] = {
                    "FROM unnest($2::int8[], $3::int4[], $4::text[], $5::int8[], $6::int8[], "
                    "$7::text[]) AS u(id, attempts, err, next, dead_at, reason) "
                    "WHERE o.id = u.id AND o.lease_token = $1",
-    [P_TROUBLE] = "SELECT (SELECT count(*) FROM @jsd_outbox WHERE " PENDING " AND attempts > 0), "
+    [P_TROUBLE] = "SELECT (SELECT count(*) FROM @jsd_outbox WHERE order_key IS NULL AND " PENDING
+                  " AND attempts > 0) + (SELECT count(*) FROM @jsd_outbox WHERE order_key IS NOT "
+                  "NULL AND " PENDING " AND attempts > 0), "
                   "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
                   "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL "
                   "AND dead_reason LIKE '%" JSD__FIRST_DUP_REASON "%')",
@@ -189,18 +201,13 @@ static const char *const sql_text[P__COUNT] = {
              "SELECT stream, consumer, stream_seq FROM @jsd_inbox WHERE created_at < $1 "
              "ORDER BY created_at LIMIT $2) RETURNING 1) "
              "SELECT (SELECT count(*) FROM o) + (SELECT count(*) FROM i)",
-    [P_STATS] =
-        "SELECT (SELECT count(*) FROM @jsd_outbox WHERE " PENDING "), "
-        "(SELECT count(*) FROM @jsd_outbox WHERE " PENDING " AND next_attempt_at <= $1), "
-        "(SELECT min(not_before) FROM @jsd_outbox WHERE " PENDING " AND next_attempt_at <= $1), "
-        "(SELECT count(*) FROM @jsd_outbox WHERE published_at IS NOT NULL), "
-        "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
-        "(SELECT count(*) FROM @jsd_inbox), "
-        "(SELECT count(*) FROM @jsd_poison), "
-        "(SELECT count(*) FROM @jsd_poison WHERE dlq_seq IS NULL)",
-    [P_BACKLOG] =
-        "SELECT count(*), count(*) FILTER (WHERE next_attempt_at <= $1), "
-        "min(not_before) FILTER (WHERE next_attempt_at <= $1) FROM @jsd_outbox WHERE " PENDING,
+    [P_STATS] = "SELECT b.n, b.d, b.m, "
+                "(SELECT count(*) FROM @jsd_outbox WHERE published_at IS NOT NULL), "
+                "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
+                "(SELECT count(*) FROM @jsd_inbox), "
+                "(SELECT count(*) FROM @jsd_poison), "
+                "(SELECT count(*) FROM @jsd_poison WHERE dlq_seq IS NULL) FROM (" BACKLOG ") b",
+    [P_BACKLOG] = BACKLOG,
 };
 
 static const char *const migration_1[] = {

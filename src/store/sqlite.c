@@ -96,6 +96,12 @@ enum {
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
 #define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
+/* The backlog of one half (order_key IS NULL / IS NOT NULL), through its
+ * partial pending index (see S_TROUBLE). */
+#define STATS_PENDING_PART(key)                                                                    \
+    "SELECT count(*) AS n, coalesce(sum(next_attempt_at <= ?1), 0) AS d, "                         \
+    "min(CASE WHEN next_attempt_at <= ?1 THEN not_before END) AS m FROM jsd_outbox "               \
+    "WHERE order_key " key " AND " PENDING
 
 static const char *const sql_text[S__COUNT] = {
     [S_BEGIN] = "BEGIN IMMEDIATE",
@@ -162,7 +168,12 @@ static const char *const sql_text[S__COUNT] = {
     [S_FAIL_UPD] = "UPDATE jsd_outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, "
                    "dead_lettered_at = ?5, dead_reason = ?6, lease_token = NULL, "
                    "lease_expires = NULL WHERE id = ?1",
-    [S_TROUBLE] = "SELECT (SELECT count(*) FROM jsd_outbox WHERE " PENDING " AND attempts > 0), "
+    /* Pending counts go by order key, each half through its partial pending
+     * index: PENDING alone matches neither index, and SQLite then scans the
+     * whole table, published rows included (seconds behind 5M of them). */
+    [S_TROUBLE] = "SELECT (SELECT count(*) FROM jsd_outbox WHERE order_key IS NULL AND " PENDING
+                  " AND attempts > 0) + (SELECT count(*) FROM jsd_outbox WHERE order_key IS NOT "
+                  "NULL AND " PENDING " AND attempts > 0), "
                   "(SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
                   "(SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL "
                   "AND dead_reason LIKE '%" JSD__FIRST_DUP_REASON "%')",
@@ -216,9 +227,8 @@ static const char *const sql_text[S__COUNT] = {
                  "ORDER BY published_at LIMIT ?2)",
     [S_GC_IN] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
                 "WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
-    [S_STATS_PENDING] = "SELECT count(*), coalesce(sum(next_attempt_at <= ?1), 0), "
-                        "min(CASE WHEN next_attempt_at <= ?1 THEN not_before END) "
-                        "FROM jsd_outbox WHERE " PENDING,
+    [S_STATS_PENDING] = "SELECT sum(n), sum(d), min(m) FROM (" STATS_PENDING_PART("IS NULL")
+                        " UNION ALL " STATS_PENDING_PART("IS NOT NULL") ")",
     [S_STATS_DEAD] = "SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL",
     [S_STATS_PUBLISHED] = "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL",
     [S_STATS_INBOX] = "SELECT count(*) FROM jsd_inbox",
