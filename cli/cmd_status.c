@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "those, not yet published to the dead-letter stream). Relay: failing\n"
             "(unpublished effects that failed at least once), first_attempt_duplicates\n"
             "(dead-lettered: the stream already held another producer's message with\n"
-            "their id).\n\n"
+            "their id), dead_reasons (the five most frequent dead-letter reasons with\n"
+            "their counts; `jsdurable outbox` lists and requeues them).\n\n"
             "NATS side: per stream its messages, bytes and sequences (a stream under\n"
             "jsd.dlq. is marked dead-letter: its messages are the dead-letter depth), per\n"
             "durable its pending (lag), ack_pending and redelivered counts.\n\n"
@@ -211,6 +212,8 @@ int cmd_status(int argc, char **argv)
     jsd_store *s = NULL;
     jsd_store_stats x;
     jsd_outbox_trouble trouble;
+    jsd_outbox_reason reasons[5];
+    size_t n_reasons = 0;
     if (url) {
         jsd_error err;
         jsd_status st = jsd_store_open(&s, url, &err);
@@ -220,7 +223,8 @@ int cmd_status(int argc, char **argv)
             return cli_exit_for(st);
         }
         if ((st = jsd_store_stats_get(s, &x)) != JSD_OK ||
-            (st = jsd_outbox_trouble_get(s, &trouble)) != JSD_OK) {
+            (st = jsd_outbox_trouble_get(s, &trouble)) != JSD_OK ||
+            (st = jsd_outbox_dead_reasons(s, reasons, 5, &n_reasons)) != JSD_OK) {
             cli_err("status", "%s", jsd_store_errmsg(s));
             jsd_store_close(s);
             jsd_stream_states_free(states, n_states);
@@ -234,6 +238,13 @@ int cmd_status(int argc, char **argv)
                                 json_pack("{s:I, s:I}", "failing", (json_int_t)trouble.failing,
                                           "first_attempt_duplicates",
                                           (json_int_t)trouble.first_attempt_duplicates));
+        if (s) {
+            json_t *top = json_array();
+            for (size_t i = 0; i < n_reasons; i++)
+                json_array_append_new(top, json_pack("{s:s, s:I}", "reason", reasons[i].reason,
+                                                     "count", (json_int_t)reasons[i].count));
+            json_object_set_new(json_object_get(root, "relay"), "dead_reasons", top);
+        }
         if (s)
             json_object_set_new(
                 root, "store",
@@ -263,6 +274,14 @@ int cmd_status(int argc, char **argv)
             printf("published        %lld\n", (long long)x.published);
             printf("dead-lettered    %lld (first-attempt duplicates %lld)\n",
                    (long long)x.dead_lettered, (long long)trouble.first_attempt_duplicates);
+            for (size_t i = 0; i < n_reasons; i++) {
+                printf("  %6lld x ", (long long)reasons[i].count);
+                for (const char *c = reasons[i].reason; *c; c++)
+                    putchar((unsigned char)*c < 0x20 ? ' ' : *c);
+                putchar('\n');
+            }
+            if (n_reasons)
+                printf("  (jsdurable outbox list --dead; requeue with jsdurable outbox requeue)\n");
             printf("failing          %lld (unpublished, failed at least once)\n",
                    (long long)trouble.failing);
             printf("inbox rows       %lld\n", (long long)x.inbox_rows);

@@ -22,6 +22,7 @@ static const struct {
     {"dlq", cmd_dlq, "list, show, replay or purge dead letters"},
     {"provision", cmd_provision, "create or reconcile streams and consumers from a topology file"},
     {"gc", cmd_gc, "remove retired outbox and inbox rows past a horizon"},
+    {"outbox", cmd_outbox, "list, show or requeue pending and dead-lettered outbox effects"},
 };
 
 static void usage(FILE *f)

@@ -34,5 +34,6 @@
 #include "jsdurable/topology.h"
 #include "jsdurable/metrics.h"
 #include "jsdurable/inspect.h"
+#include "jsdurable/outbox.h"
 
 #endif

@@ -81,6 +81,20 @@ typedef struct jsd__store_ops {
     jsd_status (*gc_step)(jsd_store *s, int64_t cutoff, int batch, int64_t *removed);
     /* backlog_only: backlog, due and oldest_due_age_ms only (cheap). */
     jsd_status (*stats)(jsd_store *s, int64_t now, bool backlog_only, jsd_store_stats *out);
+
+    /* ---- the outbox tools (front: outbox_tools.c) ----
+     * tool_list: the page q asks for (validated by the front) into out;
+     * tool_get: one effect by identity, *found; now judges the lease.
+     * tool_reasons: dead letters grouped by reason, most frequent first.
+     * tool_unpublish: clear the receipt of each u[i] still holding it, in
+     * one transaction (store.h, jsd__store_unpublish). */
+    jsd_status (*tool_list)(jsd_store *s, const jsd_outbox_query *q, int64_t now,
+                            jsd_outbox_entry *out, size_t *n);
+    jsd_status (*tool_get)(jsd_store *s, const char *owner, const char *effect_id, int64_t now,
+                           jsd_outbox_entry *out, bool *found);
+    jsd_status (*tool_reasons)(jsd_store *s, jsd_outbox_reason *out, size_t cap, size_t *n);
+    jsd_status (*tool_unpublish)(jsd_store *s, const jsd__unpublish *u, size_t n, int64_t now,
+                                 size_t *done);
 } jsd__store_ops;
 
 struct jsd_tx {

@@ -1421,6 +1421,185 @@ static jsd_status pg_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_sto
     return JSD_OK;
 }
 
+/* ---- the outbox tools (jsdurable outbox, verify) -------------------------------------
+ * Kept apart from the relay's statements: unnamed statements run per call
+ * (a tool runs a few, not thousands a second), never in the hot path. */
+
+#define TOOL_COLS                                                                                  \
+    "id, owner, effect_id, msg_id, subject, order_key, attempts, created_at, not_before, "         \
+    "next_attempt_at, last_error, dead_lettered_at, dead_reason, stream, stream_seq, duplicate, "  \
+    "published_at, lease_token, lease_expires, octet_length(payload)"
+
+static const char *const tool_list_sql[4] = {
+    [JSD_OUTBOX_UNPUBLISHED] = "published_at IS NULL",
+    [JSD_OUTBOX_PENDING] = PENDING,
+    [JSD_OUTBOX_DEAD] = "dead_lettered_at IS NOT NULL",
+    [JSD_OUTBOX_PUBLISHED] = "published_at IS NOT NULL AND published_at >= $4::int8",
+};
+
+/* Run sql (with "@" for the schema) once; NULL on failure (error recorded). */
+static PGresult *tool_exec(jsd_store *s, const char *sql, const params *p, ExecStatusType want,
+                           const char *what)
+{
+    if (ready(s) != JSD_OK)
+        return NULL;
+    char *full = with_schema(s, sql);
+    if (!full) {
+        jsd__store_err(s, JSD_ERR_NOMEM, "out of memory preparing %s", what);
+        return NULL;
+    }
+    PGresult *r = PQexecParams(PG(s)->conn, full, p->n, NULL, p->v, p->len, p->fmt, 1);
+    jsd__free(full);
+    if (PQresultStatus(r) != want) {
+        pg_fail(s, r, what);
+        PQclear(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void tool_text(const PGresult *r, int row, int col, char *out, size_t cap)
+{
+    size_t len = 0;
+    const char *v = get_str(r, row, col, &len);
+    if (!v)
+        len = 0;
+    if (len >= cap)
+        len = cap - 1;
+    if (len)
+        memcpy(out, v, len);
+    out[len] = '\0';
+}
+
+static void tool_row(const PGresult *r, int i, int64_t now, jsd_outbox_entry *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->row_id = get_i64(r, i, 0);
+    tool_text(r, i, 1, e->owner, sizeof(e->owner));
+    tool_text(r, i, 2, e->effect_id, sizeof(e->effect_id));
+    tool_text(r, i, 3, e->msg_id, sizeof(e->msg_id));
+    tool_text(r, i, 4, e->subject, sizeof(e->subject));
+    tool_text(r, i, 5, e->order_key, sizeof(e->order_key));
+    e->attempts = (int)get_i64(r, i, 6);
+    e->created_at_ms = get_i64(r, i, 7);
+    e->not_before_ms = get_i64(r, i, 8);
+    e->next_attempt_at_ms = get_i64(r, i, 9);
+    tool_text(r, i, 10, e->last_error, sizeof(e->last_error));
+    e->dead_lettered_at_ms = get_i64(r, i, 11);
+    tool_text(r, i, 12, e->dead_reason, sizeof(e->dead_reason));
+    tool_text(r, i, 13, e->stream, sizeof(e->stream));
+    e->stream_seq = (uint64_t)get_i64(r, i, 14);
+    e->duplicate = get_i64(r, i, 15) != 0;
+    e->published_at_ms = get_i64(r, i, 16);
+    bool published = !PQgetisnull(r, i, 16), dead = !PQgetisnull(r, i, 11);
+    e->state = published ? JSD_OUTBOX_PUBLISHED : dead ? JSD_OUTBOX_DEAD : JSD_OUTBOX_PENDING;
+    e->payload_len = (size_t)get_i64(r, i, 19);
+    if (e->state == JSD_OUTBOX_PENDING && !PQgetisnull(r, i, 18) && get_i64(r, i, 18) > now) {
+        e->leased = true;
+        e->lease_expires_ms = get_i64(r, i, 18);
+    }
+}
+
+static jsd_status pg_tool_list(jsd_store *s, const jsd_outbox_query *q, int64_t now,
+                               jsd_outbox_entry *out, size_t *n)
+{
+    char sql[1024];
+    jsd__snprintf(sql, sizeof(sql),
+                  "SELECT " TOOL_COLS " FROM @jsd_outbox WHERE id > $1::int8 AND ($2::text IS NULL "
+                  "OR subject = $2::text) AND %s ORDER BY id LIMIT $3::int8",
+                  tool_list_sql[q->state]);
+    params p = {.n = 0};
+    p_i64(&p, q->after_row_id);
+    p_text(&p, q->subject);
+    p_i64(&p, (int64_t)q->limit);
+    if (q->state == JSD_OUTBOX_PUBLISHED)
+        p_i64(&p, q->published_since_ms);
+    PGresult *r = tool_exec(s, sql, &p, PGRES_TUPLES_OK, "listing the outbox");
+    if (!r)
+        return s->err.status;
+    for (int i = 0; i < PQntuples(r) && *n < q->limit; i++)
+        tool_row(r, i, now, &out[(*n)++]);
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_tool_get(jsd_store *s, const char *owner, const char *effect_id, int64_t now,
+                              jsd_outbox_entry *out, bool *found)
+{
+    params p = {.n = 0};
+    p_text(&p, owner);
+    p_text(&p, effect_id);
+    PGresult *r = tool_exec(s,
+                            "SELECT " TOOL_COLS " FROM @jsd_outbox WHERE owner = $1::text "
+                            "AND effect_id = $2::text",
+                            &p, PGRES_TUPLES_OK, "reading an outbox effect");
+    if (!r)
+        return s->err.status;
+    if (PQntuples(r) == 1) {
+        tool_row(r, 0, now, out);
+        *found = true;
+    }
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_tool_reasons(jsd_store *s, jsd_outbox_reason *out, size_t cap, size_t *n)
+{
+    params p = {.n = 0};
+    p_i64(&p, (int64_t)cap);
+    PGresult *r = tool_exec(s,
+                            "SELECT substr(coalesce(dead_reason, ''), 1, 200) AS r, count(*) "
+                            "FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL GROUP BY r "
+                            "ORDER BY count(*) DESC, r LIMIT $1::int8",
+                            &p, PGRES_TUPLES_OK, "counting dead-letter reasons");
+    if (!r)
+        return s->err.status;
+    for (int i = 0; i < PQntuples(r) && *n < cap; i++) {
+        tool_text(r, i, 0, out[*n].reason, sizeof(out[*n].reason));
+        out[*n].count = get_i64(r, i, 1);
+        (*n)++;
+    }
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_tool_unpublish(jsd_store *s, const jsd__unpublish *u, size_t n, int64_t now,
+                                    size_t *done)
+{
+    jsd_status rc = pg_tx(s, JSD__TX_BEGIN);
+    if (rc != JSD_OK)
+        return rc;
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        params p = {.n = 0};
+        p_i64(&p, u[i].row_id);
+        p_text(&p, u[i].stream);
+        p_i64(&p, (int64_t)u[i].seq);
+        p_text(&p, u[i].why);
+        p_i64(&p, now);
+        PGresult *r = tool_exec(
+            s,
+            "UPDATE @jsd_outbox SET stream = NULL, stream_seq = NULL, published_at = NULL, "
+            "duplicate = true, attempts = 0, last_error = $4::text, next_attempt_at = $5::int8, "
+            "lease_token = NULL, lease_expires = NULL, dead_lettered_at = NULL, "
+            "dead_reason = NULL WHERE id = $1::int8 AND stream = $2::text "
+            "AND stream_seq = $3::int8 AND published_at IS NOT NULL",
+            &p, PGRES_COMMAND_OK, "republishing a lost effect");
+        if (!r) {
+            rc = s->err.status;
+            break;
+        }
+        *done += (size_t)strtoul(PQcmdTuples(r), NULL, 10);
+        PQclear(r);
+    }
+    if (rc == JSD_OK)
+        rc = pg_tx(s, JSD__TX_COMMIT_NOTIFY); /* wake the relays */
+    else
+        own_end(s, rc);
+    if (rc != JSD_OK)
+        *done = 0;
+    return rc;
+}
+
 static const jsd__store_ops pg_ops = {
     .close = pg_close,
     .tx = pg_tx,
@@ -1442,6 +1621,11 @@ static const jsd__store_ops pg_ops = {
     .poison_read = pg_poison_read,
     .gc_step = pg_gc_step,
     .stats = pg_stats,
+    /* the outbox tools */
+    .tool_list = pg_tool_list,
+    .tool_get = pg_tool_get,
+    .tool_reasons = pg_tool_reasons,
+    .tool_unpublish = pg_tool_unpublish,
 };
 
 /* ---- open and migrate -------------------------------------------------------------- */

@@ -1576,6 +1576,179 @@ out:;
     return rc;
 }
 
+/* ---- the outbox tools (jsdurable outbox, verify) -------------------------------------
+ * Kept apart from the relay's statements: prepared per call (a tool runs a
+ * few of them, not thousands a second) and never in the hot path. */
+
+#define TOOL_COLS                                                                                  \
+    "id, owner, effect_id, msg_id, subject, order_key, attempts, created_at, not_before, "         \
+    "next_attempt_at, last_error, dead_lettered_at, dead_reason, stream, stream_seq, duplicate, "  \
+    "published_at, lease_token, lease_expires, length(payload), "                                  \
+    "(SELECT max(l.expires) FROM jsd_outbox_lease l WHERE o.id BETWEEN l.lo AND l.hi)"
+
+static const char *const tool_list_sql[4] = {
+    [JSD_OUTBOX_UNPUBLISHED] = "published_at IS NULL",
+    [JSD_OUTBOX_PENDING] = PENDING,
+    [JSD_OUTBOX_DEAD] = "dead_lettered_at IS NOT NULL",
+    [JSD_OUTBOX_PUBLISHED] = "published_at IS NOT NULL AND published_at >= ?4",
+};
+
+static jsd_status tool_prepare(jsd_store *s, const char *sql, sqlite3_stmt **st)
+{
+    int rc = sqlite3_prepare_v2(SQ(s)->db, sql, -1, st, NULL);
+    return rc == SQLITE_OK ? JSD_OK : sq_fail(s, rc, "preparing an outbox tool query");
+}
+
+static void tool_text(sqlite3_stmt *st, int i, char *out, size_t cap)
+{
+    const char *t = col_text(st, i, NULL);
+    jsd__strlcpy(out, t ? t : "", cap);
+}
+
+static void tool_row(sqlite3_stmt *st, int64_t now, jsd_outbox_entry *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->row_id = sqlite3_column_int64(st, 0);
+    tool_text(st, 1, e->owner, sizeof(e->owner));
+    tool_text(st, 2, e->effect_id, sizeof(e->effect_id));
+    tool_text(st, 3, e->msg_id, sizeof(e->msg_id));
+    tool_text(st, 4, e->subject, sizeof(e->subject));
+    tool_text(st, 5, e->order_key, sizeof(e->order_key));
+    e->attempts = sqlite3_column_int(st, 6);
+    e->created_at_ms = sqlite3_column_int64(st, 7);
+    e->not_before_ms = sqlite3_column_int64(st, 8);
+    e->next_attempt_at_ms = sqlite3_column_int64(st, 9);
+    tool_text(st, 10, e->last_error, sizeof(e->last_error));
+    e->dead_lettered_at_ms = sqlite3_column_int64(st, 11);
+    tool_text(st, 12, e->dead_reason, sizeof(e->dead_reason));
+    tool_text(st, 13, e->stream, sizeof(e->stream));
+    e->stream_seq = (uint64_t)sqlite3_column_int64(st, 14);
+    e->duplicate = sqlite3_column_int(st, 15) != 0;
+    e->published_at_ms = sqlite3_column_int64(st, 16);
+    bool published = sqlite3_column_type(st, 16) != SQLITE_NULL;
+    bool dead = sqlite3_column_type(st, 11) != SQLITE_NULL;
+    e->state = published ? JSD_OUTBOX_PUBLISHED : dead ? JSD_OUTBOX_DEAD : JSD_OUTBOX_PENDING;
+    e->payload_len = (size_t)sqlite3_column_int64(st, 19);
+    if (e->state != JSD_OUTBOX_PENDING)
+        return;
+    /* a row lease, or (unordered, no row lease) the range lease covering it */
+    if (sqlite3_column_type(st, 17) != SQLITE_NULL)
+        e->lease_expires_ms = sqlite3_column_int64(st, 18);
+    else if (sqlite3_column_type(st, 18) == SQLITE_NULL &&
+             sqlite3_column_type(st, 5) == SQLITE_NULL)
+        e->lease_expires_ms = sqlite3_column_int64(st, 20);
+    e->leased = e->lease_expires_ms > now;
+    if (!e->leased)
+        e->lease_expires_ms = 0;
+}
+
+static jsd_status sq_tool_list(jsd_store *s, const jsd_outbox_query *q, int64_t now,
+                               jsd_outbox_entry *out, size_t *n)
+{
+    char sql[1024];
+    jsd__snprintf(sql, sizeof(sql),
+                  "SELECT " TOOL_COLS " FROM jsd_outbox o WHERE id > ?1 AND (?2 IS NULL OR "
+                  "subject = ?2) AND %s ORDER BY id LIMIT ?3",
+                  tool_list_sql[q->state]);
+    sqlite3_stmt *st = NULL;
+    jsd_status rc = tool_prepare(s, sql, &st);
+    if (rc != JSD_OK)
+        return rc;
+    sqlite3_bind_int64(st, 1, q->after_row_id);
+    bind_text(st, 2, q->subject);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)q->limit);
+    if (q->state == JSD_OUTBOX_PUBLISHED)
+        sqlite3_bind_int64(st, 4, q->published_since_ms);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW && *n < q->limit)
+        tool_row(st, now, &out[(*n)++]);
+    if (r != SQLITE_ROW && r != SQLITE_DONE)
+        rc = sq_fail(s, r, "listing the outbox");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static jsd_status sq_tool_get(jsd_store *s, const char *owner, const char *effect_id, int64_t now,
+                              jsd_outbox_entry *out, bool *found)
+{
+    sqlite3_stmt *st = NULL;
+    jsd_status rc = tool_prepare(
+        s, "SELECT " TOOL_COLS " FROM jsd_outbox o WHERE owner = ?1 AND effect_id = ?2", &st);
+    if (rc != JSD_OK)
+        return rc;
+    bind_text(st, 1, owner);
+    bind_text(st, 2, effect_id);
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW) {
+        tool_row(st, now, out);
+        *found = true;
+    } else if (r != SQLITE_DONE) {
+        rc = sq_fail(s, r, "reading an outbox effect");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static jsd_status sq_tool_reasons(jsd_store *s, jsd_outbox_reason *out, size_t cap, size_t *n)
+{
+    sqlite3_stmt *st = NULL;
+    jsd_status rc = tool_prepare(s,
+                                 "SELECT substr(coalesce(dead_reason, ''), 1, 200) AS r, count(*) "
+                                 "FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL GROUP BY r "
+                                 "ORDER BY count(*) DESC, r LIMIT ?1",
+                                 &st);
+    if (rc != JSD_OK)
+        return rc;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)cap);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW && *n < cap) {
+        tool_text(st, 0, out[*n].reason, sizeof(out[*n].reason));
+        out[*n].count = sqlite3_column_int64(st, 1);
+        (*n)++;
+    }
+    if (r != SQLITE_ROW && r != SQLITE_DONE)
+        rc = sq_fail(s, r, "counting dead-letter reasons");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static jsd_status sq_tool_unpublish(jsd_store *s, const jsd__unpublish *u, size_t n, int64_t now,
+                                    size_t *done)
+{
+    sqlite3_stmt *st = NULL;
+    jsd_status rc = tool_prepare(
+        s,
+        "UPDATE jsd_outbox SET stream = NULL, stream_seq = NULL, published_at = NULL, "
+        "duplicate = 1, attempts = 0, last_error = ?4, next_attempt_at = ?5, "
+        "lease_token = NULL, lease_expires = NULL, dead_lettered_at = NULL, dead_reason = NULL "
+        "WHERE id = ?1 AND stream = ?2 AND stream_seq = ?3 AND published_at IS NOT NULL",
+        &st);
+    if (rc != JSD_OK)
+        return rc;
+    if ((rc = own_begin(s, "republishing lost effects")) != JSD_OK) {
+        sqlite3_finalize(st);
+        return rc;
+    }
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        sqlite3_bind_int64(st, 1, u[i].row_id);
+        bind_text(st, 2, u[i].stream);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)u[i].seq);
+        bind_text(st, 4, u[i].why);
+        sqlite3_bind_int64(st, 5, now);
+        int r = sqlite3_step(st);
+        if (r != SQLITE_DONE)
+            rc = sq_fail(s, r, "republishing a lost effect");
+        else
+            *done += (size_t)sqlite3_changes(SQ(s)->db);
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    rc = own_end(s, rc, "republishing lost effects");
+    if (rc != JSD_OK)
+        *done = 0;
+    return rc;
+}
+
 static const jsd__store_ops sqlite_ops = {
     .close = sq_close,
     .tx = sq_tx,
@@ -1597,6 +1770,11 @@ static const jsd__store_ops sqlite_ops = {
     .poison_read = sq_poison_read,
     .gc_step = sq_gc_step,
     .stats = sq_stats,
+    /* the outbox tools */
+    .tool_list = sq_tool_list,
+    .tool_get = sq_tool_get,
+    .tool_reasons = sq_tool_reasons,
+    .tool_unpublish = sq_tool_unpublish,
 };
 
 /* ---- open and migrate -------------------------------------------------------------- */

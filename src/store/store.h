@@ -396,4 +396,26 @@ jsd_status jsd__store_check_subject(const char *subject, jsd_error *err);
  * ("postgres://u:***@h/db"). out holds cap bytes. */
 void jsd__store_redact_url(const char *url, char *out, size_t cap);
 
+/* ---- the outbox tools: verify's repair (front: outbox_tools.c) ----------------------- */
+
+/* A receipt to take back: the stream message it names was lost. */
+typedef struct jsd__unpublish {
+    int64_t row_id;
+    const char *stream; /* the receipt as read: a row whose receipt changed meanwhile is skipped */
+    uint64_t seq;
+    const char *why; /* becomes the row's last_error */
+} jsd__unpublish;
+
+/*
+ * Make n published effects pending again with their message id unchanged, in
+ * one transaction: receipt cleared (stream, stream_seq, published_at),
+ * attempts 0, due at now_ms, and the row marked maybe published (the
+ * duplicate column), so that a broker which still remembers the id in its
+ * duplicate window answers with a receipt instead of a first-attempt
+ * duplicate dead letter. Only rows still holding the given receipt are
+ * touched; *done (may be NULL) counts them.
+ */
+jsd_status jsd__store_unpublish(jsd_store *s, const jsd__unpublish *u, size_t n, int64_t now_ms,
+                                size_t *done);
+
 #endif
