@@ -40,6 +40,7 @@ int cmd_dlq(int argc, char **argv);
 int cmd_provision(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_outbox(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 
 /* ---- connection flags ----------------------------------------------------------
  * Add CLI_CONN_LONGOPTS to a getopt_long table, and pass every option value

@@ -23,6 +23,7 @@ static const struct {
     {"provision", cmd_provision, "create or reconcile streams and consumers from a topology file"},
     {"gc", cmd_gc, "remove retired outbox and inbox rows past a horizon"},
     {"outbox", cmd_outbox, "list, show or requeue pending and dead-lettered outbox effects"},
+    {"verify", cmd_verify, "audit every receipt against its stream message; --repair lost ones"},
 };
 
 static void usage(FILE *f)

@@ -15,6 +15,8 @@
  *   topology.h   declarative streams and consumers
  *   metrics.h    counters, snapshot, Prometheus exposition
  *   inspect.h    read-only views of streams and durables for operators
+ *   outbox.h     the outbox's operator tools: list, show, requeue dead letters
+ *   verify.h     receipts audited against the stream (and lost ones repaired)
  *
  * Handles are opaque. Every call returns jsd_status (JSD_OK is 0) unless its
  * comment says otherwise; each handle keeps its last error, readable with
@@ -35,5 +37,6 @@
 #include "jsdurable/metrics.h"
 #include "jsdurable/inspect.h"
 #include "jsdurable/outbox.h"
+#include "jsdurable/verify.h"
 
 #endif

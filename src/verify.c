@@ -1,0 +1,364 @@
+/*
+ * verify — the receipts audited against the stream (include/jsdurable/
+ * verify.h, `jsdurable verify`). Pages of receipted effects are read from
+ * the store (jsd_outbox_list, keyset by row id, at most 1000 a page); for
+ * each one the message at its (stream, sequence) is fetched with a
+ * stored-message get (STREAM.MSG.GET: js_GetMsg, which needs no allow_direct)
+ * and its Nats-Msg-Id compared with the effect's. A sequence that is gone is
+ * judged against the stream's state, read once per stream and read again
+ * before anything is called missing (the stream's limits may have moved
+ * since): below the first sequence, or older than max age, it expired;
+ * otherwise it was acknowledged and then lost. --repair hands the missing
+ * ones of each page to jsd__store_unpublish, the only write, which takes the
+ * receipt back under a guard on the receipt itself, so the relay publishes
+ * them again with their stored id.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "conn_int.h"
+#include "store/store.h"
+
+#define STREAMS_MAX   64
+#define BATCH_DEFAULT 500
+
+const char *jsd_verify_verdict_name(jsd_verify_verdict v)
+{
+    switch (v) {
+    case JSD_VERIFY_OK:
+        return "ok";
+    case JSD_VERIFY_MISSING:
+        return "missing";
+    case JSD_VERIFY_OVERWRITTEN:
+        return "overwritten";
+    case JSD_VERIFY_EXPIRED:
+        return "expired";
+    case JSD_VERIFY_STREAM_GONE:
+        return "stream_gone";
+    }
+    return "?";
+}
+
+void jsd_verify_opts_init(jsd_verify_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->batch = BATCH_DEFAULT;
+}
+
+/* A stream's state as last read. */
+typedef struct vstream {
+    char name[JSD_IDENT_MAX + 1];
+    bool exists;
+    uint64_t first_seq;
+    int64_t max_age_ms; /* 0: none */
+    int64_t dup_window_ms;
+} vstream;
+
+typedef struct vrun {
+    jsd_store *s;
+    jsCtx *js;
+    const jsd_verify_opts *o;
+    jsd_verify_report *rep;
+    jsd_error *err;
+    vstream streams[STREAMS_MAX];
+    size_t n_streams, next_evict;
+    jsd_metric *m[7]; /* checked, ok, missing, overwritten, expired, stream_gone, repaired */
+} vrun;
+
+enum { M_CHECKED, M_OK, M_MISSING, M_OVERWRITTEN, M_EXPIRED, M_GONE, M_REPAIRED };
+
+static jsd_status register_metrics(vrun *v)
+{
+    static const struct {
+        const char *name, *help;
+    } defs[] = {
+        {"jsd_verify_checked_total", "receipts verify checked against their stream message"},
+        {"jsd_verify_ok_total", "receipts whose stream message carries the effect's msg id"},
+        {"jsd_verify_missing_total",
+         "receipts whose stream message is gone while the stream keeps its range (lost)"},
+        {"jsd_verify_overwritten_total", "receipts whose stream sequence holds another message id"},
+        {"jsd_verify_expired_total",
+         "receipts below the stream's first sequence or past its max age (expected)"},
+        {"jsd_verify_stream_gone_total", "receipts naming a stream that does not exist"},
+        {"jsd_verify_repaired_total", "receipts verify --repair took back for republishing"},
+    };
+    if (!v->o->metrics)
+        return JSD_OK;
+    for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++) {
+        jsd_status s = jsd_metrics_register(v->o->metrics, JSD_METRIC_COUNTER, defs[i].name,
+                                            defs[i].help, NULL, NULL, NULL, 0, &v->m[i], v->err);
+        if (s != JSD_OK)
+            return s;
+    }
+    return JSD_OK;
+}
+
+/* Read (or read again) a stream's state into *st. */
+static jsd_status stream_read(vrun *v, vstream *st)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus ns = js_GetStreamInfo(&si, v->js, st->name, NULL, &jerr);
+    if (ns == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) {
+        st->exists = false;
+        return JSD_OK;
+    }
+    if (ns != NATS_OK) {
+        char what[300];
+        jsd__snprintf(what, sizeof(what), "verify: reading stream %s", st->name);
+        return jsd__err_nats(v->err, ns, jerr, what);
+    }
+    st->exists = true;
+    st->first_seq = si->State.FirstSeq;
+    st->max_age_ms = si->Config ? si->Config->MaxAge / 1000000 : 0;
+    st->dup_window_ms = si->Config ? si->Config->Duplicates / 1000000 : 0;
+    jsStreamInfo_Destroy(si);
+    return JSD_OK;
+}
+
+static jsd_status stream_get(vrun *v, const char *name, vstream **out)
+{
+    for (size_t i = 0; i < v->n_streams; i++)
+        if (!strcmp(v->streams[i].name, name)) {
+            *out = &v->streams[i];
+            return JSD_OK;
+        }
+    size_t slot = v->n_streams < STREAMS_MAX ? v->n_streams++ : v->next_evict++ % STREAMS_MAX;
+    vstream *st = &v->streams[slot];
+    memset(st, 0, sizeof(*st));
+    jsd__strlcpy(st->name, name, sizeof(st->name));
+    *out = st;
+    jsd_status s = stream_read(v, st);
+    if (s != JSD_OK)
+        st->name[0] = '\0'; /* never matches: read again next time */
+    return s;
+}
+
+/* A gone sequence: expired by the stream's limits, or lost. */
+static jsd_verify_verdict judge_gone(const vstream *st, const jsd_outbox_entry *e, int64_t now)
+{
+    if (!st->exists)
+        return JSD_VERIFY_STREAM_GONE;
+    if (e->stream_seq < st->first_seq)
+        return JSD_VERIFY_EXPIRED;
+    if (st->max_age_ms > 0 && e->published_at_ms < now - st->max_age_ms)
+        return JSD_VERIFY_EXPIRED;
+    return JSD_VERIFY_MISSING;
+}
+
+/* Judge one receipt; found (cap bytes) receives the id an overwritten
+ * sequence holds. */
+static jsd_status check_one(vrun *v, const jsd_outbox_entry *e, jsd_verify_verdict *verdict,
+                            char *found, size_t cap, vstream **stp)
+{
+    found[0] = '\0';
+    vstream *st = NULL;
+    jsd_status s = stream_get(v, e->stream, &st);
+    if (s != JSD_OK)
+        return s;
+    *stp = st;
+    if (!st->exists) {
+        /* read again before calling it gone: it may have been made since */
+        if ((s = stream_read(v, st)) != JSD_OK)
+            return s;
+        if (!st->exists) {
+            *verdict = JSD_VERIFY_STREAM_GONE;
+            return JSD_OK;
+        }
+    }
+    natsMsg *m = NULL;
+    jsErrCode jerr = 0;
+    natsStatus ns = js_GetMsg(&m, v->js, e->stream, e->stream_seq, NULL, &jerr);
+    if (ns == NATS_OK) {
+        const char *id = NULL;
+        if (natsMsgHeader_Get(m, "Nats-Msg-Id", &id) != NATS_OK || !id)
+            id = "";
+        *verdict = !strcmp(id, e->msg_id) ? JSD_VERIFY_OK : JSD_VERIFY_OVERWRITTEN;
+        if (*verdict == JSD_VERIFY_OVERWRITTEN)
+            jsd__strlcpy(found, id, cap);
+        natsMsg_Destroy(m);
+        return JSD_OK;
+    }
+    if (jerr == JSStreamNotFoundErr) {
+        st->exists = false;
+        *verdict = JSD_VERIFY_STREAM_GONE;
+        return JSD_OK;
+    }
+    if (ns != NATS_NOT_FOUND && jerr != JSNoMessageFoundErr) {
+        char what[400];
+        jsd__snprintf(what, sizeof(what), "verify: reading %s:%" PRIu64, e->stream, e->stream_seq);
+        return jsd__err_nats(v->err, ns, jerr, what);
+    }
+    int64_t now = jsd__now_ms();
+    *verdict = judge_gone(st, e, now);
+    if (*verdict == JSD_VERIFY_MISSING) {
+        /* The state read earlier may be stale (limits move): read it again. */
+        if ((s = stream_read(v, st)) != JSD_OK)
+            return s;
+        *verdict = judge_gone(st, e, now);
+    }
+    return JSD_OK;
+}
+
+static void count(vrun *v, jsd_verify_verdict verdict)
+{
+    jsd_verify_report *r = v->rep;
+    r->checked++;
+    jsd_counter_inc(v->m[M_CHECKED]);
+    uint64_t *slot[] = {&r->ok, &r->missing, &r->overwritten, &r->expired, &r->stream_gone};
+    (*slot[verdict])++;
+    jsd_counter_inc(v->m[M_OK + (int)verdict]);
+}
+
+/* What one page found that is not ok, kept until the page is repaired. */
+typedef struct vfind {
+    size_t idx; /* into the page */
+    jsd_verify_verdict verdict;
+    char found[JSD_IDENT_MAX + 1];
+    int64_t dup_window_ms;
+    bool repaired;
+} vfind;
+
+static jsd_status repair(vrun *v, const jsd_outbox_entry *page, vfind *f, size_t nf)
+{
+    jsd__unpublish u[JSD_OUTBOX_PAGE_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < nf; i++) {
+        if (f[i].verdict != JSD_VERIFY_MISSING)
+            continue;
+        const jsd_outbox_entry *e = &page[f[i].idx];
+        u[n].row_id = e->row_id;
+        u[n].stream = e->stream;
+        u[n].seq = e->stream_seq;
+        u[n].why = "republished by verify --repair: the stream lost the message its receipt named";
+        n++;
+    }
+    if (n == 0)
+        return JSD_OK;
+    size_t done = 0;
+    jsd_status s = jsd__store_unpublish(v->s, u, n, jsd__now_ms(), &done);
+    if (s != JSD_OK)
+        return jsd__err(v->err, s, "verify --repair: %s", jsd_store_errmsg(v->s));
+    if (done == n) {
+        for (size_t i = 0; i < nf; i++)
+            f[i].repaired = f[i].verdict == JSD_VERIFY_MISSING;
+        return JSD_OK;
+    }
+    /* A row changed meanwhile (a relay, gc): tell which ones were taken back. */
+    for (size_t i = 0; i < nf; i++) {
+        if (f[i].verdict != JSD_VERIFY_MISSING)
+            continue;
+        jsd_outbox_entry *now = jsd__malloc(sizeof(*now));
+        if (!now)
+            return jsd__err(v->err, JSD_ERR_NOMEM, "verify --repair: out of memory");
+        const jsd_outbox_entry *e = &page[f[i].idx];
+        s = jsd_outbox_get(v->s, e->owner, e->effect_id, now);
+        f[i].repaired = s == JSD_OK && now->state == JSD_OUTBOX_PENDING &&
+                        !strcmp(now->msg_id, e->msg_id) && !strcmp(now->last_error, u[0].why);
+        jsd__free(now);
+    }
+    return JSD_OK;
+}
+
+static void report_page(vrun *v, const jsd_outbox_entry *page, const vfind *f, size_t nf)
+{
+    int64_t now = jsd__now_ms();
+    for (size_t i = 0; i < nf; i++) {
+        const jsd_outbox_entry *e = &page[f[i].idx];
+        jsd_verify_finding x = {
+            .verdict = f[i].verdict,
+            .row_id = e->row_id,
+            .owner = e->owner,
+            .effect_id = e->effect_id,
+            .msg_id = e->msg_id,
+            .stream = e->stream,
+            .stream_seq = e->stream_seq,
+            .published_at_ms = e->published_at_ms,
+            .found_msg_id = f[i].found,
+            .repaired = f[i].repaired,
+        };
+        if (x.repaired) {
+            v->rep->repaired++;
+            jsd_counter_inc(v->m[M_REPAIRED]);
+            x.dup_window_ends_ms = e->published_at_ms + f[i].dup_window_ms;
+            x.in_dup_window = f[i].dup_window_ms > 0 && x.dup_window_ends_ms > now;
+            v->rep->repaired_in_window += x.in_dup_window;
+        }
+        if (x.verdict == JSD_VERIFY_MISSING || x.verdict == JSD_VERIFY_OVERWRITTEN ||
+            x.verdict == JSD_VERIFY_STREAM_GONE)
+            JSD_WARN("verify", "receipt of %s/%s (msg id %s) names %s:%" PRIu64 ": %s%s", e->owner,
+                     e->effect_id, e->msg_id, e->stream, e->stream_seq,
+                     jsd_verify_verdict_name(x.verdict),
+                     x.repaired ? "; taken back for the relay to publish again" : "");
+        if (v->o->on_finding)
+            v->o->on_finding(v->o->user, &x);
+    }
+}
+
+jsd_status jsd_verify_run(jsd_store *s, jsd_conn *conn, const jsd_verify_opts *o,
+                          jsd_verify_report *out, jsd_error *err)
+{
+    if (out)
+        memset(out, 0, sizeof(*out));
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    if (!s || !js || !o || !out)
+        return jsd__err(err, JSD_ERR_INVALID,
+                        "verify: store, connection, options and report "
+                        "are required");
+    if (o->batch == 0 || o->batch > JSD_OUTBOX_PAGE_MAX)
+        return jsd__err(err, JSD_ERR_INVALID, "verify: batch %zu is outside 1..%d", o->batch,
+                        JSD_OUTBOX_PAGE_MAX);
+    if (o->since_ms < 0)
+        return jsd__err(err, JSD_ERR_INVALID, "verify: since_ms must be >= 0");
+    vrun *v = jsd__calloc(1, sizeof(*v));
+    jsd_outbox_entry *page = jsd__malloc(o->batch * sizeof(*page));
+    vfind *f = jsd__malloc(o->batch * sizeof(*f));
+    jsd_status rc = JSD_OK;
+    if (!v || !page || !f) {
+        rc = jsd__err(err, JSD_ERR_NOMEM, "verify: out of memory");
+        goto out;
+    }
+    *v = (vrun){.s = s, .js = js, .o = o, .rep = out, .err = err};
+    if ((rc = register_metrics(v)) != JSD_OK)
+        goto out;
+    jsd_outbox_query q = {.state = JSD_OUTBOX_PUBLISHED, .limit = o->batch};
+    if (o->since_ms > 0) {
+        int64_t from = jsd__now_ms() - o->since_ms;
+        q.published_since_ms = from > 0 ? from : 0;
+    }
+    size_t n = 0;
+    do {
+        if ((rc = jsd_outbox_list(s, &q, page, &n)) != JSD_OK) {
+            rc = jsd__err(err, rc, "verify: reading receipts: %s", jsd_store_errmsg(s));
+            break;
+        }
+        size_t nf = 0;
+        for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+            jsd_verify_verdict verdict = JSD_VERIFY_OK;
+            vstream *st = NULL;
+            rc = check_one(v, &page[i], &verdict, f[nf].found, sizeof(f[nf].found), &st);
+            if (rc != JSD_OK)
+                break;
+            count(v, verdict);
+            if (verdict != JSD_VERIFY_OK) {
+                f[nf].idx = i;
+                f[nf].verdict = verdict;
+                f[nf].dup_window_ms = st ? st->dup_window_ms : 0;
+                f[nf].repaired = false;
+                nf++;
+            }
+        }
+        if (rc == JSD_OK && o->repair)
+            rc = repair(v, page, f, nf);
+        report_page(v, page, f, nf);
+        if (o->on_progress)
+            o->on_progress(o->user, out);
+        if (n)
+            q.after_row_id = page[n - 1].row_id;
+    } while (rc == JSD_OK && n == q.limit);
+out:
+    jsd__free(v);
+    jsd__free(page);
+    jsd__free(f);
+    return rc;
+}

@@ -1,0 +1,368 @@
+/*
+ * `jsdurable verify` and jsd_verify_run against a real nats-server and both
+ * store back ends: effects published through the real relay, then two
+ * stream messages deleted behind its back and an old range purged below the
+ * first sequence. verify reports exactly the two as missing and the rest as
+ * ok or expired, writes nothing; --repair and a relay pass make the stream
+ * whole again with the same msg ids, and a second verify is clean. Also:
+ * a repair inside the duplicate window is reported (and its republish is a
+ * duplicate, so the message stays missing), a deleted or recreated stream
+ * (stream gone, overwritten), the jsd_verify_* metrics, bad arguments.
+ */
+#include <time.h>
+
+#include "relay_env.h"
+
+#define WINDOW_MS 4000 /* the short duplicate window of the repair case */
+
+typedef struct env {
+    rt_store st;
+    rt_nats nt;
+    const char *nats_url;
+    char stream[64];
+    char filter[80];
+    char subject[100];
+} env;
+
+static void stream_add(rt_nats *n, const char *name, const char *subject, int64_t window_ms)
+{
+    jsStreamConfig c;
+    jsStreamConfig_Init(&c);
+    const char *subjects[1] = {subject};
+    c.Name = name;
+    c.Subjects = subjects;
+    c.SubjectsLen = 1;
+    c.Storage = js_FileStorage;
+    c.Duplicates = window_ms * 1000 * 1000;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_AddStream(&si, n->js, &c, NULL, &jerr);
+    if (s != NATS_OK)
+        fail_msg("js_AddStream %s: %s (%d)", name, natsStatus_GetText(s), (int)jerr);
+    jsStreamInfo_Destroy(si);
+}
+
+static void env_up(env *e, rt_backend kind, int64_t window_ms)
+{
+    memset(e, 0, sizeof(*e));
+    rt_store_new(&e->st, kind);
+    e->nats_url = jsd_fx_shared_nats_url();
+    snprintf(e->stream, sizeof(e->stream), "%s", jsd_test_unique("VFY"));
+    const char *root = jsd_test_unique("vfy");
+    snprintf(e->filter, sizeof(e->filter), "%s.>", root);
+    snprintf(e->subject, sizeof(e->subject), "%s.a", root);
+    rt_nats_open(&e->nt, e->nats_url);
+    stream_add(&e->nt, e->stream, e->filter, window_ms);
+}
+
+static void env_down(env *e)
+{
+    rt_nats_close(&e->nt);
+    rt_store_close(&e->st);
+}
+
+/* A relay pass: run until idle. Its retry horizon (deadline + backoff cap +
+ * lease = 3200 ms) fits the short window. */
+static void relay_pass(env *e)
+{
+    jsd_relay_opts o;
+    jsd_relay_opts_init(&o);
+    o.poll_interval_ms = 100;
+    o.publish_deadline_ms = 1000;
+    o.lease_ms = 2100;
+    o.backoff_base_ms = 20;
+    o.backoff_cap_ms = 100;
+    rt_relay t;
+    rt_relay_make(&t, &e->st, e->nats_url, &o);
+    rt_relay_start(&t, true);
+    ASSERT_WAIT(rt_relay_done(&t), 60000);
+    rt_relay_finish(&t);
+}
+
+static long long seq_of(env *e, const char *effect_id)
+{
+    char q[200];
+    snprintf(q, sizeof(q), "SELECT stream_seq FROM jsd_outbox WHERE effect_id = '%s'", effect_id);
+    return rt_q(&e->st, q);
+}
+
+static void msg_id_of(env *e, const char *effect_id, char *out, size_t cap)
+{
+    char q[200];
+    snprintf(q, sizeof(q), "SELECT msg_id FROM jsd_outbox WHERE effect_id = '%s'", effect_id);
+    rt_qs(&e->st, q, out, cap);
+}
+
+static void delete_msg(env *e, uint64_t seq)
+{
+    jsErrCode jerr = 0;
+    natsStatus s = js_DeleteMsg(e->nt.js, e->stream, seq, NULL, &jerr);
+    if (s != NATS_OK)
+        fail_msg("js_DeleteMsg %s:%llu: %s (%d)", e->stream, (unsigned long long)seq,
+                 natsStatus_GetText(s), (int)jerr);
+}
+
+static int verify_cli(env *e, const char *extra, char *out, size_t cap)
+{
+    char cmd[1600];
+    snprintf(cmd, sizeof(cmd), "%s verify --store '%s' --nats %s %s", jsd_fx_bin("jsdurable"),
+             e->st.url, e->nats_url, extra);
+    return jsd_test_run(cmd, out, cap);
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- lost messages found and repaired --------------------------------------------------- */
+
+static void finds_and_repairs(rt_backend kind)
+{
+    env e;
+    env_up(&e, kind, WINDOW_MS);
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.n = 20, .subject = e.subject};
+    rt_enqueue(app, &q);
+    relay_pass(&e);
+    ASSERT_EQ(rt_published(&e.st), 20);
+    char id10[128], id15[128];
+    msg_id_of(&e, "e10", id10, sizeof(id10));
+    msg_id_of(&e, "e15", id15, sizeof(id15));
+
+    /* behind the relay's back: two messages deleted, e0..e4 purged */
+    delete_msg(&e, (uint64_t)seq_of(&e, "e10"));
+    delete_msg(&e, (uint64_t)seq_of(&e, "e15"));
+    jsOptions po;
+    jsOptions_Init(&po);
+    po.Stream.Purge.Sequence = (uint64_t)seq_of(&e, "e5");
+    jsErrCode jerr = 0;
+    ASSERT_EQ(js_PurgeStream(e.nt.js, e.stream, &po, &jerr), NATS_OK);
+    ASSERT_U64_EQ(rt_stream_count(&e.nt, e.stream), 13);
+
+    /* the library: the report and the jsd_verify_* counters */
+    jsd_conn *conn = rt_conn(e.nats_url);
+    jsd_metrics *mx = NULL;
+    ASSERT_OK(jsd_metrics_create(&mx, NULL));
+    jsd_verify_opts vo;
+    jsd_verify_opts_init(&vo);
+    vo.metrics = mx;
+    vo.batch = 7; /* several pages */
+    jsd_verify_report rep;
+    jsd_error err;
+    ASSERT_OK_E(jsd_verify_run(app, conn, &vo, &rep, &err), err.msg);
+    ASSERT_U64_EQ(rep.checked, 20);
+    ASSERT_U64_EQ(rep.ok, 13);
+    ASSERT_U64_EQ(rep.missing, 2);
+    ASSERT_U64_EQ(rep.expired, 5);
+    ASSERT_U64_EQ(rep.overwritten + rep.stream_gone + rep.repaired, 0);
+    double v = -1;
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_verify_missing_total", NULL, &v));
+    ASSERT_EQ(v, 2);
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_verify_checked_total", NULL, &v));
+    ASSERT_EQ(v, 20);
+    ASSERT_OK(jsd_metrics_get(mx, "jsd_verify_expired_total", NULL, &v));
+    ASSERT_EQ(v, 5);
+    jsd_metrics_destroy(mx);
+    jsd_conn_close(conn);
+
+    /* the command: the two listed, exit 1, nothing written */
+    static char out[65536];
+    ASSERT_EQ(verify_cli(&e, "--json", out, sizeof(out)), 1);
+    ASSERT_EQ(count_of(out, "\"verdict\":\"missing\""), 2);
+    ASSERT_EQ(count_of(out, "\"verdict\":"), 2);
+    ASSERT_CONTAINS(out, id10);
+    ASSERT_CONTAINS(out, id15);
+    ASSERT_CONTAINS(out, "\"checked\":20,\"ok\":13,\"missing\":2,\"overwritten\":0,\"expired\":5,"
+                         "\"stream_gone\":0,\"repaired\":0");
+    ASSERT_CONTAINS(out, "jsdurable verify: 20 checked");
+    ASSERT_EQ(rt_published(&e.st), 20);
+
+    /* --repair after the duplicate window: nothing left inside it */
+    long long last = rt_q(&e.st, "SELECT max(published_at) FROM jsd_outbox");
+    ASSERT_WAIT(wall_ms() > last + WINDOW_MS + 200, 10000);
+    ASSERT_EQ(verify_cli(&e, "--repair", out, sizeof(out)), 1);
+    ASSERT_CONTAINS(out, "repaired 2 ");
+    ASSERT_CONTAINS(out, "-> requeued\n");
+    ASSERT_NOT_CONTAINS(out, "inside their stream's duplicate window");
+    ASSERT_EQ(rt_published(&e.st), 18);
+    char q2[600];
+    snprintf(q2, sizeof(q2),
+             "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NULL AND msg_id IN ('%s', '%s')",
+             id10, id15);
+    ASSERT_EQ(rt_q(&e.st, q2), 2);
+
+    /* the relay publishes them again, same ids: the stream is whole */
+    relay_pass(&e);
+    ASSERT_EQ(rt_published(&e.st), 20);
+    size_t n = 0;
+    rt_msg *m = rt_stream_read(&e.nt, e.stream, &n);
+    ASSERT_SIZE_EQ(n, 15);
+    int seen10 = 0, seen15 = 0;
+    for (size_t i = 0; i < n; i++) {
+        seen10 += !strcmp(m[i].msg_id, id10);
+        seen15 += !strcmp(m[i].msg_id, id15);
+        for (size_t k = 0; k < i; k++)
+            ASSERT_TRUE(strcmp(m[i].msg_id, m[k].msg_id) != 0);
+    }
+    free(m);
+    ASSERT_EQ(seen10, 1);
+    ASSERT_EQ(seen15, 1);
+    ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "checked 20: ok 15, missing 0, overwritten 0, expired 5, stream gone 0");
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+static void finds_and_repairs_sqlite(void **state)
+{
+    (void)state;
+    finds_and_repairs(RT_SQLITE);
+}
+
+static void finds_and_repairs_pg(void **state)
+{
+    (void)state;
+    finds_and_repairs(RT_PG);
+}
+
+/* ---- a repair inside the duplicate window is reported ------------------------------------- */
+
+static void repair_inside_window(void **state)
+{
+    (void)state;
+    env e;
+    env_up(&e, RT_SQLITE, 600000);
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.n = 3, .subject = e.subject};
+    rt_enqueue(app, &q);
+    /* the default relay horizon fits a 10-minute window */
+    rt_relay t;
+    rt_relay_make(&t, &e.st, e.nats_url, NULL);
+    rt_relay_start(&t, true);
+    ASSERT_WAIT(rt_relay_done(&t), 60000);
+    rt_relay_finish(&t);
+    ASSERT_EQ(rt_published(&e.st), 3);
+    char id1[128];
+    msg_id_of(&e, "e1", id1, sizeof(id1));
+    delete_msg(&e, (uint64_t)seq_of(&e, "e1"));
+
+    static char out[65536];
+    ASSERT_EQ(verify_cli(&e, "--repair --json", out, sizeof(out)), 1);
+    ASSERT_CONTAINS(out, "\"repaired\":1,\"repaired_in_dup_window\":1");
+    char want[200];
+    snprintf(want, sizeof(want), "\"in_dup_window_msg_ids\":[\"%s\"]", id1);
+    ASSERT_CONTAINS(out, want);
+    ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 0); /* nothing receipted is lost now */
+    ASSERT_EQ(verify_cli(&e, "--repair", out, sizeof(out)), 0);
+    /* the republish is answered duplicate: a receipt, not a dead letter, and
+     * the message stays missing, which the next verify says again */
+    rt_relay_make(&t, &e.st, e.nats_url, NULL);
+    rt_relay_start(&t, true);
+    ASSERT_WAIT(rt_relay_done(&t), 60000);
+    rt_relay_finish(&t);
+    ASSERT_EQ(rt_published(&e.st), 3);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'e1' AND duplicate"),
+              1);
+    ASSERT_U64_EQ(rt_stream_count(&e.nt, e.stream), 2);
+    ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 1);
+    ASSERT_CONTAINS(out, "checked 3: ok 2, missing 1");
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+/* ---- a stream deleted, then recreated --------------------------------------------------- */
+
+static void stream_gone_and_overwritten(void **state)
+{
+    (void)state;
+    env e;
+    env_up(&e, RT_PG, 600000);
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.n = 3, .subject = e.subject};
+    rt_enqueue(app, &q);
+    rt_relay t;
+    rt_relay_make(&t, &e.st, e.nats_url, NULL);
+    rt_relay_start(&t, true);
+    ASSERT_WAIT(rt_relay_done(&t), 60000);
+    rt_relay_finish(&t);
+    ASSERT_EQ(rt_published(&e.st), 3);
+
+    jsErrCode jerr = 0;
+    ASSERT_EQ(js_DeleteStream(e.nt.js, e.stream, NULL, &jerr), NATS_OK);
+    static char out[65536];
+    ASSERT_EQ(verify_cli(&e, "--repair", out, sizeof(out)), 1);
+    ASSERT_CONTAINS(out, "checked 3: ok 0, missing 0, overwritten 0, expired 0, stream gone 3");
+    ASSERT_CONTAINS(out, "repaired 0 ");
+    ASSERT_EQ(rt_published(&e.st), 3); /* only missing effects are repaired */
+
+    /* recreated: sequences 1 and 2 now hold other messages, 3 is gone */
+    stream_add(&e.nt, e.stream, e.filter, 600000);
+    for (int i = 0; i < 2; i++) {
+        natsMsg *m = NULL;
+        ASSERT_EQ(natsMsg_Create(&m, e.subject, NULL, "x", 1), NATS_OK);
+        natsMsgHeader_Set(m, "Nats-Msg-Id", i ? "other-2" : "other-1");
+        jsPubAck *pa = NULL;
+        ASSERT_EQ(js_PublishMsg(&pa, e.nt.js, m, NULL, &jerr), NATS_OK);
+        jsPubAck_Destroy(pa);
+        natsMsg_Destroy(m);
+    }
+    ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 1);
+    ASSERT_CONTAINS(out, "checked 3: ok 0, missing 1, overwritten 2, expired 0, stream gone 0");
+    ASSERT_CONTAINS(out, "(holds other-1)");
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+/* ---- bad arguments -------------------------------------------------------------------------- */
+
+static void bad_arguments(void **state)
+{
+    (void)state;
+    env e;
+    env_up(&e, RT_SQLITE, 600000);
+    jsd_store *app = rt_open(&e.st); /* creates the schema */
+    char out[16384];
+    ASSERT_EQ(verify_cli(&e, "--help", out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "Example:");
+    const struct {
+        const char *args, *says;
+    } bad[] = {
+        {"--batch 0", "--batch takes a number in 1..1000"},
+        {"--batch 1001", "--batch takes a number in 1..1000"},
+        {"--since soon", "--since takes a duration"},
+        {"--since 0", "--since takes a duration"},
+        {"extra", "unexpected argument \"extra\""},
+        {"--bogus", "usage:"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ASSERT_EQ(verify_cli(&e, bad[i].args, out, sizeof(out)), 64);
+        ASSERT_CONTAINS(out, bad[i].says);
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "JSD_STORE= %s verify --nats %s", jsd_fx_bin("jsdurable"),
+             e.nats_url);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 64);
+    ASSERT_CONTAINS(out, "no store");
+    /* an empty store is clean; --metrics serves while it runs */
+    ASSERT_EQ(verify_cli(&e, "--since 1h --metrics 127.0.0.1:0", out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "jsdurable verify: metrics on http://127.0.0.1:0/metrics");
+    ASSERT_CONTAINS(out, "checked 0: ok 0");
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+JSD_TEST_MAIN(cmocka_unit_test(finds_and_repairs_sqlite), cmocka_unit_test(finds_and_repairs_pg),
+              cmocka_unit_test(repair_inside_window), cmocka_unit_test(stream_gone_and_overwritten),
+              cmocka_unit_test(bad_arguments))
