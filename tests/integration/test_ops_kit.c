@@ -498,7 +498,9 @@ static bool binary_has_string(const char *bin, size_t n, const char *s)
         p = memchr(p, s[0], (size_t)(bin + n - p));
         if (!p || p + sl > bin + n)
             return false;
-        if (!memcmp(p, s, sl) && (p == bin || p[-1] == '\0'))
+        /* a whole literal, not the tail of a longer one: what precedes it is not text
+         * (a NUL, or other read-only data such as a jump table) */
+        if (!memcmp(p, s, sl) && (p == bin || !isprint((unsigned char)p[-1])))
             return true;
     }
     return false;
