@@ -3,7 +3,8 @@
  * a durable pull consumer runs the operator's SQL statement in the same store
  * transaction as its inbox row, and is ACKed only after that commit
  * (IN-1..5). Values reach the statement as bound parameters, never as text
- * spliced into SQL: :subject, :payload, :msg_id, :stream_seq, :deliveries.
+ * spliced into SQL: :subject, :payload, :msg_id, :stream_seq, :deliveries,
+ * :traceparent, :tracestate (the W3C trace context headers, NULL when none).
  * SQLite binds them by name; for PostgreSQL the names are rewritten to $1..$n
  * outside string literals, quoted identifiers, comments and :: casts. On
  * PostgreSQL a batch's statements go in one libpq pipeline (a round trip per
@@ -18,9 +19,11 @@
 
 #include "cli.h"
 
-#define N_PARAMS 5
-static const char *const param_names[N_PARAMS] = {"subject", "payload", "msg_id", "stream_seq",
-                                                  "deliveries"};
+#define N_PARAMS 7
+static const char *const param_names[N_PARAMS] = {"subject",    "payload",     "msg_id",
+                                                  "stream_seq", "deliveries",  "traceparent",
+                                                  "tracestate"};
+#define KNOWN_PARAMS ":subject :payload :msg_id :stream_seq :deliveries :traceparent :tracestate"
 #define PG_STMT_NAME "jsd_consume_sql"
 
 typedef struct sink {
@@ -131,8 +134,7 @@ static bool pg_translate(sink *k, char *why, size_t cap)
             int idx = name_index(s + i + 1, j - i - 1);
             if (idx < 0) {
                 snprintf(why, cap,
-                         "unknown parameter :%.*s (known: :subject :payload :msg_id "
-                         ":stream_seq :deliveries)",
+                         "unknown parameter :%.*s (known: " KNOWN_PARAMS ")",
                          (int)(j - i - 1 > 64 ? 64 : j - i - 1), s + i + 1);
                 free(out);
                 return false;
@@ -182,8 +184,7 @@ static bool sqlite_prepare(sink *k, sqlite3 *db, char *why, size_t cap)
         int idx = nm && nm[0] == ':' ? name_index(nm + 1, strlen(nm + 1)) : -1;
         if (idx < 0) {
             snprintf(why, cap,
-                     "unknown parameter %s (known: :subject :payload :msg_id :stream_seq "
-                     ":deliveries)",
+                     "unknown parameter %s (known: " KNOWN_PARAMS ")",
                      nm ? nm : "?");
             return false;
         }
@@ -244,6 +245,11 @@ static jsd_disposition run_sqlite(sink *k, sqlite3 *db, const jsd_delivery *d)
         sqlite3_bind_int64(st, k->sq_index[3], (sqlite3_int64)jsd_delivery_stream_seq(d));
     if (k->sq_index[4])
         sqlite3_bind_int64(st, k->sq_index[4], (sqlite3_int64)jsd_delivery_deliveries(d));
+    for (int i = 5; i < N_PARAMS; i++) { /* trace context: the header as sent, or NULL */
+        const char *v = k->sq_index[i] ? jsd_delivery_header(d, param_names[i]) : NULL;
+        if (v)
+            sqlite3_bind_text(st, k->sq_index[i], v, -1, SQLITE_STATIC);
+    }
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         ;
@@ -283,8 +289,11 @@ static void pg_params(const sink *k, const jsd_delivery *d, const char **values,
         case 3:
             values[i] = seq;
             break;
-        default:
+        case 4:
             values[i] = dlv;
+            break;
+        default: /* trace context: the header as sent, or NULL */
+            values[i] = jsd_delivery_header(d, param_names[idx]);
             break;
         }
     }
@@ -460,8 +469,9 @@ static void usage(FILE *f)
             "         --sql 'STATEMENT' [options]\n\n"
             "Apply every message of a durable pull consumer exactly once: STATEMENT runs in the\n"
             "same store transaction as the message's inbox row, then the message is ACKed.\n"
-            "Named parameters: :subject :payload :msg_id :stream_seq :deliveries (bound, never\n"
-            "spliced into the SQL).\n\n"
+            "Named parameters: :subject :payload :msg_id :stream_seq :deliveries, and\n"
+            ":traceparent :tracestate (W3C trace context headers, NULL when absent); bound,\n"
+            "never spliced into the SQL.\n\n"
             "Options:\n"
             "  --store URL              sqlite:PATH or postgres://... (default $JSD_STORE)\n"
             "  --stream NAME            stream to read (must exist)\n"

@@ -24,7 +24,7 @@ static void usage(FILE *f)
     fprintf(
         f, "usage: jsdurable enqueue --store URL --subject SUBJECT --id ID [--owner OWNER]\n"
            "                         [--header NAME:VALUE]... [--delay-ms N] [--order-key KEY]\n"
-           "                         < PAYLOAD\n"
+           "                         [--traceparent TP [--tracestate TS]] < PAYLOAD\n"
            "       jsdurable enqueue --store URL --jsonl [--batch N] < LINES\n\n"
            "Commit outbox effects to a store; a relay publishes them to JetStream with the\n"
            "Nats-Msg-Id printed here.\n\n"
@@ -38,9 +38,13 @@ static void usage(FILE *f)
            "                       3840 bytes together on the wire)\n"
            "  --delay-ms N         publish no earlier than N ms from now (a durable timer)\n"
            "  --order-key KEY      publish in commit order with other effects of KEY\n"
+           "  --traceparent TP     W3C trace context, published as the traceparent header\n"
+           "                       (00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>)\n"
+           "  --tracestate TS      W3C tracestate to go with it (<= 512 bytes)\n"
            "  --jsonl              read one JSON object per line instead:\n"
            "                       {\"subject\":S, \"id\":I, \"owner\":O, \"headers\":{N:V,...},\n"
-           "                        \"payload\":TEXT, \"delay_ms\":N, \"order_key\":K}\n"
+           "                        \"payload\":TEXT, \"delay_ms\":N, \"order_key\":K,\n"
+           "                        \"traceparent\":TP, \"tracestate\":TS}\n"
            "  --batch N            effects per transaction with --jsonl (1..10000, default 256)\n\n"
            "Output: one JSON line per committed effect: {\"owner\",\"id\",\"msg_id\"}.\n"
            "Payloads are at most 256 KiB (262144 bytes), what the relay publishes; subjects\n"
@@ -158,7 +162,8 @@ static bool parse_line(const char *text, long lineno, line_effect *le, char *why
     json_object_foreach(le->obj, key, v)
     {
         if (!strcmp(key, "subject") || !strcmp(key, "id") || !strcmp(key, "owner") ||
-            !strcmp(key, "order_key") || !strcmp(key, "payload")) {
+            !strcmp(key, "order_key") || !strcmp(key, "payload") || !strcmp(key, "traceparent") ||
+            !strcmp(key, "tracestate")) {
             if (!json_is_string(v)) {
                 snprintf(why, cap, "\"%s\" must be a string", key);
                 return false;
@@ -195,7 +200,7 @@ static bool parse_line(const char *text, long lineno, line_effect *le, char *why
         } else {
             snprintf(why, cap,
                      "unknown key \"%.64s\" (subject, id, owner, headers, payload, "
-                     "delay_ms, order_key)",
+                     "delay_ms, order_key, traceparent, tracestate)",
                      key);
             return false;
         }
@@ -205,6 +210,8 @@ static bool parse_line(const char *text, long lineno, line_effect *le, char *why
     le->e.id = json_string_value(json_object_get(le->obj, "id"));
     le->e.owner = json_string_value(json_object_get(le->obj, "owner"));
     le->e.order_key = json_string_value(json_object_get(le->obj, "order_key"));
+    le->e.traceparent = json_string_value(json_object_get(le->obj, "traceparent"));
+    le->e.tracestate = json_string_value(json_object_get(le->obj, "tracestate"));
     if (p) {
         le->e.payload = json_string_value(p);
         le->e.len = json_string_length(p);
@@ -331,6 +338,8 @@ int cmd_enqueue(int argc, char **argv)
                                              {"header", required_argument, NULL, 'H'},
                                              {"delay-ms", required_argument, NULL, 'd'},
                                              {"order-key", required_argument, NULL, 'k'},
+                                             {"traceparent", required_argument, NULL, 'T'},
+                                             {"tracestate", required_argument, NULL, 'U'},
                                              {"jsonl", no_argument, NULL, 'j'},
                                              {"batch", required_argument, NULL, 'b'},
                                              {"help", no_argument, NULL, 'h'},
@@ -361,6 +370,12 @@ int cmd_enqueue(int argc, char **argv)
             break;
         case 'k':
             e.order_key = optarg;
+            break;
+        case 'T':
+            e.traceparent = optarg;
+            break;
+        case 'U':
+            e.tracestate = optarg;
             break;
         case 'H':
             if (nh == MAX_HEADERS) {
@@ -416,7 +431,8 @@ int cmd_enqueue(int argc, char **argv)
         goto done;
     }
     if (jsonl) {
-        if (e.subject || e.id || e.owner || nh || e.order_key || e.not_before_ms) {
+        if (e.subject || e.id || e.owner || nh || e.order_key || e.not_before_ms ||
+            e.traceparent || e.tracestate) {
             cli_err("enqueue", "--jsonl takes every field from the lines; drop the other flags");
             rc = CLI_USAGE;
             goto done;

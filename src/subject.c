@@ -7,6 +7,7 @@
  * code and the topology file share.
  */
 #include <string.h>
+#include <strings.h>
 
 #include "subject.h"
 
@@ -396,4 +397,64 @@ jsd_status jsd_idempotency_id(const char *ns, const char *tenant, const char *to
         return jsd__err(err, st, "idempotency id: the SHA-256 digest failed (%s)",
                         jsd_status_str(st));
     return JSD_OK;
+}
+
+/* ---- W3C trace context (propagation only: checked, never parsed further) ---- */
+
+bool jsd__trace_header(const char *name)
+{
+    return name && (strcasecmp(name, "traceparent") == 0 || strcasecmp(name, "tracestate") == 0);
+}
+
+/* n lowercase hex digits at p, not all zero when nonzero is set. */
+static bool lower_hex(const char *p, size_t n, bool nonzero)
+{
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return false;
+        any |= c != '0';
+    }
+    return any || !nonzero;
+}
+
+bool jsd__trace_value_valid(const char *name, const char *value, jsd_error *err)
+{
+    size_t n = strlen(value);
+    char shown[64];
+    jsd__printable(value, n, shown, sizeof(shown));
+    if (strcasecmp(name, "tracestate") == 0) {
+        if (n > JSD_TRACESTATE_MAX) {
+            jsd__err(err, JSD_ERR_LIMIT, "tracestate is %zu bytes; the limit is %d", n,
+                     JSD_TRACESTATE_MAX);
+            return false;
+        }
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)value[i] < 0x20 || (unsigned char)value[i] > 0x7e) {
+                jsd__err(err, JSD_ERR_INVALID,
+                         "tracestate has a byte 0x%02x at %zu: it is printable ASCII", value[i],
+                         i);
+                return false;
+            }
+        return true;
+    }
+    /* vv-<32>-<16>-<2>: 55 bytes; a later version may add "-..." */
+    bool ok = n >= 55 && n <= JSD_HEADER_VALUE_MAX && lower_hex(value, 2, false) &&
+              value[2] == '-' && lower_hex(value + 3, 32, true) && value[35] == '-' &&
+              lower_hex(value + 36, 16, true) && value[52] == '-' && lower_hex(value + 53, 2, false);
+    if (ok && strncmp(value, "ff", 2) == 0)
+        ok = false;
+    else if (ok && strncmp(value, "00", 2) == 0)
+        ok = n == 55;
+    else if (ok && n > 55)
+        ok = value[55] == '-';
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (unsigned char)value[i] > 0x20 && (unsigned char)value[i] < 0x7f;
+    if (!ok)
+        jsd__err(err, n > JSD_HEADER_VALUE_MAX ? JSD_ERR_LIMIT : JSD_ERR_INVALID,
+                 "traceparent \"%s\" is not W3C trace context: version-traceid-parentid-flags "
+                 "in lowercase hex (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero)",
+                 shown);
+    return ok;
 }

@@ -86,6 +86,12 @@ bool jsd__header_name_valid(const char *name, size_t max_len, const char *what, 
 bool jsd__header_value_valid(const char *value, size_t len, size_t max_len, const char *what,
                              jsd_error *err);
 
+/* W3C trace context (JSD_TRACESTATE_MAX in store.h has the rule): name is
+ * "traceparent" or "tracestate" (jsd__trace_header tells, ignoring case), value
+ * the text to check. On false err says what is wrong. */
+bool jsd__trace_header(const char *name);
+bool jsd__trace_value_valid(const char *name, const char *value, jsd_error *err);
+
 /* Copy up to 48 bytes of s into out (cap >= 64) for an error message, every
  * byte outside printable ASCII shown as '?', "..." appended when cut. */
 void jsd__printable(const char *s, size_t len, char *out, size_t cap);

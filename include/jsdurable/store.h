@@ -38,6 +38,13 @@ typedef enum jsd_store_backend { JSD_STORE_SQLITE = 1, JSD_STORE_POSTGRES = 2 } 
 #define JSD_HEADERS_MAX      16  /* application headers (attributes) per message */
 #define JSD_HEADER_NAME_MAX  64  /* bytes of an application header name */
 #define JSD_HEADER_VALUE_MAX 256 /* bytes of an application header value */
+/* W3C trace context (jsd_effect.traceparent / tracestate, or headers of those
+ * names): a traceparent is "vv-<32 hex trace id>-<16 hex parent id>-<2 hex
+ * flags>" in lowercase hex (version 00: exactly 55 bytes; a later version may
+ * append "-..." up to JSD_HEADER_VALUE_MAX), ids not all zero, version not
+ * "ff"; a tracestate is at most JSD_TRACESTATE_MAX bytes of printable ASCII
+ * (the length W3C asks a propagator to keep), passed on as it is. */
+#define JSD_TRACESTATE_MAX 512
 /* All headers as encoded on the wire: "NATS/1.0\r\n", "Name: value\r\n" for
  * each, "\r\n". */
 #define JSD_HEADERS_MAX_BYTES 4096
@@ -121,6 +128,13 @@ typedef struct jsd_effect {
     size_t len;
     int64_t not_before_ms; /* unix ms; 0 = publish as soon as possible */
     const char *order_key; /* NULL: unordered; else published in commit order per key */
+    /* W3C trace context, NULL when none: published as the "traceparent" and
+     * "tracestate" headers (they count towards the header limits), handed to
+     * the consumer's handler (jsd_delivery_header) and kept in its inbox row.
+     * The same names given in headers instead are checked by the same rule;
+     * both ways at once is JSD_ERR_INVALID. */
+    const char *traceparent;
+    const char *tracestate;
 } jsd_effect;
 
 jsd_status jsd_tx_begin(jsd_tx **out, jsd_store *s);

@@ -7,6 +7,7 @@
  * the same message; the back end only runs the SQL (backend.h).
  */
 #include <string.h>
+#include <strings.h>
 
 #include "store/front.h"
 #include "subject.h"
@@ -118,6 +119,8 @@ static jsd_status check_header(const jsd_header *h, size_t i, jsd_error *err)
                         "header name \"%s\" is reserved: names starting with \"Nats-\" are set by "
                         "jsdurable and the server",
                         h->name);
+    if (jsd__trace_header(h->name)) /* trace context: its own rule (and tracestate's limit) */
+        return jsd__trace_value_valid(h->name, h->value, err) ? JSD_OK : err->status;
     if (vl > JSD_HEADER_VALUE_MAX)
         return jsd__err(err, JSD_ERR_LIMIT, "header \"%s\" value is %zu bytes; the limit is %d",
                         h->name, vl, JSD_HEADER_VALUE_MAX);
@@ -196,17 +199,37 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     if (e->order_key && !*e->order_key)
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "effect order_key is empty: use NULL for an unordered effect");
-    if (e->n_headers > JSD_HEADERS_MAX)
-        return jsd__store_err(s, JSD_ERR_LIMIT, "effect has %zu headers; the limit is %d",
-                              e->n_headers, JSD_HEADERS_MAX);
     if (e->n_headers && !e->headers)
         return jsd__store_err(s, JSD_ERR_INVALID, "effect n_headers is %zu but headers is NULL",
                               e->n_headers);
+    /* The application's headers, then the trace context fields as headers of
+     * their names (counted like any other). */
+    jsd_header all[JSD_HEADERS_MAX];
+    size_t nh = e->n_headers + (e->traceparent != NULL) + (e->tracestate != NULL);
+    if (nh > JSD_HEADERS_MAX)
+        return jsd__store_err(s, JSD_ERR_LIMIT, "effect has %zu headers%s; the limit is %d", nh,
+                              nh > e->n_headers ? " with its trace context" : "",
+                              JSD_HEADERS_MAX);
+    const jsd_header *hdrs = e->headers;
+    if (nh > e->n_headers) {
+        memcpy(all, e->headers, e->n_headers * sizeof(*all));
+        size_t k = e->n_headers;
+        if (e->traceparent)
+            all[k++] = (jsd_header){.name = "traceparent", .value = e->traceparent};
+        if (e->tracestate)
+            all[k++] = (jsd_header){.name = "tracestate", .value = e->tracestate};
+        hdrs = all;
+    }
     size_t wire = JSD_HEADERS_RESERVED_BYTES;
-    for (size_t i = 0; i < e->n_headers; i++) {
-        if ((rc = check_header(&e->headers[i], i, &err)) != JSD_OK)
+    for (size_t i = 0; i < nh; i++) {
+        if ((rc = check_header(&hdrs[i], i, &err)) != JSD_OK)
             return front_err(s, rc, &err);
-        wire += jsd__header_wire_size(strlen(e->headers[i].name), strlen(e->headers[i].value));
+        for (size_t j = 0; j < i && i >= e->n_headers; j++)
+            if (strcasecmp(hdrs[j].name, hdrs[i].name) == 0)
+                return jsd__store_err(s, JSD_ERR_INVALID,
+                                      "effect gives %s both as a field and as a header",
+                                      hdrs[i].name);
+        wire += jsd__header_wire_size(strlen(hdrs[i].name), strlen(hdrs[i].value));
     }
     if (wire > JSD_HEADERS_MAX_BYTES)
         return jsd__store_err(s, JSD_ERR_LIMIT,
@@ -236,12 +259,12 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     if ((rc = jsd_effect_msg_id(s->ns, row->owner, row->effect_id, row->msg_id)) != JSD_OK)
         return jsd__store_err(s, rc, "cannot derive the effect's message id (%s)",
                               jsd_status_str(rc));
-    if (e->n_headers) {
-        row->headers_len = jsd__headers_encoded_size(e->headers, e->n_headers);
+    if (nh) {
+        row->headers_len = jsd__headers_encoded_size(hdrs, nh);
         *enc = jsd__malloc(row->headers_len);
         if (!*enc)
             return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory encoding headers");
-        jsd__headers_encode(e->headers, e->n_headers, *enc);
+        jsd__headers_encode(hdrs, nh, *enc);
         row->headers = *enc;
     }
     return JSD_OK;

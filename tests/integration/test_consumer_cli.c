@@ -75,6 +75,51 @@ static void binds_parameters(bool pg)
     cenv_down(&e);
 }
 
+/* ---- W3C trace context: enqueue -> relay -> stream -> consume --sql, byte for byte ------ */
+static void trace_context(bool pg)
+{
+    cenv e;
+    cenv_up(&e, pg);
+    cenv_store_exec(e.store, "CREATE TABLE tsink(tp TEXT, ts TEXT, seq BIGINT)");
+    static const char tp[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    static const char ts[] = "congo=t61rcWkgMzE, rojo=00f067aa0ba902b7,vendor@x=a b";
+    const char *J = jsd_fx_bin("jsdurable");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "echo '{}' | %s enqueue --store '%s' --subject %s.traced --id t1 --traceparent %s "
+             "--tracestate '%s' && echo '{}' | %s enqueue --store '%s' --subject %s.plain --id p1",
+             J, e.store_url, e.prefix, tp, ts, J, e.store_url, e.prefix);
+    int rc = jsd_test_run(cmd, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("enqueue exited %d: %s", rc, out);
+    /* a malformed one is refused with the rule and commits nothing */
+    snprintf(cmd, sizeof(cmd),
+             "echo '{}' | %s enqueue --store '%s' --subject %s.bad --id b1 --traceparent "
+             "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+             J, e.store_url, e.prefix);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 65);
+    ASSERT_CONTAINS(out, "is not W3C trace context");
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_outbox"), 2);
+    snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s --until-idle", J, e.store_url,
+             jsd_fx_shared_nats_url());
+    if ((rc = jsd_test_run(cmd, out, sizeof(out))) != 0)
+        fail_msg("relay exited %d: %s", rc, out);
+    snprintf(cmd, sizeof(cmd),
+             "%s consume --store '%s' --nats %s --stream %s --durable %s --until-idle --sql "
+             "'INSERT INTO tsink(tp, ts, seq) VALUES (:traceparent, :tracestate, :stream_seq)'",
+             J, e.store_url, jsd_fx_shared_nats_url(), e.stream, e.durable);
+    if ((rc = jsd_test_run(cmd, out, sizeof(out))) != 0)
+        fail_msg("consume exited %d: %s", rc, out);
+    char sql[512];
+    snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM tsink WHERE tp = '%s' AND ts = '%s'", tp, ts);
+    ASSERT_EQ(cenv_store_scalar(e.store, sql), 1);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM tsink WHERE tp IS NULL AND ts IS "
+                                         "NULL"),
+              1);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM tsink"), 2);
+    cenv_down(&e);
+}
+
 /* ---- --filter: a created durable sees only its subjects -------------------------------- */
 static void filter_subject(bool pg)
 {
@@ -298,8 +343,10 @@ BOTH(poison_crash_points)
 BOTH(refusals)
 BOTH(ack_wait_in_force)
 BOTH(dlq_tools)
+BOTH(trace_context)
 
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
 JSD_TEST_MAIN(T(binds_parameters), T(filter_subject), T(crash_after_commit), T(crash_after_ack),
-              T(poison_crash_points), T(refusals), T(ack_wait_in_force), T(dlq_tools))
+              T(poison_crash_points), T(refusals), T(ack_wait_in_force), T(dlq_tools),
+              T(trace_context))

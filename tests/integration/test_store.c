@@ -518,6 +518,35 @@ static void limits_are_enforced(void **state)
     e.len = 5;
     ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
 
+    /* trace context: fields or headers of those names, one rule, counted as headers */
+    static const char tp[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    char state512[JSD_TRACESTATE_MAX + 2];
+    memset(state512, 'k', sizeof(state512));
+    state512[JSD_TRACESTATE_MAX] = '\0';
+    e = (jsd_effect){.id = "tp", .subject = "a.b", .traceparent = tp, .tracestate = state512};
+    ASSERT_OK_E(emit_status(s, &e), jsd_store_errmsg(s));
+    ok++;
+    state512[JSD_TRACESTATE_MAX] = 'k';
+    state512[JSD_TRACESTATE_MAX + 1] = '\0';
+    e.id = "ts513";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "tracestate is 513 bytes; the limit is 512");
+    jsd_header th = {.name = "TraceParent", .value = "00-bad"};
+    e = (jsd_effect){.id = "tph", .subject = "a.b", .headers = &th, .n_headers = 1};
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "is not W3C trace context");
+    th.value = tp;
+    e.traceparent = tp;
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "both as a field and as a header");
+    jsd_header sixteen[JSD_HEADERS_MAX];
+    for (int i = 0; i < JSD_HEADERS_MAX; i++)
+        sixteen[i] = (jsd_header){.name = "X-N", .value = "v"};
+    e = (jsd_effect){.id = "tp17", .subject = "a.b", .headers = sixteen,
+                     .n_headers = JSD_HEADERS_MAX, .traceparent = tp};
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "17 headers with its trace context; the limit is 16");
+
     /* Nothing refused reached the store. */
     ASSERT_EQ(stats(s).backlog, ok);
     jsd_store_close(s);

@@ -155,6 +155,50 @@ static void header_names_and_values(void **state)
     ASSERT_CONTAINS(e.msg, "257 bytes; the limit is 256");
 }
 
+/* W3C trace context values, at and across every rule (JSD_TRACESTATE_MAX). */
+static void trace_context_values(void **state)
+{
+    (void)state;
+    jsd_error e;
+    char big[700];
+    ASSERT_TRUE(jsd__trace_header("traceparent") && jsd__trace_header("TraceState"));
+    ASSERT_TRUE(!jsd__trace_header("trace") && !jsd__trace_header(NULL));
+    const char *good[] = {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                          "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+                          /* a later version may carry more, after a '-' */
+                          "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xyz"};
+    for (size_t i = 0; i < JSD_ARRAY_LEN(good); i++)
+        if (!jsd__trace_value_valid("traceparent", good[i], &e))
+            fail_msg("refused %s: %s", good[i], e.msg);
+    const char *bad[] = {
+        "",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", /* uppercase */
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01", /* zero trace id */
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", /* zero parent id */
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", /* version ff */
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", /* 00 is 55 bytes */
+        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",  /* no '-' after 55 */
+        "00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01",   /* misplaced dash */
+        "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01",
+    };
+    for (size_t i = 0; i < JSD_ARRAY_LEN(bad); i++) {
+        if (jsd__trace_value_valid("traceparent", bad[i], &e))
+            fail_msg("accepted %s", bad[i]);
+        ASSERT_EQ(e.status, JSD_ERR_INVALID);
+        ASSERT_CONTAINS(e.msg, "is not W3C trace context");
+    }
+    memset(big, 'a', sizeof(big));
+    big[JSD_TRACESTATE_MAX] = '\0';
+    ASSERT_TRUE(jsd__trace_value_valid("tracestate", big, NULL));
+    big[JSD_TRACESTATE_MAX] = 'a';
+    big[JSD_TRACESTATE_MAX + 1] = '\0';
+    ASSERT_TRUE(!jsd__trace_value_valid("tracestate", big, &e));
+    ASSERT_EQ(e.status, JSD_ERR_LIMIT);
+    ASSERT_CONTAINS(e.msg, "513 bytes; the limit is 512");
+    ASSERT_TRUE(!jsd__trace_value_valid("tracestate", "a=b\tc", &e));
+    ASSERT_CONTAINS(e.msg, "0x09 at 3");
+}
+
 static void idempotency_ids(void **state)
 {
     (void)state;
@@ -298,6 +342,7 @@ static void digest_failure_is_an_error(void **state)
 JSD_TEST_MAIN(cmocka_unit_test(stream_names), cmocka_unit_test(exact_subjects),
               cmocka_unit_test(tenant_subjects), cmocka_unit_test(filters_and_matching),
               cmocka_unit_test(pattern_capture), cmocka_unit_test(header_names_and_values),
+              cmocka_unit_test(trace_context_values),
               cmocka_unit_test(idempotency_ids), cmocka_unit_test(effect_msg_id_vectors),
               cmocka_unit_test(publish_subjects_and_header_sizes),
               cmocka_unit_test(digest_oom_child), cmocka_unit_test(digest_failure_is_an_error))
