@@ -107,7 +107,14 @@ const char *cli_store_url(const char *flag);
 
 /* Map a status to an exit code. */
 int cli_exit_for(jsd_status s);
-/* "jsdurable CMD: " + message to stderr. */
+/* A line of the command's own to stderr (progress, summaries, errors), in
+ * the log format in force: "jsdurable CMD: message" as text, or with
+ * --log-format json / JSD_LOG_FORMAT=json one JSON object with the library's
+ * keys ({"ts","level","component":"cli.CMD","msg"}), so every line of a JSON
+ * run parses. Printed whatever the log level: it is the command's output.
+ * cli_err is cli_say at level "error". */
+void cli_say(const char *cmd, const char *level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Read all of a stream into a buffer (bounded by max); NULL on error or over

@@ -170,7 +170,7 @@ int cmd_dlq(int argc, char **argv)
             shown++;
             jsd_dead_letter_clear(&d);
         }
-        fprintf(stderr, "%" PRIu64 " dead letter(s) in %s\n", count, stream);
+        cli_say("dlq", "info", "%" PRIu64 " dead letter(s) in %s", count, stream);
     } else if (!strcmp(action, "show") && seqs) { /* show has exactly one (checked above) */
         jsd_dead_letter d;
         st = jsd_dlq_get(conn, stream, seqs[0], &d, &err);
@@ -222,7 +222,8 @@ int cmd_dlq(int argc, char **argv)
                 else
                     printf("deleted %s:%" PRIu64 "\n", stream, s);
             }
-            fprintf(stderr, "%d %s, %d failed\n", done, replay ? "replayed" : "deleted", failed);
+            cli_say("dlq", failed ? "warn" : "info", "%d %s, %d failed", done,
+                    replay ? "replayed" : "deleted", failed);
         }
     }
     free(seqs);

@@ -299,7 +299,7 @@ static int enqueue_jsonl(const char *url, long batch)
             free_batch(b, n);
             n = 0;
             if (committed % 10000 < (long)batch)
-                fprintf(stderr, "jsdurable enqueue: %ld effects committed\n", committed);
+                cli_say("enqueue", "info", "%ld effects committed", committed);
         }
     }
     if (rc == CLI_OK && ferror(stdin)) {
@@ -319,7 +319,7 @@ static int enqueue_jsonl(const char *url, long batch)
         cli_err("enqueue", "%ld effects committed before the failure; lines from %ld on were not",
                 committed, n ? first_pending : lineno);
     else
-        fprintf(stderr, "jsdurable enqueue: %ld effects committed\n", committed);
+        cli_say("enqueue", "info", "%ld effects committed", committed);
     free_batch(b, n);
 done:
     free(line);
@@ -431,8 +431,8 @@ int cmd_enqueue(int argc, char **argv)
         goto done;
     }
     if (jsonl) {
-        if (e.subject || e.id || e.owner || nh || e.order_key || e.not_before_ms ||
-            e.traceparent || e.tracestate) {
+        if (e.subject || e.id || e.owner || nh || e.order_key || e.not_before_ms || e.traceparent ||
+            e.tracestate) {
             cli_err("enqueue", "--jsonl takes every field from the lines; drop the other flags");
             rc = CLI_USAGE;
             goto done;

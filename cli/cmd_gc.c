@@ -206,7 +206,7 @@ int cmd_gc(int argc, char **argv)
         }
         total += k;
         if (k > 0 && ++steps % 10 == 0)
-            fprintf(stderr, "jsdurable gc: %lld rows removed so far\n", (long long)total);
+            cli_say("gc", "info", "%lld rows removed so far", (long long)total);
     } while (k > 0);
     printf("removed %lld rows (published effects and inbox rows older than %lld ms) from %s\n",
            (long long)total, (long long)older, jsd_store_url(s));

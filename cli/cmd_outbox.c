@@ -185,7 +185,7 @@ static int do_list(jsd_store *s, bool dead, const char *subject, long limit, boo
         if (n)
             q.after_row_id = page[n - 1].row_id;
     } while (n == q.limit && shown < limit);
-    fprintf(stderr, "%ld %s effect(s)%s\n", shown, dead ? "dead-lettered" : "pending",
+    cli_say("outbox", "info", "%ld %s effect(s)%s", shown, dead ? "dead-lettered" : "pending",
             shown == limit ? " (the --limit; there may be more)" : "");
     free(page);
     return rc;

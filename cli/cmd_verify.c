@@ -98,9 +98,9 @@ static void on_finding(void *user, const jsd_verify_finding *f)
 static void on_progress(void *user, const jsd_verify_report *r)
 {
     (void)user;
-    fprintf(stderr,
-            "jsdurable verify: %" PRIu64 " checked (ok %" PRIu64 ", missing %" PRIu64
-            ", overwritten %" PRIu64 ", expired %" PRIu64 ", stream gone %" PRIu64 ")\n",
+    cli_say("verify", "info",
+            "%" PRIu64 " checked (ok %" PRIu64 ", missing %" PRIu64 ", overwritten %" PRIu64
+            ", expired %" PRIu64 ", stream gone %" PRIu64 ")",
             r->checked, r->ok, r->missing, r->overwritten, r->expired, r->stream_gone);
 }
 
@@ -250,7 +250,7 @@ int cmd_verify(int argc, char **argv)
             goto out;
         }
         vo.metrics = metrics;
-        fprintf(stderr, "jsdurable verify: metrics on http://%s/metrics (port %d)\n", metrics_addr,
+        cli_say("verify", "info", "metrics on http://%s/metrics (port %d)", metrics_addr,
                 jsd_metrics_server_port(msrv));
     }
     vo.batch = (size_t)batch;

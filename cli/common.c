@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <jansson.h>
 
 #include "cli.h"
 
@@ -96,7 +99,7 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
         wipe_free(c->secret_token);
         c->secret_token = cli_read_secret_file(arg);
         if (!c->secret_token) {
-            fprintf(stderr, "jsdurable: cannot read token file %s\n", arg);
+            cli_err("", "cannot read token file %s", arg);
             return CLI_USAGE;
         }
         return 0;
@@ -107,7 +110,7 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
         wipe_free(c->secret_password);
         c->secret_password = cli_read_secret_file(arg);
         if (!c->secret_password) {
-            fprintf(stderr, "jsdurable: cannot read password file %s\n", arg);
+            cli_err("", "cannot read password file %s", arg);
             return CLI_USAGE;
         }
         return 0;
@@ -134,13 +137,13 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
         return 0;
     case 11:
         if (!parse_ms_int(arg, &c->opts.connect_timeout_ms)) {
-            fprintf(stderr, "jsdurable: --connect-timeout-ms needs a number of milliseconds\n");
+            cli_err("", "--connect-timeout-ms needs a number of milliseconds");
             return CLI_USAGE;
         }
         return 0;
     case 12:
         if (!parse_ms_int(arg, &c->opts.startup_budget_ms)) {
-            fprintf(stderr, "jsdurable: --startup-budget-ms needs a number of milliseconds\n");
+            cli_err("", "--startup-budget-ms needs a number of milliseconds");
             return CLI_USAGE;
         }
         return 0;
@@ -201,8 +204,7 @@ int cli_conn_finish(cli_conn *c, const char *prog)
             c->opts.servers = u;
     }
     if (!c->opts.servers || !*c->opts.servers) {
-        fprintf(stderr, "jsdurable %s: no NATS server: give --nats URL or set JSD_NATS_URL\n",
-                prog);
+        cli_err(prog, "no NATS server: give --nats URL or set JSD_NATS_URL");
         return CLI_USAGE;
     }
     if (!c->secret_token) {
@@ -231,7 +233,7 @@ int cli_conn_open(cli_conn *c, jsd_conn **out)
     jsd_error_clear(&err);
     jsd_status s = jsd_conn_open(out, &c->opts, &err);
     if (s != JSD_OK) {
-        fprintf(stderr, "jsdurable: %s\n", err.msg[0] ? err.msg : jsd_status_str(s));
+        cli_err("", "%s", err.msg[0] ? err.msg : jsd_status_str(s));
         return cli_exit_for(s);
     }
     return 0;
@@ -300,14 +302,56 @@ int cli_exit_for(jsd_status s)
     }
 }
 
+static void say(const char *cmd, const char *level, const char *fmt, va_list ap)
+{
+    char msg[2048];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    const char *f = getenv("JSD_LOG_FORMAT");
+    if (!f || strcmp(f, "json") != 0) {
+        if (cmd && *cmd)
+            fprintf(stderr, "jsdurable %s: %s\n", cmd, msg);
+        else
+            fprintf(stderr, "jsdurable: %s\n", msg);
+        return;
+    }
+    char ts[40], comp[64];
+    struct timespec now;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + n, sizeof(ts) - n, ".%03ldZ", now.tv_nsec / 1000000);
+    snprintf(comp, sizeof(comp), "cli%s%s", cmd && *cmd ? "." : "", cmd ? cmd : "");
+    /* jansson refuses invalid UTF-8: fall back to a lossless-enough ASCII copy */
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s}", "ts", ts, "level", level, "component", comp, "msg", msg);
+    if (!o) {
+        for (char *p = msg; *p; p++)
+            if ((unsigned char)*p >= 0x80)
+                *p = '?';
+        o = json_pack("{s:s, s:s, s:s, s:s}", "ts", ts, "level", level, "component", comp, "msg",
+                      msg);
+    }
+    char *js = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    fprintf(stderr, "%s\n", js ? js : "{\"msg\":\"(line lost: out of memory)\"}");
+    free(js);
+    json_decref(o);
+}
+
+void cli_say(const char *cmd, const char *level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    say(cmd, level, fmt, ap);
+    va_end(ap);
+}
+
 void cli_err(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "jsdurable %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    say(cmd, "error", fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 char *cli_read_all(FILE *f, size_t max, size_t *len, bool *too_big)

@@ -2,7 +2,9 @@
  * jsdurable — the command-line tool. A thin user of the public API
  * (include/jsdurable.h): one subcommand per file, cli/cmd_<name>.c.
  */
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -42,6 +44,48 @@ static void usage(FILE *f)
                "77 permission denied; 78 configuration refused.\n");
 }
 
+/* --log-level / --log-format (also as --opt=VALUE) are taken out of argv
+ * wherever they stand, before "--", and set JSD_LOG_LEVEL / JSD_LOG_FORMAT
+ * (the flag wins over the variable), so every command takes them in any
+ * order. Returns argc after removal, or -1 after a message on a bad value. */
+static int take_log_flags(int argc, char **argv)
+{
+    int w = 2;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *val = NULL, *var = NULL;
+        if (!strcmp(a, "--")) {
+            while (i < argc)
+                argv[w++] = argv[i++];
+            break;
+        }
+        if (!strncmp(a, "--log-level", 11) && (a[11] == '\0' || a[11] == '='))
+            var = "JSD_LOG_LEVEL";
+        else if (!strncmp(a, "--log-format", 12) && (a[12] == '\0' || a[12] == '='))
+            var = "JSD_LOG_FORMAT";
+        if (!var) {
+            argv[w++] = argv[i];
+            continue;
+        }
+        val = strchr(a, '=') ? strchr(a, '=') + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val) {
+            fprintf(stderr, "jsdurable: %s needs a value\n", a);
+            return -1;
+        }
+        bool level = !strcmp(var, "JSD_LOG_LEVEL");
+        jsd_log_level lv;
+        if (level ? jsd_log_level_parse(val, &lv) != JSD_OK
+                  : strcmp(val, "text") != 0 && strcmp(val, "json") != 0) {
+            fprintf(stderr, "jsdurable: %s takes %s, not \"%s\"\n",
+                    level ? "--log-level" : "--log-format",
+                    level ? "debug, info, warn, error or off" : "text or json", val);
+            return -1;
+        }
+        setenv(var, val, 1);
+    }
+    argv[w] = NULL;
+    return w;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -57,7 +101,7 @@ int main(int argc, char **argv)
         printf("jsdurable %s (nats.c %s)\n", jsd_version(), jsd_nats_client_version());
         return CLI_OK;
     }
-    if (cli_log_apply() != 0)
+    if ((argc = take_log_flags(argc, argv)) < 0 || cli_log_apply() != 0)
         return CLI_USAGE;
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (!strcmp(cmd, commands[i].name))

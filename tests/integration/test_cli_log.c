@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "fixture.h"
 #include "test.h"
 
@@ -78,6 +80,47 @@ static void bad_environment_is_refused(void **state)
     ASSERT_TRUE(strstr(out, "JSD_LOG_FORMAT takes text or json") != NULL);
 }
 
+/* Every line a command writes to stderr in JSON mode is one JSON object with
+ * the log's keys, its own summaries and errors included; errors are at level
+ * "error". */
+static void json_mode_lines_are_json(void **state)
+{
+    (void)state;
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && printf '%%s\\n' '{\"subject\":\"a.b\",\"id\":\"1\"}' "
+             "'{\"subject\":\"a.b\",\"id\":\"2\"}' | env -u JSD_LOG_LEVEL "
+             "JSD_LOG_FORMAT=json '%s' enqueue --store sqlite:j.db --jsonl >/dev/null; "
+             "echo x | '%s' enqueue --store sqlite:j.db --subject 'a.*' --id 3 "
+             "--log-format json >/dev/null; echo exit=$?",
+             jsd_test_dir(), jsd_fx_bin("jsdurable"), jsd_fx_bin("jsdurable"));
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "exit=65");
+    int lines = 0, errors = 0;
+    for (char *line = out, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
+        if ((nl = strchr(line, '\n')) != NULL)
+            *nl = '\0';
+        if (!*line || !strncmp(line, "exit=", 5))
+            continue;
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        if (!o || !json_is_string(json_object_get(o, "ts")) ||
+            !json_is_string(json_object_get(o, "msg")) ||
+            !json_is_string(json_object_get(o, "component")))
+            fail_msg("not a JSON log line: %s", line);
+        const char *lv = json_string_value(json_object_get(o, "level"));
+        if (lv && !strcmp(lv, "error")) {
+            errors++;
+            ASSERT_CONTAINS(json_string_value(json_object_get(o, "msg")), "subject");
+        }
+        lines++;
+        json_decref(o);
+    }
+    ASSERT_TRUE(lines >= 2); /* the summary and the refusal */
+    ASSERT_EQ(errors, 1);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(level_then_format), cmocka_unit_test(format_then_level),
               cmocka_unit_test(environment_sets_both), cmocka_unit_test(flag_wins_over_environment),
-              cmocka_unit_test(bad_environment_is_refused))
+              cmocka_unit_test(bad_environment_is_refused),
+              cmocka_unit_test(json_mode_lines_are_json))
