@@ -18,7 +18,7 @@ CC      ?= cc
 VERSION := 0.1.0
 SAN     ?=
 
-PKGS      := libnats sqlite3 libpq jansson openssl libmicrohttpd
+PKGS      := libnats sqlite3 libpq jansson openssl libmicrohttpd libcurl
 TEST_PKGS := cmocka
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wwrite-strings

@@ -41,6 +41,18 @@ int cmd_provision(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_outbox(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+
+/* cmd_doctor.c: the start-up checks of relay and consume. Runs o's checks,
+ * prints every warning and every error (with its fix) to stderr, and returns
+ * 0 to go on or CLI_CONFIG when an error's check is not named in allow (the
+ * --allow-unsafe list, NULL: none); errors it names are printed as loud
+ * warnings, and so is a non-empty allow, on every start. */
+int cli_doctor_gate(const char *cmd, jsd_store *store, jsd_conn *conn, const jsd_doctor_opts *o,
+                    const char *allow);
+/* 0 when every name of an --allow-unsafe list is a check name (or "all"),
+ * else CLI_USAGE after a message naming the unknown one. */
+int cli_doctor_allow_check(const char *cmd, const char *allow);
 
 /* ---- connection flags ----------------------------------------------------------
  * Add CLI_CONN_LONGOPTS to a getopt_long table, and pass every option value

@@ -26,6 +26,7 @@ static const struct {
     {"gc", cmd_gc, "remove retired outbox and inbox rows past a horizon"},
     {"outbox", cmd_outbox, "list, show or requeue pending and dead-lettered outbox effects"},
     {"verify", cmd_verify, "audit every receipt against its stream message; --repair lost ones"},
+    {"doctor", cmd_doctor, "check a deployment's settings for loss or doubling (exit 78 on error)"},
 };
 
 static void usage(FILE *f)

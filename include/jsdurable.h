@@ -38,5 +38,6 @@
 #include "jsdurable/inspect.h"
 #include "jsdurable/outbox.h"
 #include "jsdurable/verify.h"
+#include "jsdurable/doctor.h"
 
 #endif

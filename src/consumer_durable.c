@@ -129,8 +129,10 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
     return JSD_OK;
 }
 
-/* The longest time a delivery can take to come back for the last time. */
-static int64_t redelivery_horizon_ms(const jsConsumerConfig *cc)
+/* The longest time a delivery can take to come back for the last time:
+ * ack_wait x max_deliver plus the backoff steps between the deliveries. Also
+ * what `jsdurable doctor` reports (src/doctor.c). */
+int64_t jsd__durable_redelivery_horizon_ms(const jsConsumerConfig *cc)
 {
     int64_t ack_wait = cc->AckWait / 1000000LL;
     int64_t md = cc->MaxDeliver;
@@ -138,6 +140,18 @@ static int64_t redelivery_horizon_ms(const jsConsumerConfig *cc)
     for (int64_t i = 0; i + 1 < md && cc->BackOffLen > 0; i++)
         h += cc->BackOff[JSD_MIN(i, (int64_t)cc->BackOffLen - 1)] / 1000000LL;
     return h;
+}
+
+/* The ack wait in force is the server's, not the one asked for: with a
+ * backoff list JetStream waits backoff[0] for the first ACK and backoff[n]
+ * after delivery n+1, so the shortest of them is what a handler gets. */
+int64_t jsd__durable_effective_ack_wait_ms(const jsConsumerConfig *cc)
+{
+    int64_t w = cc->AckWait > 0 ? cc->AckWait / 1000000LL : 30000;
+    for (int i = 0; i < cc->BackOffLen; i++)
+        if (cc->BackOff[i] > 0)
+            w = JSD_MIN(w, cc->BackOff[i] / 1000000LL);
+    return JSD_MAX(1, w);
 }
 
 /* The dead-letter stream: it must exist, and not be the stream we read. */
@@ -256,14 +270,8 @@ jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *
         goto done;
     }
     c->max_deliver = cc->MaxDeliver > 0 ? (int)cc->MaxDeliver : -1;
-    /* The ack wait in force is the server's, not the one asked for: with a
-     * backoff list JetStream waits backoff[0] for the first ACK and
-     * backoff[n] after delivery n+1. Keep-alives follow the shortest. */
-    c->ack_wait_ms = cc->AckWait > 0 ? cc->AckWait / 1000000LL : 30000;
-    for (int i = 0; i < cc->BackOffLen; i++)
-        if (cc->BackOff[i] > 0)
-            c->ack_wait_ms = JSD_MIN(c->ack_wait_ms, cc->BackOff[i] / 1000000LL);
-    c->ack_wait_ms = JSD_MAX(1, c->ack_wait_ms);
+    /* Keep-alives follow the ack wait in force (the shortest backoff step). */
+    c->ack_wait_ms = jsd__durable_effective_ack_wait_ms(cc);
     c->keepalive_ms = JSD_MAX(1, c->ack_wait_ms / 3);
     if (c->max_deliver == 1) {
         st = jsd__cerr(
@@ -305,7 +313,7 @@ jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *
                           c->durable, o->inbox_retention_ms);
             goto done;
         }
-        int64_t h = redelivery_horizon_ms(cc);
+        int64_t h = jsd__durable_redelivery_horizon_ms(cc);
         if (o->inbox_retention_ms < h) {
             st = jsd__cerr(c, JSD_ERR_CONFIG,
                            "inbox retention %" PRId64

@@ -193,6 +193,11 @@ void jsd__batch_release(jsd_consumer *c);
  * and dlq_stream from the server). */
 jsd_status jsd__consumer_check_opts(const jsd_consumer_opts *o, jsd_error *err);
 void jsd__consumer_default_dlq_subject(const jsd_consumer_opts *o, char *out, size_t cap);
+/* A durable's longest redelivery (ack_wait x max_deliver + backoff) and the
+ * ack wait in force (the first backoff step replaces ack_wait), in ms; the
+ * consumer's create check and the doctor (src/doctor.c) both use them. */
+int64_t jsd__durable_redelivery_horizon_ms(const jsConsumerConfig *cc);
+int64_t jsd__durable_effective_ack_wait_ms(const jsConsumerConfig *cc);
 jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *o);
 
 /* consumer_fetch.c: the fetcher thread pulls one batch ahead. start/stop

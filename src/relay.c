@@ -56,7 +56,7 @@
  *    and counted rather than retired by a receipt.
  * 4b. Point 2 needs every retry inside the stream's duplicate window: the
  *    first time a stream is targeted (and every minute) its window is read
- *    and must exceed deadline + backoff cap + lease, or the relay releases
+ *    and must exceed deadline + backoff cap + lease + poll, or the relay releases
  *    its claim and stops with JSD_ERR_CONFIG (window_fits).
  * 5. Order: the store claims an effect with an ordering key only when no
  *    earlier effect of its key is unpublished (and not dead-lettered), so at

@@ -44,12 +44,22 @@ static jsd_status stream_for(jsd_relay *r, const char *subject, char *stream, ch
 }
 
 /*
- * The retry horizon must fit the stream's duplicate window (DESIGN 2): a
- * message stored by an attempt whose PubAck never came is retried at most
- * publish deadline + backoff cap later, and one stored just before its relay
- * died is retried when the lease has expired, so deadline + cap + lease
- * bounds the time between a possible store and the retry that JetStream must
- * recognise. JSD_OK when it fits; JSD_ERR_CONFIG when it does not (the error
+ * The retry horizon, the one computation of it (the doctor reports the same
+ * figure, src/doctor.c): a message stored by an attempt whose PubAck never
+ * came is retried at most publish deadline + backoff cap later, and one
+ * stored just before its relay died is retried when the lease has expired;
+ * either way the due effect may wait one more poll interval before a relay
+ * claims it, so deadline + cap + lease + poll bounds the time between a
+ * possible store and the retry that JetStream must recognise.
+ */
+int64_t jsd__relay_retry_horizon_ms(const jsd_relay_opts *o)
+{
+    return (int64_t)o->publish_deadline_ms + (int64_t)o->backoff_cap_ms + (int64_t)o->lease_ms +
+           (int64_t)o->poll_interval_ms;
+}
+
+/*
+ * The retry horizon must fit the stream's duplicate window (DESIGN 2). JSD_OK when it fits; JSD_ERR_CONFIG when it does not (the error
  * is recorded, logged and the relay stops: it would otherwise store such
  * effects twice); another status when the stream could not be read (why says
  * so; the effect is released and tried again).
@@ -64,17 +74,17 @@ static jsd_status window_fits(jsd_relay *r, const char *stream, char *why, size_
         jsd__snprintf(why, why_cap, "%s", err.msg);
         return s;
     }
-    int64_t horizon =
-        (int64_t)r->o.publish_deadline_ms + (int64_t)r->o.backoff_cap_ms + (int64_t)r->o.lease_ms;
+    int64_t horizon = jsd__relay_retry_horizon_ms(&r->o);
     if (window_ms <= 0 || horizon < window_ms)
         return JSD_OK;
     jsd__snprintf(why, why_cap,
                   "stream %s keeps message ids for %lld ms (its duplicate window), but this relay "
                   "may retry an effect up to %lld ms after it was stored (publish deadline %d + "
-                  "backoff cap %d + lease %d ms): such a retry would be stored twice. Lower the "
-                  "deadline, backoff cap or lease, or raise the stream's duplicate window",
+                  "backoff cap %d + lease %d + poll %d ms): such a retry would be stored twice. "
+                  "Lower the deadline, backoff cap, lease or poll interval, or raise the stream's "
+                  "duplicate window",
                   stream, (long long)window_ms, (long long)horizon, r->o.publish_deadline_ms,
-                  r->o.backoff_cap_ms, r->o.lease_ms);
+                  r->o.backoff_cap_ms, r->o.lease_ms, r->o.poll_interval_ms);
     if (r->fatal == JSD_OK) {
         r->fatal = jsd__relay_err(r, JSD_ERR_CONFIG, "%s", why);
         JSD_ERROR(COMP, "%s; the relay stops", why);

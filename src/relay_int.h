@@ -144,6 +144,11 @@ void jsd__relay_store_trouble_on(jsd_relay *r, jsd_store *st, const char *what);
 
 /* ---- relay_claim.c -------------------------------------------------------------- */
 
+/* The retry horizon, publish deadline + backoff cap + lease +
+ * poll interval, in ms: the stream's duplicate window must exceed it (the
+ * relay checks it per stream; the doctor, src/doctor.c, reports it). */
+int64_t jsd__relay_retry_horizon_ms(const jsd_relay_opts *o);
+
 void jsd__relay_batch_free(rbatch *b);
 /* Keep b as the spare batch (or free it). */
 void jsd__relay_batch_recycle(jsd_relay *r, rbatch *b);

@@ -61,7 +61,7 @@ typedef struct jsd_relay_opts {
     /* Longest retry delay; default 60000. An UNKNOWN publication may have
      * been stored: its retry must reach the broker inside the stream's
      * duplicate window, so publish_deadline_ms + backoff_cap_ms + lease_ms
-     * must stay below that window (JetStream's default is 2 minutes); the
+     * + poll_interval_ms must stay below that window (JetStream's default is 2 minutes); the
      * relay reads each target stream's window and refuses to go on when it
      * does not fit (see jsd_relay_run_until_idle). */
     int backoff_cap_ms;
@@ -117,7 +117,8 @@ jsd_status jsd_relay_run(jsd_relay *r);
  *
  * Both runs return JSD_ERR_CONFIG (jsd_relay_errmsg names the stream and the
  * figures) when a target stream's duplicate window is shorter than the
- * relay's retry horizon, publish_deadline_ms + backoff_cap_ms + lease_ms: the
+ * relay's retry horizon, publish_deadline_ms + backoff_cap_ms + lease_ms +
+ * poll_interval_ms (a due retry may wait one poll before it is claimed): the
  * relay checks each stream the first time an effect is bound for it (and
  * again every minute), releases what it claimed, and stops rather than store
  * retries twice.
