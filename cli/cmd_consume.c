@@ -500,7 +500,15 @@ static void usage(FILE *f)
             "                           nor while a dead letter could not be published\n"
             "  --metrics ADDR           serve Prometheus metrics on ADDR (host:port):\n"
             "                           deliveries by result, handler duration, dead\n"
-            "                           letters, connection state\n\n" CLI_CONN_HELP "\nExample:\n"
+            "                           letters, connection state\n"
+            "  --monitor URL            the server's HTTP monitoring port: its fsync policy is\n"
+            "                           checked at start (lazy fsync is a warning)\n"
+            "  --allow-unsafe CHECK[,CHECK]  run although these start-up checks fail (\"all\":\n"
+            "                           any); printed as a warning on every start\n\n"
+            "At start consume runs the checks of `jsdurable doctor` that concern it (the\n"
+            "stream, the durable, the dead-letter stream, the store; the server's fsync with\n"
+            "--monitor) and refuses to run (exit 78) on an error, naming the check and its fix.\n"
+            "\n" CLI_CONN_HELP "\nExample:\n"
             "  jsdurable consume --store sqlite:app.db --nats nats://127.0.0.1:4222 \\\n"
             "    --stream ORDERS --durable sink --until-idle \\\n"
             "    --sql 'INSERT INTO orders(subject, body, seq) VALUES (:subject, :payload, "
@@ -522,6 +530,8 @@ enum {
     O_METRICS,
     O_ACKWAIT,
     O_RETENTION,
+    O_MONITOR,
+    O_ALLOW,
     O_HELP
 };
 
@@ -542,12 +552,14 @@ int cmd_consume(int argc, char **argv)
         {"metrics", required_argument, NULL, O_METRICS},
         {"ack-wait", required_argument, NULL, O_ACKWAIT},
         {"inbox-retention", required_argument, NULL, O_RETENTION},
+        {"monitor", required_argument, NULL, O_MONITOR},
+        {"allow-unsafe", required_argument, NULL, O_ALLOW},
         {"help", no_argument, NULL, O_HELP},
         CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0}};
     cli_conn cc;
     const char *store_flag = NULL, *stream = NULL, *durable = NULL, *filter = NULL, *sql = NULL;
-    const char *dlq = NULL, *metrics = NULL;
+    const char *dlq = NULL, *metrics = NULL, *monitor = NULL, *allow = NULL;
     const char **types = NULL;
     size_t n_types = 0;
     bool json = false, until_idle = false;
@@ -642,6 +654,12 @@ int cmd_consume(int argc, char **argv)
                 retention_ms = v;
             break;
         }
+        case O_MONITOR:
+            monitor = optarg;
+            break;
+        case O_ALLOW:
+            allow = optarg;
+            break;
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -664,6 +682,8 @@ int cmd_consume(int argc, char **argv)
         rc = CLI_USAGE;
         goto out;
     }
+    if ((rc = cli_doctor_allow_check("consume", allow)) != 0)
+        goto out;
     if ((rc = cli_conn_finish(&cc, "consume")) != 0)
         goto out;
     k.sql = sql;
@@ -716,6 +736,19 @@ int cmd_consume(int argc, char **argv)
     }
     if (created)
         fprintf(stderr, "jsdurable consume: created durable %s on stream %s\n", durable, stream);
+
+    /* The start-up checks: what would make this consumer lose or double. */
+    jsd_doctor_opts dop;
+    jsd_doctor_opts_init(&dop);
+    jsd_doctor_durable ddu = {stream, durable, dlq, created ? ack_wait_ms : 0};
+    dop.checks = JSD_DOCTOR_CHECK_STREAMS | JSD_DOCTOR_CHECK_DURABLES | JSD_DOCTOR_CHECK_DLQ |
+                 JSD_DOCTOR_CHECK_STORE | (monitor ? JSD_DOCTOR_CHECK_SERVER : 0u);
+    dop.durables = &ddu;
+    dop.n_durables = 1;
+    dop.inbox_retention_ms = retention_ms;
+    dop.monitor_url = monitor;
+    if ((rc = cli_doctor_gate("consume", store, conn, &dop, allow)) != 0)
+        goto out;
 
     if (metrics) {
         st = jsd_metrics_serve(&msrv, jsd_metrics_default(), conn, metrics, &err);

@@ -47,7 +47,16 @@ static void usage(FILE *f)
             "                         stream's duplicate window)\n"
             "  --budget N             failed attempts before dead-lettering (default 50)\n"
             "  --metrics ADDR         serve Prometheus metrics on ADDR (host:port)\n"
-            "  --stats                print the relay's counters as one JSON line at exit\n\n"
+            "  --stats                print the relay's counters as one JSON line at exit\n"
+            "  --stream NAME          also check this stream at start (repeatable)\n"
+            "  --monitor URL          the server's HTTP monitoring port: its fsync policy is\n"
+            "                         checked at start (lazy fsync is a warning)\n"
+            "  --allow-unsafe CHECK[,CHECK]  run although these start-up checks fail (\"all\":\n"
+            "                         any); printed as a warning on every start\n\n"
+            "At start the relay runs the checks of `jsdurable doctor` that concern it (the\n"
+            "streams of the pending effects and --stream: storage, replicas, discard policy,\n"
+            "duplicate window, max_msg_size; the store; the server's fsync with --monitor)\n"
+            "and refuses to run (exit 78) on an error, naming the check and its fix.\n"
             "The relay refuses (exit 78) a target stream whose duplicate window is shorter\n"
             "than deadline + backoff cap + lease + poll: a retry after the window would be stored\n"
             "twice. It checks each stream when the first effect for it is claimed.\n\n"
@@ -84,8 +93,13 @@ enum {
     OPT_BUDGET,
     OPT_METRICS,
     OPT_STATS,
+    OPT_STREAM,
+    OPT_MONITOR,
+    OPT_ALLOW,
     OPT_HELP
 };
+
+#define RELAY_STREAMS_MAX 64
 
 int cmd_relay(int argc, char **argv)
 {
@@ -101,12 +115,17 @@ int cmd_relay(int argc, char **argv)
         {"budget", required_argument, NULL, OPT_BUDGET},
         {"metrics", required_argument, NULL, OPT_METRICS},
         {"stats", no_argument, NULL, OPT_STATS},
+        {"stream", required_argument, NULL, OPT_STREAM},
+        {"monitor", required_argument, NULL, OPT_MONITOR},
+        {"allow-unsafe", required_argument, NULL, OPT_ALLOW},
         {"help", no_argument, NULL, OPT_HELP},
         CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0}};
     cli_conn cc;
     jsd_relay_opts ro;
-    const char *store_flag = NULL, *metrics_addr = NULL;
+    const char *store_flag = NULL, *metrics_addr = NULL, *monitor = NULL, *allow = NULL;
+    const char *streams[RELAY_STREAMS_MAX];
+    size_t n_streams = 0;
     bool until_idle = false, print_stats = false;
     int rc = CLI_OK;
     jsd_store *store = NULL;
@@ -170,6 +189,17 @@ int cmd_relay(int argc, char **argv)
         case OPT_STATS:
             print_stats = true;
             break;
+        case OPT_STREAM:
+            ok = n_streams < RELAY_STREAMS_MAX;
+            if (ok)
+                streams[n_streams++] = optarg;
+            break;
+        case OPT_MONITOR:
+            monitor = optarg;
+            break;
+        case OPT_ALLOW:
+            allow = optarg;
+            break;
         case 'h':
         case OPT_HELP:
             usage(stdout);
@@ -200,6 +230,10 @@ int cmd_relay(int argc, char **argv)
         cli_conn_free(&cc);
         return CLI_USAGE;
     }
+    if ((rc = cli_doctor_allow_check("relay", allow)) != 0) {
+        cli_conn_free(&cc);
+        return rc;
+    }
     const char *url = cli_store_url(store_flag);
     if (!url) {
         cli_err("relay", "no store: give --store URL or set JSD_STORE");
@@ -218,6 +252,18 @@ int cmd_relay(int argc, char **argv)
         goto out;
     }
     if ((rc = cli_conn_open(&cc, &conn)) != 0)
+        goto out;
+    /* The start-up checks: what would make this relay lose or double. */
+    jsd_doctor_opts dop;
+    jsd_doctor_opts_init(&dop);
+    dop.checks = JSD_DOCTOR_CHECK_STREAMS | JSD_DOCTOR_CHECK_RELAY | JSD_DOCTOR_CHECK_STORE |
+                 (monitor ? JSD_DOCTOR_CHECK_SERVER : 0u);
+    dop.relay = &ro;
+    dop.streams = streams;
+    dop.n_streams = n_streams;
+    dop.outbox_streams = true;
+    dop.monitor_url = monitor;
+    if ((rc = cli_doctor_gate("relay", store, conn, &dop, allow)) != 0)
         goto out;
     if (metrics_addr) {
         s = jsd_metrics_create(&metrics, &err);

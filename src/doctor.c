@@ -351,8 +351,8 @@ static void check_window(doc_run *d, const jsStreamConfig *c)
                       "the relay's --deadline-ms, --backoff-ms cap, --lease-ms or --poll-ms",
                       (long long)horizon);
         add(d, "stream.duplicate_window", JSD_DOCTOR_STREAM, c->Name, JSD_DOCTOR_ERROR, fix,
-            "stream \"%s\" keeps message ids for %lld ms, but the relay may retry an effect up "
-            "to %lld ms after it was stored (publish deadline %d + backoff cap %d + lease %d + "
+            "stream \"%s\" keeps message ids for %lld ms (its duplicate window), but the relay "
+            "may retry an effect up to %lld ms after it was stored (publish deadline %d + backoff cap %d + lease %d + "
             "poll %d ms): such a retry would be stored twice",
             c->Name, (long long)window, (long long)horizon, r->publish_deadline_ms,
             r->backoff_cap_ms, r->lease_ms, r->poll_interval_ms);
@@ -437,10 +437,11 @@ static void check_stream(doc_run *d, const char *name)
     if (d->o->checks & JSD_DOCTOR_CHECK_STREAMS) {
         check_storage(d, "stream", c);
         check_discard(d, c);
+    }
+    if (d->o->checks & JSD_DOCTOR_CHECK_RELAY) {
+        check_window(d, c);
         check_msg_size(d, c);
     }
-    if (d->o->checks & JSD_DOCTOR_CHECK_WINDOW)
-        check_window(d, c);
     jsStreamInfo_Destroy(si);
 }
 
@@ -713,7 +714,7 @@ static bool dlq_of(doc_run *d, const jsd_doctor_durable *du, char *dlq_name, siz
 static void run_checks(doc_run *d, const jsd_doctor_durable *dus, size_t n_dus)
 {
     const jsd_doctor_opts *o = d->o;
-    if ((o->checks & (JSD_DOCTOR_CHECK_STREAMS | JSD_DOCTOR_CHECK_WINDOW)) && d->conn)
+    if ((o->checks & (JSD_DOCTOR_CHECK_STREAMS | JSD_DOCTOR_CHECK_RELAY)) && d->conn)
         for (size_t i = 0; i < d->n_streams; i++)
             check_stream(d, d->streams[i]);
     if (o->checks & JSD_DOCTOR_CHECK_DURABLES)

@@ -79,8 +79,10 @@ typedef struct jsd_doctor_durable {
 } jsd_doctor_durable;
 
 /* Groups of checks (jsd_doctor_opts.checks). */
-#define JSD_DOCTOR_CHECK_STREAMS  0x01u /* storage, replicas, discard, max_msg_size */
-#define JSD_DOCTOR_CHECK_WINDOW   0x02u /* duplicate window >= the relay's retry horizon */
+#define JSD_DOCTOR_CHECK_STREAMS  0x01u /* storage, replicas, discard policy */
+/* What the relay's publishing needs of a stream: duplicate window >= its
+ * retry horizon, max_msg_size >= the store's payload limit + headers. */
+#define JSD_DOCTOR_CHECK_RELAY    0x02u
 #define JSD_DOCTOR_CHECK_DURABLES 0x04u /* ack policy, ack wait, max_deliver, retention */
 #define JSD_DOCTOR_CHECK_DLQ      0x08u /* the dead-letter stream */
 #define JSD_DOCTOR_CHECK_SERVER   0x10u /* fsync policy through the monitoring port */
