@@ -47,11 +47,12 @@ int cmd_doctor(int argc, char **argv);
  * prints every warning and every error (with its fix) to stderr, and returns
  * 0 to go on or CLI_CONFIG when an error's check is not named in allow (the
  * --allow-unsafe list, NULL: none); errors it names are printed as loud
- * warnings, and so is a non-empty allow, on every start. */
+ * warnings. */
 int cli_doctor_gate(const char *cmd, jsd_store *store, jsd_conn *conn, const jsd_doctor_opts *o,
                     const char *allow);
 /* 0 when every name of an --allow-unsafe list is a check name (or "all"),
- * else CLI_USAGE after a message naming the unknown one. */
+ * else CLI_USAGE after a message naming the unknown one. A non-empty list is
+ * announced as a loud warning (once per start). */
 int cli_doctor_allow_check(const char *cmd, const char *allow);
 
 /* ---- connection flags ----------------------------------------------------------

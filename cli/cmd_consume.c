@@ -721,6 +721,21 @@ int cmd_consume(int argc, char **argv)
         goto out;
     }
 
+    /* The start-up checks (`jsdurable doctor`) of what would make this
+     * consumer lose or double: first all but the durable's own, before it is
+     * created, then the durable as the server holds it. */
+    jsd_doctor_opts dop;
+    jsd_doctor_opts_init(&dop);
+    jsd_doctor_durable ddu = {stream, durable, dlq, 0};
+    dop.checks = JSD_DOCTOR_CHECK_STREAMS | JSD_DOCTOR_CHECK_DLQ | JSD_DOCTOR_CHECK_STORE |
+                 (monitor ? JSD_DOCTOR_CHECK_SERVER : 0u);
+    dop.durables = &ddu;
+    dop.n_durables = 1;
+    dop.inbox_retention_ms = retention_ms;
+    dop.monitor_url = monitor;
+    if ((rc = cli_doctor_gate("consume", store, conn, &dop, allow)) != 0)
+        goto out;
+
     jsd_durable_config dc;
     jsd_durable_config_init(&dc);
     dc.filter_subject = filter;
@@ -736,17 +751,8 @@ int cmd_consume(int argc, char **argv)
     }
     if (created)
         fprintf(stderr, "jsdurable consume: created durable %s on stream %s\n", durable, stream);
-
-    /* The start-up checks: what would make this consumer lose or double. */
-    jsd_doctor_opts dop;
-    jsd_doctor_opts_init(&dop);
-    jsd_doctor_durable ddu = {stream, durable, dlq, created ? ack_wait_ms : 0};
-    dop.checks = JSD_DOCTOR_CHECK_STREAMS | JSD_DOCTOR_CHECK_DURABLES | JSD_DOCTOR_CHECK_DLQ |
-                 JSD_DOCTOR_CHECK_STORE | (monitor ? JSD_DOCTOR_CHECK_SERVER : 0u);
-    dop.durables = &ddu;
-    dop.n_durables = 1;
-    dop.inbox_retention_ms = retention_ms;
-    dop.monitor_url = monitor;
+    ddu.ack_wait_ms = created ? ack_wait_ms : 0; /* what was asked for, when known */
+    dop.checks = JSD_DOCTOR_CHECK_DURABLES;
     if ((rc = cli_doctor_gate("consume", store, conn, &dop, allow)) != 0)
         goto out;
 

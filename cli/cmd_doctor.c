@@ -82,10 +82,10 @@ static int print_json(const jsd_doctor_report *r, int rc)
     for (size_t i = 0; i < jsd_doctor_report_count(r); i++) {
         const jsd_doctor_result *x = jsd_doctor_report_at(r, i);
         counts[x->level]++;
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "check", x->check,
-                                             "kind", jsd_doctor_kind_str(x->kind), "subject",
-                                             x->subject, "level", jsd_doctor_level_str(x->level),
-                                             "message", x->message, "fix", x->fix));
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "check", x->check, "kind",
+                                             jsd_doctor_kind_str(x->kind), "subject", x->subject,
+                                             "level", jsd_doctor_level_str(x->level), "message",
+                                             x->message, "fix", x->fix));
     }
     for (int l = JSD_DOCTOR_OK; l <= JSD_DOCTOR_ERROR; l++)
         json_object_set_new(sum, jsd_doctor_level_str((jsd_doctor_level)l),
@@ -120,8 +120,8 @@ int cli_doctor_gate(const char *cmd, jsd_store *store, jsd_conn *conn, const jsd
         const jsd_doctor_result *x = jsd_doctor_report_at(r, i);
         if (x->level == JSD_DOCTOR_ERROR && !jsd_doctor_allowed(allow, x->check)) {
             refused++;
-            cli_err(cmd, "refused by check %s (%s): %s; fix: %s", x->check, x->subject,
-                    x->message, x->fix);
+            cli_err(cmd, "refused by check %s (%s): %s; fix: %s", x->check, x->subject, x->message,
+                    x->fix);
         } else if (x->level == JSD_DOCTOR_ERROR) {
             fprintf(stderr,
                     "jsdurable %s: WARNING: running although check %s fails (%s), because "
@@ -132,11 +132,6 @@ int cli_doctor_gate(const char *cmd, jsd_store *store, jsd_conn *conn, const jsd
                     x->subject, x->message, x->fix);
         }
     }
-    if (allow && *allow)
-        fprintf(stderr,
-                "jsdurable %s: WARNING: --allow-unsafe %s: these start-up checks do not stop "
-                "this process; its deployment may lose or double messages\n",
-                cmd, allow);
     jsd_doctor_report_destroy(r);
     if (refused) {
         cli_err(cmd,
@@ -152,10 +147,17 @@ int cli_doctor_allow_check(const char *cmd, const char *allow)
 {
     char bad[256] = "";
     if (allow && !jsd_doctor_allow_valid(allow, bad, sizeof(bad))) {
-        cli_err(cmd, "--allow-unsafe: unknown check \"%s\" (see docs/OPERATIONS.md, \"doctor\"; "
-                "or \"all\")", bad);
+        cli_err(cmd,
+                "--allow-unsafe: unknown check \"%s\" (see docs/OPERATIONS.md, \"doctor\"; "
+                "or \"all\")",
+                bad);
         return CLI_USAGE;
     }
+    if (allow && *allow)
+        fprintf(stderr,
+                "jsdurable %s: WARNING: --allow-unsafe %s: these start-up checks do not stop "
+                "this process; its deployment may lose or double messages\n",
+                cmd, allow);
     return 0;
 }
 
@@ -181,22 +183,22 @@ enum {
 
 int cmd_doctor(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"store", required_argument, NULL, OPT_STORE},
-                                             {"topology", required_argument, NULL, OPT_TOPOLOGY},
-                                             {"stream", required_argument, NULL, OPT_STREAM},
-                                             {"durable", required_argument, NULL, OPT_DURABLE},
-                                             {"dlq-subject", required_argument, NULL, OPT_DLQ},
-                                             {"monitor", required_argument, NULL, OPT_MONITOR},
-                                             {"inbox-retention", required_argument, NULL,
-                                              OPT_RETENTION},
-                                             {"deadline-ms", required_argument, NULL, OPT_DEADLINE},
-                                             {"lease-ms", required_argument, NULL, OPT_LEASE},
-                                             {"backoff-ms", required_argument, NULL, OPT_BACKOFF},
-                                             {"poll-ms", required_argument, NULL, OPT_POLL},
-                                             {"json", no_argument, NULL, OPT_JSON},
-                                             {"help", no_argument, NULL, OPT_HELP},
-                                             CLI_CONN_LONGOPTS,
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"store", required_argument, NULL, OPT_STORE},
+        {"topology", required_argument, NULL, OPT_TOPOLOGY},
+        {"stream", required_argument, NULL, OPT_STREAM},
+        {"durable", required_argument, NULL, OPT_DURABLE},
+        {"dlq-subject", required_argument, NULL, OPT_DLQ},
+        {"monitor", required_argument, NULL, OPT_MONITOR},
+        {"inbox-retention", required_argument, NULL, OPT_RETENTION},
+        {"deadline-ms", required_argument, NULL, OPT_DEADLINE},
+        {"lease-ms", required_argument, NULL, OPT_LEASE},
+        {"backoff-ms", required_argument, NULL, OPT_BACKOFF},
+        {"poll-ms", required_argument, NULL, OPT_POLL},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, OPT_HELP},
+        CLI_CONN_LONGOPTS,
+        {NULL, 0, NULL, 0}};
     cli_conn cc;
     jsd_doctor_opts o;
     jsd_relay_opts ro;
@@ -249,8 +251,7 @@ int cmd_doctor(int argc, char **argv)
                 }
                 b[colon - optarg] = '\0';
                 durable_bufs[n_durables] = b;
-                durables[n_durables++] =
-                    (jsd_doctor_durable){b, b + (colon - optarg) + 1, NULL, 0};
+                durables[n_durables++] = (jsd_doctor_durable){b, b + (colon - optarg) + 1, NULL, 0};
             }
             break;
         }

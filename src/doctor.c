@@ -1,9 +1,10 @@
 /*
- * doctor — the deployment checks of include/jsdurable/doctor.h: the report,
- * the choice of what to check (named streams and durables, a topology, the
+ * doctor — the deployment checks of include/jsdurable/doctor.h: the choice
+ * of what to check (named streams and durables, a topology, the
  * streams of the outbox's pending subjects) and the JetStream checks of each
  * stream, durable and dead-letter stream. The server's fsync policy is
- * judged in doctor_server.c, the store in store/doctor.c.
+ * judged in doctor_server.c, the store in store/doctor.c; the report and the
+ * override lists are doctor_report.c's.
  *
  * The figures are never computed twice: the relay's retry horizon is
  * jsd__relay_retry_horizon_ms (relay_claim.c), a durable's effective ack wait
@@ -23,173 +24,6 @@
 
 #define DOC_OUTBOX_SUBJECTS_MAX 64
 #define DOC_STREAMS_MAX         256
-
-/* Every check name, for jsd_doctor_allow_valid. */
-static const char *const CHECK_NAMES[] = {
-    "stream.exists",      "stream.storage",       "stream.replicas",         "stream.discard",
-    "stream.duplicate_window", "stream.max_msg_size", "durable.exists",      "durable.ack_policy",
-    "durable.ack_wait",   "durable.max_deliver",  "durable.inbox_retention", "dlq.stream",
-    "dlq.subjects",       "dlq.storage",          "dlq.replicas",            "dlq.limits",
-    "server.fsync",       "store.open",           "store.schema",            "store.fsync",
-    "store.synchronous_commit", "store.full_page_writes", "store.journal_mode",
-    "store.synchronous",  "store.filesystem"};
-
-const char *jsd_doctor_level_str(jsd_doctor_level l)
-{
-    switch (l) {
-    case JSD_DOCTOR_OK:
-        return "ok";
-    case JSD_DOCTOR_UNKNOWN:
-        return "unknown";
-    case JSD_DOCTOR_WARN:
-        return "warn";
-    case JSD_DOCTOR_ERROR:
-        return "error";
-    }
-    return "?";
-}
-
-const char *jsd_doctor_kind_str(jsd_doctor_kind k)
-{
-    switch (k) {
-    case JSD_DOCTOR_STREAM:
-        return "stream";
-    case JSD_DOCTOR_DURABLE:
-        return "durable";
-    case JSD_DOCTOR_SERVER:
-        return "server";
-    case JSD_DOCTOR_STORE:
-        return "store";
-    }
-    return "?";
-}
-
-void jsd_doctor_opts_init(jsd_doctor_opts *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->checks = JSD_DOCTOR_CHECK_ALL;
-    o->inbox_retention_ms = 7LL * 24 * 3600 * 1000;
-    o->monitor_timeout_ms = 5000;
-}
-
-/* ---- the report ------------------------------------------------------------------- */
-
-void jsd__doctor_add(jsd_doctor_report *rep, const char *check, jsd_doctor_kind kind,
-                     const char *subject, jsd_doctor_level level, const char *message,
-                     const char *fix)
-{
-    if (rep->n == rep->cap) {
-        size_t cap = rep->cap ? rep->cap * 2 : 32;
-        jsd_doctor_result *nr = jsd__realloc(rep->r, cap * sizeof(*nr));
-        if (!nr) {
-            rep->nomem = true;
-            return;
-        }
-        rep->r = nr;
-        rep->cap = cap;
-    }
-    jsd_doctor_result *x = &rep->r[rep->n];
-    x->check = jsd__strdup(check);
-    x->kind = kind;
-    x->subject = jsd__strdup(subject ? subject : "");
-    x->level = level;
-    x->message = jsd__strdup(message ? message : "");
-    x->fix = jsd__strdup(fix ? fix : "");
-    if (!x->check || !x->subject || !x->message || !x->fix) {
-        jsd__free((void *)x->check);
-        jsd__free((void *)x->subject);
-        jsd__free((void *)x->message);
-        jsd__free((void *)x->fix);
-        rep->nomem = true;
-        return;
-    }
-    rep->n++;
-}
-
-void jsd_doctor_report_destroy(jsd_doctor_report *r)
-{
-    if (!r)
-        return;
-    for (size_t i = 0; i < r->n; i++) {
-        jsd__free((void *)r->r[i].check);
-        jsd__free((void *)r->r[i].subject);
-        jsd__free((void *)r->r[i].message);
-        jsd__free((void *)r->r[i].fix);
-    }
-    jsd__free(r->r);
-    jsd__free(r);
-}
-
-size_t jsd_doctor_report_count(const jsd_doctor_report *r)
-{
-    return r ? r->n : 0;
-}
-
-const jsd_doctor_result *jsd_doctor_report_at(const jsd_doctor_report *r, size_t i)
-{
-    return r && i < r->n ? &r->r[i] : NULL;
-}
-
-jsd_doctor_level jsd_doctor_report_worst(const jsd_doctor_report *r)
-{
-    jsd_doctor_level w = JSD_DOCTOR_OK;
-    for (size_t i = 0; r && i < r->n; i++)
-        if (r->r[i].level > w)
-            w = r->r[i].level;
-    return w;
-}
-
-/* ---- override lists --------------------------------------------------------------- */
-
-/* Call fn on each name of a comma-separated list; stops when fn returns true. */
-static bool each_name(const char *list, bool (*fn)(const char *name, size_t len, void *u), void *u)
-{
-    const char *p = list;
-    while (p && *p) {
-        const char *c = strchr(p, ',');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        if (len > 0 && fn(p, len, u))
-            return true;
-        p = c ? c + 1 : NULL;
-    }
-    return false;
-}
-
-static bool name_is(const char *name, size_t len, void *u)
-{
-    const char *check = u;
-    return (len == 3 && !strncmp(name, "all", 3)) ||
-           (strlen(check) == len && !strncmp(name, check, len));
-}
-
-bool jsd_doctor_allowed(const char *allow, const char *check)
-{
-    return check && each_name(allow, name_is, (void *)check);
-}
-
-typedef struct bad_name {
-    char *out;
-    size_t cap;
-} bad_name;
-
-static bool name_unknown(const char *name, size_t len, void *u)
-{
-    bad_name *b = u;
-    if (len == 3 && !strncmp(name, "all", 3))
-        return false;
-    for (size_t i = 0; i < JSD_ARRAY_LEN(CHECK_NAMES); i++)
-        if (strlen(CHECK_NAMES[i]) == len && !strncmp(name, CHECK_NAMES[i], len))
-            return false;
-    if (b->out && b->cap)
-        jsd__snprintf(b->out, b->cap, "%.*s", (int)JSD_MIN(len, 200), name);
-    return true;
-}
-
-bool jsd_doctor_allow_valid(const char *allow, char *bad, size_t cap)
-{
-    bad_name b = {bad, cap};
-    return !each_name(allow, name_unknown, &b);
-}
 
 /* ---- the set of things to check ---------------------------------------------------- */
 
@@ -267,8 +101,10 @@ static void want_outbox_streams(doc_run *d)
                 subjects[i]);
         } else {
             add(d, "stream.exists", JSD_DOCTOR_STREAM, subjects[i], JSD_DOCTOR_UNKNOWN,
-                "check that NATS and JetStream answer", "the stream for \"%s\" could not be "
-                "looked up: %s", subjects[i], err.msg);
+                "check that NATS and JetStream answer",
+                "the stream for \"%s\" could not be "
+                "looked up: %s",
+                subjects[i], err.msg);
         }
         jsd__free(subjects[i]);
     }
@@ -352,7 +188,8 @@ static void check_window(doc_run *d, const jsStreamConfig *c)
                       (long long)horizon);
         add(d, "stream.duplicate_window", JSD_DOCTOR_STREAM, c->Name, JSD_DOCTOR_ERROR, fix,
             "stream \"%s\" keeps message ids for %lld ms (its duplicate window), but the relay "
-            "may retry an effect up to %lld ms after it was stored (publish deadline %d + backoff cap %d + lease %d + "
+            "may retry an effect up to %lld ms after it was stored (publish deadline %d + backoff "
+            "cap %d + lease %d + "
             "poll %d ms): such a retry would be stored twice",
             c->Name, (long long)window, (long long)horizon, r->publish_deadline_ms,
             r->backoff_cap_ms, r->lease_ms, r->poll_interval_ms);
@@ -447,8 +284,7 @@ static void check_stream(doc_run *d, const char *name)
 
 /* ---- durable checks ---------------------------------------------------------------- */
 
-static void check_retention(doc_run *d, const char *who, const jsConsumerConfig *cc,
-                            int64_t dupw)
+static void check_retention(doc_run *d, const char *who, const jsConsumerConfig *cc, int64_t dupw)
 {
     int64_t ret = d->o->inbox_retention_ms;
     if (ret <= 0) {
@@ -468,8 +304,10 @@ static void check_retention(doc_run *d, const char *who, const jsConsumerConfig 
     int64_t need = JSD_MAX(h, dupw);
     if (ret < need) {
         char fix[300];
-        jsd__snprintf(fix, sizeof(fix), "raise the inbox retention (--inbox-retention) to at "
-                      "least %lld ms", (long long)need);
+        jsd__snprintf(fix, sizeof(fix),
+                      "raise the inbox retention (--inbox-retention) to at "
+                      "least %lld ms",
+                      (long long)need);
         add(d, "durable.inbox_retention", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_ERROR, fix,
             "inbox retention %lld ms is shorter than %s %lld ms: a delivery that comes back "
             "after its inbox row was removed applies twice",
@@ -508,8 +346,8 @@ static void check_durable(doc_run *d, const jsd_doctor_durable *du)
             jsd_error_clear(&err);
             jsd__err_nats(&err, s, jerr, "consumer info");
             add(d, "durable.exists", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_UNKNOWN,
-                "check that NATS and JetStream answer", "durable \"%s\" could not be read: %s",
-                who, err.msg);
+                "check that NATS and JetStream answer", "durable \"%s\" could not be read: %s", who,
+                err.msg);
         }
         jsConsumerInfo_Destroy(ci);
         return;
@@ -799,8 +637,8 @@ jsd_status jsd_doctor_run(jsd_doctor_report **out, jsd_store *store, jsd_conn *c
         if (i < o->n_durables) {
             dus[i] = o->durables[i];
         } else {
-            const jsd_topology_consumer *tc = jsd_topology_consumer_at(o->topology,
-                                                                       i - o->n_durables);
+            const jsd_topology_consumer *tc =
+                jsd_topology_consumer_at(o->topology, i - o->n_durables);
             dus[i] = (jsd_doctor_durable){tc->stream, tc->durable, NULL, tc->ack_wait_ms};
         }
     }

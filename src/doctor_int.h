@@ -1,7 +1,7 @@
 /*
- * doctor_int — what the doctor's three files share: the report (a growing
- * list of results, its strings owned), and the checks that live apart from
- * src/doctor.c because they need other libraries or the store's insides:
+ * doctor_int — what the doctor's files share: the report (a growing list of
+ * results, its strings owned; doctor_report.c), and the checks that live
+ * apart from src/doctor.c because they need other libraries or the store's insides:
  * the server's fsync policy over HTTP (src/doctor_server.c, libcurl) and the
  * store's durability and schema (src/store/doctor.c).
  */

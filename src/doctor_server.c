@@ -78,9 +78,10 @@ static jsd_status http_get(const char *url, int timeout_ms, body *b, char *why, 
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(h);
     if (rc != CURLE_OK) {
-        jsd__snprintf(why, cap, "%s", b->too_big ? "the answer is over 4 MiB"
-                                      : errbuf[0] ? errbuf
-                                                  : curl_easy_strerror(rc));
+        jsd__snprintf(why, cap, "%s",
+                      b->too_big  ? "the answer is over 4 MiB"
+                      : errbuf[0] ? errbuf
+                                  : curl_easy_strerror(rc));
         return JSD_ERR_IO;
     }
     if (code != 200) {
@@ -115,8 +116,8 @@ void jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url, i
     body b = {0};
     jsd_status s = http_get(url, timeout_ms, &b, why, sizeof(why));
     if (s != JSD_OK) {
-        jsd__snprintf(msg, sizeof(msg), "GET %s/varz failed: %s; the fsync policy is unknown",
-                      safe, why);
+        jsd__snprintf(msg, sizeof(msg), "GET %s/varz failed: %s; the fsync policy is unknown", safe,
+                      why);
         jsd__doctor_add(rep, "server.fsync", JSD_DOCTOR_SERVER, safe, JSD_DOCTOR_UNKNOWN, msg,
                         "give the server's HTTP monitoring address (its `http` / -m port)");
         jsd__free(b.p);

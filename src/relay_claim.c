@@ -59,10 +59,11 @@ int64_t jsd__relay_retry_horizon_ms(const jsd_relay_opts *o)
 }
 
 /*
- * The retry horizon must fit the stream's duplicate window (DESIGN 2). JSD_OK when it fits; JSD_ERR_CONFIG when it does not (the error
- * is recorded, logged and the relay stops: it would otherwise store such
- * effects twice); another status when the stream could not be read (why says
- * so; the effect is released and tried again).
+ * The retry horizon must fit the stream's duplicate window (DESIGN 2).
+ * JSD_OK when it fits; JSD_ERR_CONFIG when it does not (the error is
+ * recorded, logged and the relay stops: it would otherwise store such effects
+ * twice); another status when the stream could not be read (why says so; the
+ * effect is released and tried again).
  */
 static jsd_status window_fits(jsd_relay *r, const char *stream, char *why, size_t why_cap)
 {

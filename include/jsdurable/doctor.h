@@ -79,7 +79,7 @@ typedef struct jsd_doctor_durable {
 } jsd_doctor_durable;
 
 /* Groups of checks (jsd_doctor_opts.checks). */
-#define JSD_DOCTOR_CHECK_STREAMS  0x01u /* storage, replicas, discard policy */
+#define JSD_DOCTOR_CHECK_STREAMS 0x01u /* storage, replicas, discard policy */
 /* What the relay's publishing needs of a stream: duplicate window >= its
  * retry horizon, max_msg_size >= the store's payload limit + headers. */
 #define JSD_DOCTOR_CHECK_RELAY    0x02u

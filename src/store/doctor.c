@@ -64,7 +64,8 @@ static void schema_result(jsd_doctor_report *rep, jsd_store *s, bool read, long 
             "the store's schema is version %lld, newer than this binary's %d", v,
             JSD__SCHEMA_VERSION);
     else if (v < JSD__SCHEMA_VERSION)
-        add(rep, s, "store.schema", JSD_DOCTOR_WARN, "run migrate (open the store once with this "
+        add(rep, s, "store.schema", JSD_DOCTOR_WARN,
+            "run migrate (open the store once with this "
             "jsdurable)",
             "the store's schema is version %lld, older than this binary's %d", v,
             JSD__SCHEMA_VERSION);
@@ -102,12 +103,12 @@ static void sqlite_fs(jsd_doctor_report *rep, jsd_store *s, sqlite3 *db)
         return;
     }
     unsigned long t = (unsigned long)sf.f_type;
-    const char *net = t == FS_NFS                       ? "NFS"
+    const char *net = t == FS_NFS                                   ? "NFS"
                       : t == FS_SMB || t == FS_CIFS || t == FS_SMB2 ? "SMB/CIFS"
-                      : t == FS_CEPH                    ? "CephFS"
-                      : t == FS_AFS                     ? "AFS"
-                      : t == FS_V9FS                    ? "9p"
-                                                        : NULL;
+                      : t == FS_CEPH                                ? "CephFS"
+                      : t == FS_AFS                                 ? "AFS"
+                      : t == FS_V9FS                                ? "9p"
+                                                                    : NULL;
     if (net)
         add(rep, s, "store.filesystem", JSD_DOCTOR_ERROR,
             "put the database on a local disk, or use PostgreSQL",
@@ -160,19 +161,18 @@ static void check_sqlite(jsd_doctor_report *rep, jsd_store *s)
             v[0] == '0' ? "OFF" : "NORMAL");
     sqlite_fs(rep, s, db);
     char sv[32];
-    bool ok = sq_text(db, "SELECT coalesce(max(version), 0) FROM jsd_schema_version", sv,
-                      sizeof(sv));
-    long long ver = 0;
-    if (ok && sscanf(sv, "%lld", &ver) != 1)
-        ok = false;
-    schema_result(rep, s, ok, ver, sqlite3_errmsg(db));
+    bool ok =
+        sq_text(db, "SELECT coalesce(max(version), 0) FROM jsd_schema_version", sv, sizeof(sv));
+    int64_t ver = 0;
+    ok = ok && jsd__parse_i64(sv, 0, INT64_MAX, &ver);
+    schema_result(rep, s, ok, (long long)ver, sqlite3_errmsg(db));
 }
 
 /* ---- PostgreSQL ---------------------------------------------------------------------- */
 
 /* One text value of a query with up to one parameter into out; false with why. */
-static bool pg_text(PGconn *c, const char *sql, const char *param, char *out, size_t cap,
-                    char *why, size_t wcap)
+static bool pg_text(PGconn *c, const char *sql, const char *param, char *out, size_t cap, char *why,
+                    size_t wcap)
 {
     const char *params[1] = {param};
     PGresult *r = PQexecParams(c, sql, param ? 1 : 0, NULL, param ? params : NULL, NULL, NULL, 0);
@@ -181,9 +181,10 @@ static bool pg_text(PGconn *c, const char *sql, const char *param, char *out, si
     if (ok)
         jsd__strlcpy(out, PQgetvalue(r, 0, 0), cap);
     else
-        jsd__snprintf(why, wcap, "%s", PQntuples(r) == 0 && PQresultStatus(r) == PGRES_TUPLES_OK
-                                           ? "no row"
-                                           : PQerrorMessage(c));
+        jsd__snprintf(why, wcap, "%s",
+                      PQntuples(r) == 0 && PQresultStatus(r) == PGRES_TUPLES_OK
+                          ? "no row"
+                          : PQerrorMessage(c));
     PQclear(r);
     return ok;
 }
@@ -255,9 +256,10 @@ static void check_pg(jsd_doctor_report *rep, jsd_store *s)
     jsd__snprintf(q, sizeof(q), "SELECT coalesce(max(version), 0) FROM %s.jsd_schema_version",
                   ident ? ident : "\"?\"");
     PQfreemem(ident);
-    long long ver = 0;
-    bool ok = pg_text(c, q, NULL, v, sizeof(v), why, sizeof(why)) && sscanf(v, "%lld", &ver) == 1;
-    schema_result(rep, s, ok, ver, why);
+    int64_t ver = 0;
+    bool ok = pg_text(c, q, NULL, v, sizeof(v), why, sizeof(why)) &&
+              jsd__parse_i64(v, 0, INT64_MAX, &ver);
+    schema_result(rep, s, ok, (long long)ver, why);
 }
 
 void jsd__doctor_check_store(jsd_doctor_report *rep, jsd_store *store)
@@ -291,8 +293,7 @@ jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, si
         sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK) {
             jsd__free(list);
-            return jsd__err(err, JSD_ERR_STORE, "reading pending subjects: %s",
-                            sqlite3_errmsg(db));
+            return jsd__err(err, JSD_ERR_STORE, "reading pending subjects: %s", sqlite3_errmsg(db));
         }
         while (*n < max && sqlite3_step(st) == SQLITE_ROW) {
             const unsigned char *t = sqlite3_column_text(st, 0);
@@ -307,7 +308,8 @@ jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, si
         char schema[128], prefix[200];
         if (!pg_schema_of(c, s, schema, sizeof(schema))) {
             jsd__free(list);
-            return jsd__err(err, JSD_ERR_STORE, "reading pending subjects: no schema holds this "
+            return jsd__err(err, JSD_ERR_STORE,
+                            "reading pending subjects: no schema holds this "
                             "store's jsd_meta");
         }
         char *ident = PQescapeIdentifier(c, schema, strlen(schema));
@@ -316,8 +318,8 @@ jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, si
         jsd__snprintf(q, sizeof(q), body, prefix, PENDING_SCAN, max);
         PGresult *r = PQexec(c, q);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            jsd_status st = jsd__err(err, JSD_ERR_STORE, "reading pending subjects: %s",
-                                     PQerrorMessage(c));
+            jsd_status st =
+                jsd__err(err, JSD_ERR_STORE, "reading pending subjects: %s", PQerrorMessage(c));
             PQclear(r);
             jsd__free(list);
             return st;
