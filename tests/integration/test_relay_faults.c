@@ -395,8 +395,8 @@ static void window_too_short(void **state)
     ASSERT_CONTAINS(out, e.stream);
     /* timings that fit publish it */
     snprintf(cmd, sizeof(cmd),
-             "%s relay --store '%s' --nats %s --until-idle --deadline-ms 300 --lease-ms 1300 --poll-ms 100 "
-             "--backoff-ms 50:200",
+             "%s relay --store '%s' --nats %s --until-idle --deadline-ms 300 --lease-ms 1300 "
+             "--poll-ms 100 --backoff-ms 50:200", /* horizon 1900 ms, under the 2 s window */
              jsd_fx_bin("jsdurable"), e.st.url, e.nats_url);
     ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
     ASSERT_EQ(rt_published(&e.st), 1);
