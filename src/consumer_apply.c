@@ -523,26 +523,6 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
     return JSD_OK;
 }
 
-/* A store error that says nothing about the deliveries: the store cannot
- * be reached, is full, read-only or busy, or a COMMIT's outcome is unknown
- * (a lost connection maps to JSD_ERR_CONNECT). Such a batch is held and
- * retried, never NAKed. */
-bool jsd__store_outage(jsd_status st)
-{
-    switch (st) {
-    case JSD_ERR_CONNECT:
-    case JSD_ERR_FULL:
-    case JSD_ERR_READONLY:
-    case JSD_ERR_BUSY:
-    case JSD_ERR_IO:
-    case JSD_ERR_TIMEOUT:
-    case JSD_ERR_NOMEM:
-        return true;
-    default:
-        return false;
-    }
-}
-
 /* Apply the batch in hand in one transaction and COMMIT it: first the fast
  * pass, and when anything in it is unusual, the careful pass with a
  * savepoint per handler. JSD_OK when committed; otherwise the status of the

@@ -216,7 +216,6 @@ jsd_status jsd__fetch_batch(jsd_consumer *c, bool *idle);
  * batch released); JSD_ERR_STOPPED on a drain while held. */
 jsd_status jsd__apply(jsd_consumer *c, const jsd__handler *h, bool *committed);
 void jsd__apply_free(jsd_consumer *c);
-bool jsd__store_outage(jsd_status st);
 
 /* consumer_ack.c: the ACK pipeline, an object of its own: its lock, its
  * generations (one per batch, at most a few in flight) and the subscription

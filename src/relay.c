@@ -103,6 +103,19 @@
  *    rows are marked maybe published (4a) and become claimable. A released
  *    row is marked (lease_expires 0) so that a takeover does not mark it.
  *    Keyed heads keep the per-row lease of points 3 and 5.
+ * 10. The duplicate-window horizon (src/relay_horizon.c). Point 2 holds only
+ *    while a retry reaches the broker inside the window of the attempt that
+ *    may have stored M. The store keeps first_attempt_at: the claim time of
+ *    the first attempt whose outcome stayed open (a failure recorded after
+ *    UNKNOWN, or a lease that ended unsettled, taken as that lease's length
+ *    before its expiry), kept across relays. An attempt that starts more than
+ *    half the window after it is logged and counted (at risk) and its failure
+ *    retried after the first backoff step; one that starts past the window is
+ *    a possible duplicate, logged and counted, never silent. Receipts whose
+ *    store commit meets an outage are held and retried until the store
+ *    answers or the relay stops (the PubAcks are the only record that M is
+ *    in), and no claim runs meanwhile: otherwise this relay would take over
+ *    its own expired leases and publish M again before its receipt is in.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -161,6 +174,12 @@ void jsd__relay_count(jsd_relay *r, relay_counter c, uint64_t n)
     case RC_FIRST_DUP:
         atomic_fetch_add(&r->n_first_dup, n);
         break;
+    case RC_HORIZON_AT_RISK:
+        atomic_fetch_add(&r->n_horizon_at_risk, n);
+        break;
+    case RC_HORIZON_PASSED:
+        atomic_fetch_add(&r->n_horizon_passed, n);
+        break;
     }
     /* The one place relay events reach the metrics registry. */
     if (!r->mstd)
@@ -180,6 +199,12 @@ void jsd__relay_count(jsd_relay *r, relay_counter c, uint64_t n)
         break;
     case RC_FIRST_DUP:
         jsd_counter_add(r->m_first_dup, n);
+        break;
+    case RC_HORIZON_AT_RISK:
+        jsd_counter_add(r->m_horizon_at_risk, n);
+        break;
+    case RC_HORIZON_PASSED:
+        jsd_counter_add(r->m_horizon_passed, n);
         break;
     default:
         break;
@@ -297,6 +322,19 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
                                      "effect is dead-lettered.",
                                      NULL, NULL, NULL, 0, &r->m_first_dup, err);
         if (s == JSD_OK)
+            s = jsd_metrics_register(reg, JSD_METRIC_COUNTER,
+                                     "jsd_relay_dedup_horizon_at_risk_total",
+                                     "Attempts started, or receipts held unwritten, more than "
+                                     "half the stream's duplicate window after the effect's "
+                                     "first attempt may have reached the broker.",
+                                     NULL, NULL, NULL, 0, &r->m_horizon_at_risk, err);
+        if (s == JSD_OK)
+            s = jsd_metrics_register(reg, JSD_METRIC_COUNTER,
+                                     "jsd_relay_dedup_horizon_passed_total",
+                                     "Attempts started past the whole duplicate window of the "
+                                     "effect's first attempt: each a possible duplicate.",
+                                     NULL, NULL, NULL, 0, &r->m_horizon_passed, err);
+        if (s == JSD_OK)
             s = jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_relay_in_flight",
                                      "Relay publications awaiting their PubAck.", NULL, NULL, NULL,
                                      0, &r->m_inflight, err);
@@ -391,6 +429,8 @@ void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out)
     out->lease_lost = atomic_load(&r->n_lease_lost);
     out->store_errors = atomic_load(&r->n_store_errors);
     out->first_attempt_duplicates = atomic_load(&r->n_first_dup);
+    out->horizon_at_risk = atomic_load(&r->n_horizon_at_risk);
+    out->horizon_passed = atomic_load(&r->n_horizon_passed);
     out->left_failing = atomic_load(&r->left_failing);
     out->left_dead_lettered = atomic_load(&r->left_dead);
 }
@@ -640,7 +680,8 @@ static jsd_status run(jsd_relay *r, bool until_idle)
          * first (fewer, larger transactions). */
         size_t full = JSD_MIN((size_t)r->o.batch_size, (size_t)r->o.max_in_flight);
         bool claimed_full = false;
-        if (want_claim && connected && now >= pause_until && room >= full) {
+        if (want_claim && connected && now >= pause_until && room >= full &&
+            !atomic_load(&r->receipts_held)) {
             int ask = (int)JSD_MIN(room, (size_t)r->o.batch_size);
             bool unavailable = false;
             int got = jsd__relay_claim_and_submit(r, ask, &unavailable);

@@ -65,12 +65,14 @@ int64_t jsd__relay_retry_horizon_ms(const jsd_relay_opts *o)
  * twice); another status when the stream could not be read (why says so; the
  * effect is released and tried again).
  */
-static jsd_status window_fits(jsd_relay *r, const char *stream, char *why, size_t why_cap)
+static jsd_status window_fits(jsd_relay *r, const char *stream, int64_t *window_out, char *why,
+                              size_t why_cap)
 {
     int64_t window_ms = 0;
     jsd_error err;
     jsd_error_clear(&err);
     jsd_status s = jsd__streams_dup_window(r->streams, stream, &window_ms, &err);
+    *window_out = window_ms;
     if (s != JSD_OK) {
         jsd__snprintf(why, why_cap, "%s", err.msg);
         return s;
@@ -197,6 +199,7 @@ void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, co
         jsd__streams_forget(r->streams, subject);
         /* fall through */
     default:
+        sl->maybe_stored = res->outcome == JSD_OUTCOME_UNKNOWN;
         if (res->js_err_code)
             slot_fail(sl, FATE_FAILURE, "%s: %s (jetstream error %d)",
                       jsd_outcome_str(res->outcome), res->reason, res->js_err_code);
@@ -237,6 +240,8 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
     JSD_CRASH_POINT("relay.after_claim");
     jsd__relay_count(r, RC_BATCHES, 1);
     b->claimed_mono_ms = jsd__mono_ms();
+    b->claimed_ms = jsd__now_ms();
+    b->held_warned = false;
     if (r->tail)
         r->tail->next = b;
     else
@@ -272,8 +277,9 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
             slot_fail(sl, FATE_DEAD, "cannot be published: %s", why);
             continue;
         }
+        int64_t window_ms = 0;
         if (s == JSD_OK)
-            s = window_fits(r, stream, why, sizeof(why));
+            s = window_fits(r, stream, &window_ms, why, sizeof(why));
         if (s == JSD_ERR_CONFIG) {
             slot_fail(sl, FATE_RELEASE, "%s", why);
             continue;
@@ -283,6 +289,7 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
             *saw_unavailable = true;
             continue;
         }
+        jsd__relay_horizon_on_send(r, sl, e, window_ms, b->claimed_ms);
         jsd__pub_req req = {
             .subject = e->subject,
             .msg_id = e->msg_id,

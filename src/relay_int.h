@@ -42,7 +42,11 @@ typedef struct slot {
     uint8_t state;
     uint8_t fate;
     bool duplicate;
-    bool first_dup; /* dead-lettered: the PubAck said duplicate on a first attempt */
+    bool first_dup;    /* dead-lettered: the PubAck said duplicate on a first attempt */
+    bool at_risk;      /* sent past half its stream's duplicate window (relay_horizon.c) */
+    bool past_window;  /* sent past the whole window: a possible duplicate */
+    int64_t window_ms; /* its stream's duplicate window, 0 unknown */
+    bool maybe_stored; /* failed UNKNOWN: the broker may hold it */
     uint64_t seq;
     int64_t acked_us;
     int64_t acked_ms;
@@ -57,6 +61,8 @@ struct rbatch {
     slot *slots;
     size_t pending; /* submitted, not completed */
     int64_t claimed_mono_ms;
+    int64_t claimed_ms; /* unix ms: when its attempts may first reach the broker */
+    bool held_warned;   /* its unwritten receipts were reported at risk */
 };
 
 struct jsd_relay {
@@ -89,6 +95,10 @@ struct jsd_relay {
     bool writer_running;
     pthread_t writer;
     atomic_uint_fast64_t written; /* batches written */
+    /* The writer holds receipts through a store outage: no claims meanwhile,
+     * or this relay would take its own expired leases over and publish those
+     * effects again before their receipts are in. */
+    atomic_bool receipts_held;
     bool sync_init;
 
     atomic_int stop;
@@ -96,13 +106,13 @@ struct jsd_relay {
 
     /* counters (read from any thread) */
     atomic_uint_fast64_t n_published, n_duplicates, n_errors, n_dead, n_inflight, n_batches,
-        n_lease_lost, n_store_errors, n_first_dup;
+        n_lease_lost, n_store_errors, n_first_dup, n_horizon_at_risk, n_horizon_passed;
     /* what the last run_until_idle left behind (from the store), -1 unknown */
     atomic_int_fast64_t left_failing, left_dead;
 
     /* metrics (all NULL without a registry: updates are then no-ops) */
     const jsd_metrics_std *mstd;
-    jsd_metric *m_dead, *m_inflight, *m_first_dup;
+    jsd_metric *m_dead, *m_inflight, *m_first_dup, *m_horizon_at_risk, *m_horizon_passed;
     int64_t last_gauges_ms;
 
     int64_t last_store_warn_ms; /* under err_mu */
@@ -124,7 +134,9 @@ typedef enum relay_counter {
     RC_LEASE_LOST,
     RC_STORE_ERRORS,
     RC_BATCHES,
-    RC_FIRST_DUP
+    RC_FIRST_DUP,
+    RC_HORIZON_AT_RISK,
+    RC_HORIZON_PASSED
 } relay_counter;
 
 /* ---- relay.c -------------------------------------------------------------------- */
@@ -159,6 +171,22 @@ void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res,
  * due), -1 on a store error. *saw_unavailable is set when a publication found
  * NATS down. */
 int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable);
+
+/* ---- relay_horizon.c ------------------------------------------------------------ */
+
+/* An effect about to be sent to stream (duplicate window window_ms, 0 when
+ * unknown or none): marks the slot at risk or past the window when its first
+ * attempt may have reached the broker long enough ago, logging and counting
+ * it. */
+void jsd__relay_horizon_on_send(jsd_relay *r, slot *sl, const jsd__claimed *e, int64_t window_ms,
+                                int64_t now_ms);
+/* A receipt of a slot sent past the window that the broker did not call a
+ * duplicate: the message may now be in the stream twice (logged). */
+void jsd__relay_horizon_on_receipt(jsd_relay *r, const slot *sl, const jsd__claimed *e);
+/* The writer still holds b's receipts (the store does not answer): once the
+ * oldest PubAck is half a duplicate window old, they are reported at risk
+ * (once per batch). */
+void jsd__relay_horizon_held(jsd_relay *r, rbatch *b, int64_t now_ms);
 
 /* ---- relay_writer.c ------------------------------------------------------------- */
 

@@ -17,7 +17,8 @@
 #include "relay_int.h"
 #include "store/store.h"
 
-#define RECEIPT_RETRIES 5 /* store retries of a batch's receipt commit */
+#define RECEIPT_RETRIES      5    /* store retries of a batch's receipt commit (not an outage) */
+#define RECEIPT_HOLD_POLL_MS 1000 /* the retry interval of receipts held through an outage */
 
 /* Write the outcome of a batch whose publications are all settled. */
 static void finish_batch(jsd_relay *r, rbatch *b)
@@ -53,6 +54,10 @@ static void finish_batch(jsd_relay *r, rbatch *b)
             fl[nf].row_id = e->row_id;
             fl[nf].error = sl->reason;
             fl[nf].dead_letter_now = sl->fate == FATE_DEAD;
+            /* an attempt that may be in the stream keeps its claim as the
+             * effect's first attempt (unless an earlier one is recorded) */
+            fl[nf].attempted_ms = sl->maybe_stored ? b->claimed_ms : 0;
+            fl[nf].retry_soon = sl->at_risk;
             nf++;
             break;
         default:
@@ -65,13 +70,21 @@ static void finish_batch(jsd_relay *r, rbatch *b)
         JSD_CRASH_POINT("relay.before_receipt_commit");
         size_t applied = 0;
         jsd_status s = JSD_ERR_STORE;
-        for (int tryno = 0; tryno < RECEIPT_RETRIES; tryno++) {
+        /* A store outage keeps the receipts (the PubAcks are the only record
+         * that the messages are in), retried until the store answers or the
+         * relay stops; any other error is retried RECEIPT_RETRIES times. */
+        for (int tryno = 0;; tryno++) {
             s = jsd__store_record_receipts(ws, b->token, rc, nr, &applied);
             if (s == JSD_OK)
                 break;
             jsd__relay_store_trouble_on(r, ws, "record receipts");
-            jsd__sleep_ms(100 << tryno);
+            if (atomic_load(&r->stop) || (!jsd__store_outage(s) && tryno + 1 >= RECEIPT_RETRIES))
+                break;
+            atomic_store(&r->receipts_held, true);
+            jsd__relay_horizon_held(r, b, jsd__now_ms());
+            jsd__sleep_ms(tryno < 4 ? 100 << tryno : RECEIPT_HOLD_POLL_MS);
         }
+        atomic_store(&r->receipts_held, false);
         if (s == JSD_OK) {
             JSD_CRASH_POINT("relay.after_receipt_commit");
             size_t dups = 0;
@@ -86,6 +99,9 @@ static void finish_batch(jsd_relay *r, rbatch *b)
                          "relay, whose receipt stands",
                          nr - applied, nr);
             }
+            for (size_t i = 0; i < n; i++)
+                if (b->slots[i].fate == FATE_RECEIPT && b->slots[i].past_window)
+                    jsd__relay_horizon_on_receipt(r, &b->slots[i], &b->eb.items[i]);
             if (r->o.on_published) {
                 for (size_t i = 0; i < n; i++) {
                     const slot *sl = &b->slots[i];

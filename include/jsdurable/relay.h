@@ -150,6 +150,14 @@ typedef struct jsd_relay_stats {
      * attempt, no earlier lease that could have published it): another
      * producer's message holds the id. Each such effect is dead-lettered. */
     uint64_t first_attempt_duplicates;
+    /* The duplicate-window horizon (docs/RELAY.md): attempts that started
+     * with the effect's first attempt (which may have reached the broker)
+     * more than half its stream's duplicate window ago, and batches whose
+     * receipts stayed unwritten that long (a store outage); and attempts that
+     * started past the whole window, each a possible duplicate. Each is
+     * logged at warn. */
+    uint64_t horizon_at_risk;
+    uint64_t horizon_passed;
     /* Set when a jsd_relay_run_until_idle returns (-1 before, or when the
      * store could not be read): effects left unpublished that failed at least
      * once and wait for a retry, and every dead-lettered effect of the store. */

@@ -16,7 +16,7 @@
 #include "store/store.h"
 
 /* Current schema version (see the migration lists in sqlite.c / postgres.c). */
-#define JSD__SCHEMA_VERSION 3
+#define JSD__SCHEMA_VERSION 4
 
 /* The jsd_meta key of the store id (migration 2). */
 #define JSD__META_STORE_ID "store_id"

@@ -70,13 +70,14 @@ static void decide_failure(const jsd__failure *f, int attempts, const jsd__backo
     u->row_id = f->row_id;
     u->attempts = next;
     jsd__strlcpy(u->error, f->error ? f->error : "unknown error", sizeof(u->error));
+    u->first_attempt_at = f->attempted_ms;
     u->dead = f->dead_letter_now || next >= budget;
     if (u->dead) {
         dead_reason(u->reason, sizeof(u->reason), f, next, budget);
         u->next_attempt_at = now;
         u->dead_at = now;
     } else {
-        u->next_attempt_at = now + jsd__backoff_delay_ms(b, next, f->row_id);
+        u->next_attempt_at = now + jsd__backoff_delay_ms(b, f->retry_soon ? 1 : next, f->row_id);
         u->dead_at = 0;
         u->reason[0] = '\0';
     }

@@ -110,14 +110,16 @@ static const char *const sql_text[P__COUNT] = {
     "UPDATE @jsd_outbox o SET lease_token = $1, lease_expires = $2, " /* an earlier lease that     \
                                                                          ended unsettled: maybe    \
                                                                          published (store.h) */    \
-    "duplicate = CASE WHEN o.lease_token IS NOT NULL THEN true ELSE o.duplicate END "              \
+    "duplicate = CASE WHEN o.lease_token IS NOT NULL THEN true ELSE o.duplicate END, "             \
+    "first_attempt_at = CASE WHEN o.lease_token IS NOT NULL THEN coalesce(o.first_attempt_at, "    \
+    "o.lease_expires - ($2 - $3)) ELSE o.first_attempt_at END "                                    \
     "WHERE o.id = ANY(ARRAY(SELECT c.id FROM @jsd_outbox c WHERE "
 #define CLAIM_DUE                                                                                  \
     "AND c.published_at IS NULL AND c.dead_lettered_at IS NULL AND c.next_attempt_at <= $3 "       \
     "AND (c.lease_expires IS NULL OR c.lease_expires <= $3) ORDER BY c.id "
 #define CLAIM_COLS                                                                                 \
     "o.id, o.owner, o.effect_id, o.msg_id, o.subject, o.headers, o.payload, o.attempts, "          \
-    "o.order_key, o.created_at, o.not_before, o.duplicate"
+    "o.order_key, o.created_at, o.not_before, o.duplicate, o.first_attempt_at"
     [P_CLAIM] = "WITH k AS (" CLAIM_SET "c.id = ANY(ARRAY(SELECT min(id) FROM @jsd_outbox "
                 "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key)) " CLAIM_DUE
                 "LIMIT ($4 + 1) / 2 FOR UPDATE OF c SKIP LOCKED)) RETURNING " CLAIM_COLS "), "
@@ -136,9 +138,10 @@ static const char *const sql_text[P__COUNT] = {
                    "AND lease_token = $1 AND " PENDING " FOR UPDATE",
     [P_FAIL_UPD] = "UPDATE @jsd_outbox o SET attempts = u.attempts, last_error = u.err, "
                    "next_attempt_at = u.next, dead_lettered_at = u.dead_at, "
-                   "dead_reason = u.reason, lease_token = NULL, lease_expires = NULL "
+                   "dead_reason = u.reason, lease_token = NULL, lease_expires = NULL, "
+                   "first_attempt_at = coalesce(o.first_attempt_at, u.first) "
                    "FROM unnest($2::int8[], $3::int4[], $4::text[], $5::int8[], $6::int8[], "
-                   "$7::text[]) AS u(id, attempts, err, next, dead_at, reason) "
+                   "$7::text[], $8::int8[]) AS u(id, attempts, err, next, dead_at, reason, first) "
                    "WHERE o.id = u.id AND o.lease_token = $1",
     [P_TROUBLE] = "SELECT (SELECT count(*) FROM @jsd_outbox WHERE order_key IS NULL AND " PENDING
                   " AND attempts > 0) + (SELECT count(*) FROM @jsd_outbox WHERE order_key IS NOT "
@@ -286,7 +289,17 @@ static const char *const migration_3[] = {
     "autovacuum_vacuum_threshold = 5000)",
     NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3};
+/* The duplicate-window horizon and trace context (both back ends): when an
+ * effect's first attempt may have reached the broker (the relay watches it
+ * against the stream's window: src/relay_horizon.c), and the W3C trace
+ * context of each applied delivery. Nullable columns: no rewrite. */
+static const char *const migration_horizon[] = {
+    "ALTER TABLE @jsd_outbox ADD COLUMN first_attempt_at BIGINT",
+    "ALTER TABLE @jsd_inbox ADD COLUMN traceparent TEXT",
+    "ALTER TABLE @jsd_inbox ADD COLUMN tracestate TEXT", NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
+                                                migration_horizon};
 
 /* Type OIDs of the binary array elements we send. */
 #define OID_BOOL  16
@@ -877,6 +890,7 @@ static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *
         row.not_before = get_i64(r, i, 10);
         row.maybe_published =
             !PQgetisnull(r, i, 11) && PQgetvalue(r, i, 11)[0] != 0; /* binary bool */
+        row.first_attempt_at = PQgetisnull(r, i, 12) ? 0 : get_i64(r, i, 12);
         rc = jsd__batch_add(out, &row);
         if (rc != JSD_OK)
             jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory; its lease will expire",
@@ -1006,9 +1020,10 @@ static jsd_status pg_failures_write(jsd_store *s, const char *token, const jsd__
     jsd_status rc = JSD_OK;
     if (n == 0)
         return own_end(s, rc);
-    arr u[6];
-    static const uint32_t oids[6] = {OID_INT8, OID_INT4, OID_TEXT, OID_INT8, OID_INT8, OID_TEXT};
-    for (int i = 0; i < 6; i++)
+    arr u[7];
+    static const uint32_t oids[7] = {OID_INT8, OID_INT4, OID_TEXT, OID_INT8,
+                                     OID_INT8, OID_TEXT, OID_INT8};
+    for (int i = 0; i < 7; i++)
         arr_init(&u[i], oids[i]);
     for (size_t i = 0; i < n; i++) {
         arr_i64(&u[0], f[i].row_id);
@@ -1017,10 +1032,11 @@ static jsd_status pg_failures_write(jsd_store *s, const char *token, const jsd__
         arr_i64(&u[3], f[i].next_attempt_at);
         arr_i64_or_null(&u[4], f[i].dead_at, !f[i].dead);
         arr_str(&u[5], f[i].dead ? f[i].reason : NULL);
+        arr_i64_or_null(&u[6], f[i].first_attempt_at, f[i].first_attempt_at <= 0);
     }
     params q = {.n = 0};
     p_text(&q, token);
-    for (int i = 0; i < 6 && rc == JSD_OK; i++) {
+    for (int i = 0; i < 7 && rc == JSD_OK; i++) {
         if (!arr_done(&u[i]))
             rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording failures");
         p_arr(&q, &u[i]);
@@ -1032,7 +1048,7 @@ static jsd_status pg_failures_write(jsd_store *s, const char *token, const jsd__
             rc = s->err.status;
         PQclear(ur);
     }
-    arr_free(u, 6);
+    arr_free(u, 7);
     return own_end(s, rc);
 }
 

@@ -223,6 +223,7 @@ jsd_status jsd__batch_add(jsd__effect_batch *b, const jsd__claimed_row *r)
     c->created_at_ms = r->created_at;
     c->not_before_ms = r->not_before;
     c->maybe_published = r->maybe_published;
+    c->first_attempt_ms = r->first_attempt_at;
     if (r->msg_id_len < JSD_MSG_ID_MAX) {
         memcpy(c->msg_id, r->msg_id, r->msg_id_len);
         c->msg_id[r->msg_id_len] = '\0';

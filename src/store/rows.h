@@ -50,6 +50,7 @@ typedef struct jsd__claimed_row {
     int64_t created_at;
     int64_t not_before;
     bool maybe_published;
+    int64_t first_attempt_at; /* 0 when NULL */
 } jsd__claimed_row;
 
 /* What the front decided for one failed publication, for the back end to
@@ -60,6 +61,7 @@ typedef struct jsd__failure_update {
     int attempts;                         /* the new count */
     char error[JSD__ERROR_TEXT_MAX + 1];  /* last_error */
     int64_t next_attempt_at;              /* now when dead-lettered */
+    int64_t first_attempt_at;             /* kept unless one is recorded; 0: none */
     bool dead;                            /* dead-lettered now: */
     int64_t dead_at;                      /*   dead_lettered_at */
     char reason[JSD__ERROR_TEXT_MAX + 1]; /*   dead_reason */

@@ -91,7 +91,7 @@ enum {
 
 #define OUTBOX_COLS                                                                                \
     "id, owner, effect_id, msg_id, subject, headers, payload, attempts, order_key, created_at, "   \
-    "not_before"
+    "not_before, first_attempt_at"
 #define POISON_COLS                                                                                \
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
@@ -122,8 +122,11 @@ static const char *const sql_text[S__COUNT] = {
      * row; see jsd__store_claim. */
     [S_CLAIM] =
         "UPDATE jsd_outbox SET lease_token = ?1, lease_expires = ?2, "
-        /* an earlier lease that ended unsettled: maybe published (store.h) */
-        "duplicate = CASE WHEN lease_token IS NOT NULL THEN 1 ELSE duplicate END WHERE id IN ("
+        /* an earlier lease that ended unsettled: maybe published (store.h),
+         * first attempted when that lease began (taken as long as this one) */
+        "duplicate = CASE WHEN lease_token IS NOT NULL THEN 1 ELSE duplicate END, "
+        "first_attempt_at = CASE WHEN lease_token IS NOT NULL THEN coalesce(first_attempt_at, "
+        "lease_expires - (?2 - ?3)) ELSE first_attempt_at END WHERE id IN ("
         "SELECT c.id FROM (SELECT min(id) AS hid FROM jsd_outbox "
         "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key) h "
         "JOIN jsd_outbox c ON c.id = h.hid WHERE c.next_attempt_at <= ?3 "
@@ -140,14 +143,17 @@ static const char *const sql_text[S__COUNT] = {
     [S_KEYED_ANY] = "SELECT 1 FROM jsd_outbox INDEXED BY jsd_outbox_keyed "
                     "WHERE order_key IS NOT NULL AND " PENDING " LIMIT 1",
     [S_UNLEASE_OLD] = "UPDATE jsd_outbox SET duplicate = CASE WHEN lease_token IS NOT NULL "
-                      "THEN 1 ELSE duplicate END, lease_token = NULL, lease_expires = NULL "
+                      "THEN 1 ELSE duplicate END, first_attempt_at = CASE WHEN lease_token IS "
+                      "NOT NULL THEN coalesce(first_attempt_at, lease_expires - ?4) ELSE "
+                      "first_attempt_at END, lease_token = NULL, lease_expires = NULL "
                       "WHERE id BETWEEN ?1 AND ?2 AND order_key IS NULL "
                       "AND lease_expires <= ?3 AND " PENDING,
     [S_LEASE_EXPIRED] =
         "SELECT token, lo, hi, claimed_at FROM jsd_outbox_lease WHERE expires <= ?1",
     /* The unsettled effects of an expired range: maybe published (store.h). */
     [S_LEASE_MARK] =
-        "UPDATE jsd_outbox SET duplicate = 1 WHERE id BETWEEN ?1 AND ?2 "
+        "UPDATE jsd_outbox SET duplicate = 1, first_attempt_at = coalesce(first_attempt_at, ?3) "
+        "WHERE id BETWEEN ?1 AND ?2 "
         "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL AND " PENDING
         " AND next_attempt_at <= ?3",
     [S_LEASE_DEL] = "DELETE FROM jsd_outbox_lease WHERE token = ?1",
@@ -166,6 +172,7 @@ static const char *const sql_text[S__COUNT] = {
                          "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL "
                          "AND " PENDING,
     [S_FAIL_UPD] = "UPDATE jsd_outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, "
+                   "first_attempt_at = coalesce(first_attempt_at, ?7), "
                    "dead_lettered_at = ?5, dead_reason = ?6, lease_token = NULL, "
                    "lease_expires = NULL WHERE id = ?1",
     /* Pending counts go by order key, each half through its partial pending
@@ -316,7 +323,15 @@ static const char *const migration_3[] = {"CREATE TABLE jsd_outbox_lease ("
                                           " open INTEGER NOT NULL)",
                                           NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3};
+/* The duplicate-window horizon and trace context: see postgres.c's
+ * migration_horizon. */
+static const char *const migration_horizon[] = {
+    "ALTER TABLE jsd_outbox ADD COLUMN first_attempt_at INTEGER",
+    "ALTER TABLE jsd_inbox ADD COLUMN traceparent TEXT",
+    "ALTER TABLE jsd_inbox ADD COLUMN tracestate TEXT", NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
+                                                migration_horizon};
 
 /* ---- the wake-up registry ----------------------------------------------------------- */
 
@@ -699,7 +714,8 @@ static jsd_status add_claimed(jsd_store *s, sqlite3_stmt *st, bool maybe, jsd__e
     row.order_key = col_text(st, 8, &row.order_key_len);
     row.created_at = sqlite3_column_int64(st, 9);
     row.not_before = sqlite3_column_int64(st, 10);
-    row.maybe_published = maybe || sqlite3_column_int(st, 11) != 0;
+    row.first_attempt_at = sqlite3_column_int64(st, 11); /* NULL reads as 0 */
+    row.maybe_published = maybe || sqlite3_column_int(st, 12) != 0;
     jsd_status rc = jsd__batch_add(out, &row);
     if (rc != JSD_OK)
         jsd__store_err(s, rc, "claim: cannot hold effect %lld in memory", (long long)row.row_id);
@@ -811,8 +827,8 @@ static jsd_status claim_range(jsd_store *s, int max, int64_t lease_ms, const cha
         sqlite3_bind_int64(st, 3, now);
         sqlite3_bind_int(st, 4, max);
         while (rc == JSD_OK && (x = sqlite3_step(st)) == SQLITE_ROW) {
-            bool leased = sqlite3_column_type(st, 12) != SQLITE_NULL;
-            old_leases |= sqlite3_column_type(st, 13) != SQLITE_NULL;
+            bool leased = sqlite3_column_type(st, 13) != SQLITE_NULL;
+            old_leases |= sqlite3_column_type(st, 14) != SQLITE_NULL;
             rc = add_claimed(s, st, leased, out);
         }
         if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
@@ -831,6 +847,7 @@ static jsd_status claim_range(jsd_store *s, int max, int64_t lease_ms, const cha
         sqlite3_bind_int64(st, 1, lo);
         sqlite3_bind_int64(st, 2, hi);
         sqlite3_bind_int64(st, 3, now);
+        sqlite3_bind_int64(st, 4, lease_ms);
         x = sqlite3_step(st);
         done(st);
         if (x != SQLITE_DONE)
@@ -1104,6 +1121,10 @@ static jsd_status sq_failures_write(jsd_store *s, const char *token, const jsd__
             sqlite3_bind_null(upd, 5);
             sqlite3_bind_null(upd, 6);
         }
+        if (u[i].first_attempt_at > 0)
+            sqlite3_bind_int64(upd, 7, u[i].first_attempt_at);
+        else
+            sqlite3_bind_null(upd, 7);
         int x = sqlite3_step(upd);
         done(upd);
         if (x != SQLITE_DONE)

@@ -532,3 +532,19 @@ jsd_status jsd_store_gc(jsd_store *s, int64_t older_than_ms, int batch, int64_t 
             return JSD_OK;
     }
 }
+
+bool jsd__store_outage(jsd_status st)
+{
+    switch (st) {
+    case JSD_ERR_CONNECT:
+    case JSD_ERR_FULL:
+    case JSD_ERR_READONLY:
+    case JSD_ERR_BUSY:
+    case JSD_ERR_IO:
+    case JSD_ERR_TIMEOUT:
+    case JSD_ERR_NOMEM:
+        return true;
+    default:
+        return false;
+    }
+}

@@ -68,6 +68,11 @@ typedef struct jsd__claimed {
      * published it, so a duplicate PubAck is an expected outcome of a retry.
      * Sticky until the receipt. */
     bool maybe_published;
+    /* When its first attempt may have reached the broker (unix ms): the claim
+     * of the first attempt whose outcome stayed open (a failure, or a lease
+     * that ended unsettled); 0 when no attempt of it can have stored it. The
+     * relay watches it against the stream's duplicate window. */
+    int64_t first_attempt_ms;
     /* Why the stored row cannot be published as it is ("" when it can): the
      * claim hands such a row over instead of failing the whole claim, and the
      * relay dead-letters it with this reason. */
@@ -156,6 +161,13 @@ typedef struct jsd__failure {
     int64_t row_id;
     const char *error;    /* why the publication failed; cut to JSD__ERROR_TEXT_MAX */
     bool dead_letter_now; /* a permanent failure: dead-letter at once */
+    /* The attempt may have reached the broker: when (unix ms, its claim), kept
+     * as the effect's first_attempt_ms unless an earlier one is recorded; 0
+     * when nothing was sent. */
+    int64_t attempted_ms;
+    /* Retry after the first backoff step, not the capped exponential one:
+     * the effect is past half its duplicate window (relay_horizon.c). */
+    bool retry_soon;
 } jsd__failure;
 
 /*
@@ -394,6 +406,12 @@ jsd_status jsd__store_check_subject(const char *subject, jsd_error *err);
 
 /* Redact the password of a store URL for messages and logs
  * ("postgres://u:***@h/db"). out holds cap bytes. */
+/* A store error that says nothing about the rows or deliveries at hand: the
+ * store cannot be reached, is full, read-only or busy, or a COMMIT's outcome
+ * is unknown (a lost connection maps to JSD_ERR_CONNECT). The consumer holds
+ * its batch through one, the relay its receipts. */
+bool jsd__store_outage(jsd_status st);
+
 void jsd__store_redact_url(const char *url, char *out, size_t cap);
 
 /* ---- the outbox tools: verify's repair (front: outbox_tools.c) ----------------------- */

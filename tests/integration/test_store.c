@@ -1387,6 +1387,9 @@ static void migration_keeps_stored_msg_ids(void **state)
     app_sql(s, "DELETE FROM jsd_schema_version WHERE version >= 2");
     if (BE(state) == BE_SQLITE)
         app_sql(s, "DROP TABLE jsd_outbox_lease");
+    app_sql(s, "ALTER TABLE jsd_outbox DROP COLUMN first_attempt_at");
+    app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN traceparent");
+    app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN tracestate");
     jsd_store_close(s);
 
     s = open_url(url);

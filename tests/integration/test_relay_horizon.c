@@ -1,0 +1,212 @@
+/*
+ * The duplicate-window horizon (src/relay_horizon.c), against a real
+ * nats-server behind the fault proxy and both stores. A broker that stores
+ * the relay's messages but withholds every PubAck leaves an effect
+ * unresolved: before its stream's (short) duplicate window ends, the relay
+ * logs it at warn and counts it in jsd_relay_dedup_horizon_at_risk_total,
+ * and the effect's first attempt is kept in the store; once the acks flow,
+ * the retry is a duplicate inside the window and the stream holds one
+ * message. Receipts whose PubAcks came while PostgreSQL was stopped are
+ * held through the outage (longer than the lease) and written when the store
+ * is back: nothing is published a second time.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "proxy.h"
+#include "relay_env.h"
+
+static int url_port(const char *url)
+{
+    const char *colon = strrchr(url, ':');
+    return colon ? (int)strtol(colon + 1, NULL, 10) : 0;
+}
+
+static void add_stream(rt_nats *n, const char *name, const char *filter, int64_t window_ms)
+{
+    jsStreamConfig c;
+    jsStreamConfig_Init(&c);
+    const char *subjects[1] = {filter};
+    c.Name = name;
+    c.Subjects = subjects;
+    c.SubjectsLen = 1;
+    c.Storage = js_FileStorage;
+    c.Duplicates = window_ms * 1000000;
+    jsErrCode jerr = 0;
+    ASSERT_EQ(js_AddStream(NULL, n->js, &c, NULL, &jerr), NATS_OK);
+}
+
+/* The warn lines of the relay, kept for the test to look at. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[1 << 16];
+
+static void log_sink(jsd_log_level level, const char *component, const char *line, void *user)
+{
+    (void)component;
+    (void)user;
+    if (level < JSD_LOG_WARN)
+        return;
+    pthread_mutex_lock(&log_mu);
+    size_t n = strlen(log_text);
+    snprintf(log_text + n, sizeof(log_text) - n, "%s\n", line);
+    pthread_mutex_unlock(&log_mu);
+}
+
+static bool logged(const char *needle)
+{
+    pthread_mutex_lock(&log_mu);
+    bool yes = strstr(log_text, needle) != NULL;
+    pthread_mutex_unlock(&log_mu);
+    return yes;
+}
+
+static double metric(jsd_metrics *mx, const char *name)
+{
+    double v = -1;
+    ASSERT_OK(jsd_metrics_get(mx, name, NULL, &v));
+    return v;
+}
+
+#define WINDOW_MS 6000
+
+static void withheld_acks(rt_backend kind)
+{
+    rt_store st;
+    rt_store_new(&st, kind);
+    rt_nats nt;
+    const char *url = jsd_fx_shared_nats_url();
+    rt_nats_open(&nt, url);
+    char stream[64], root[64], filter[80], subject[100];
+    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("HZN"));
+    snprintf(root, sizeof(root), "%s", jsd_test_unique("hzn"));
+    snprintf(filter, sizeof(filter), "%s.>", root);
+    snprintf(subject, sizeof(subject), "%s.a", root);
+    add_stream(&nt, stream, filter, WINDOW_MS);
+    jsd_fx_proxy px;
+    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), "withhold-acks", &px), 0);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, log_sink, NULL);
+
+    jsd_store *s = rt_open(&st);
+    rt_enqueue(s, &(rt_enqueue_opts){.owner = "o", .id_prefix = "h", .subject = subject, .n = 1});
+    jsd_metrics *mx = NULL;
+    ASSERT_OK(jsd_metrics_create(&mx, NULL));
+    /* retry horizon 1000 + 1000 + 2000 + 100 ms: inside the 6 s window */
+    jsd_relay_opts o;
+    jsd_relay_opts_init(&o);
+    o.publish_deadline_ms = 1000;
+    o.backoff_base_ms = 100;
+    o.backoff_cap_ms = 1000;
+    o.lease_ms = 2000;
+    o.poll_interval_ms = 100;
+    o.metrics = mx;
+    rt_relay t;
+    rt_relay_make(&t, &st, px.url, &o);
+    int64_t t0 = jsd_test_mono_ms();
+    rt_relay_start(&t, false);
+
+    /* The broker stores the first attempt; its PubAck never comes. */
+    ASSERT_WAIT(rt_stream_count(&nt, stream) == 1, 3000);
+    ASSERT_WAIT(metric(mx, "jsd_relay_dedup_horizon_at_risk_total") >= 1, WINDOW_MS);
+    int64_t seen = jsd_test_mono_ms() - t0;
+    if (seen >= WINDOW_MS)
+        fail_msg("the horizon was reported %lld ms after the first attempt, not before the "
+                 "%d ms window ended",
+                 (long long)seen, WINDOW_MS);
+    ASSERT_TRUE(logged("past half its stream's duplicate window"));
+    ASSERT_EQ(metric(mx, "jsd_relay_dedup_horizon_passed_total"), 0);
+    /* the first attempt's time is in the store, for any relay that retries */
+    ASSERT_TRUE(rt_q(&st, "SELECT count(*) FROM jsd_outbox WHERE first_attempt_at IS NOT NULL "
+                          "AND published_at IS NULL") == 1);
+
+    /* Acks flow again: the retry is a duplicate inside the window. */
+    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pass"), 0);
+    ASSERT_WAIT(rt_published(&st) == 1, 10000);
+    rt_relay_finish(&t);
+    ASSERT_EQ(rt_q(&st, RT_SQL_DUPLICATES), 1);
+    ASSERT_EQ(rt_stream_count(&nt, stream), 1);
+    ASSERT_EQ(metric(mx, "jsd_relay_dedup_horizon_passed_total"), 0);
+
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, NULL, NULL);
+    jsd_metrics_destroy(mx);
+    jsd_store_close(s);
+    jsd_fx_proxy_stop(&px);
+    rt_nats_close(&nt);
+    rt_store_close(&st);
+}
+
+static void withheld_acks_sqlite(void **state)
+{
+    (void)state;
+    withheld_acks(RT_SQLITE);
+}
+
+static void withheld_acks_pg(void **state)
+{
+    (void)state;
+    withheld_acks(RT_PG);
+}
+
+/* PubAcks that arrive while PostgreSQL is stopped: the receipts are held
+ * (past the lease) and written when it is back, so nothing is republished. */
+static void receipts_held_through_store_outage(void **state)
+{
+    (void)state;
+    jsd_fx_pg pg;
+    ASSERT_EQ(jsd_fx_pg_start(&pg), 0);
+    rt_store st = {.kind = RT_PG};
+    ASSERT_EQ(jsd_fx_pg_database_on(pg.url, st.url, sizeof(st.url)), 0);
+    rt_nats nt;
+    const char *url = jsd_fx_shared_nats_url();
+    rt_nats_open(&nt, url);
+    char stream[64], root[64], filter[80], subject[100];
+    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("HZH"));
+    snprintf(root, sizeof(root), "%s", jsd_test_unique("hzh"));
+    snprintf(filter, sizeof(filter), "%s.>", root);
+    snprintf(subject, sizeof(subject), "%s.a", root);
+    add_stream(&nt, stream, filter, 120000);
+    jsd_fx_proxy px;
+    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), NULL, &px), 0);
+
+    jsd_store *s = rt_open(&st);
+    jsd_relay_opts o;
+    jsd_relay_opts_init(&o);
+    o.publish_deadline_ms = 4000;
+    o.lease_ms = 5000;
+    o.backoff_base_ms = 100;
+    o.backoff_cap_ms = 1000;
+    o.poll_interval_ms = 100;
+    rt_relay t;
+    rt_relay_make(&t, &st, px.url, &o);
+    rt_relay_start(&t, false);
+    rt_enqueue(s, &(rt_enqueue_opts){.owner = "o", .id_prefix = "first", .subject = subject, .n = 1});
+    ASSERT_WAIT(rt_published(&st) == 1, 10000);
+
+    /* Hold the next publications in the proxy, stop the store, then let the
+     * broker store them and answer. */
+    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pause"), 0);
+    rt_enqueue(s, &(rt_enqueue_opts){.owner = "o", .id_prefix = "held", .subject = subject, .n = 3});
+    jsd_relay_stats rs;
+    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 3), 10000);
+    jsd_store_close(s);
+    rt_store_close(&st); /* the test's reader goes with the server */
+    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
+    int64_t stopped = jsd_test_mono_ms();
+    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pass"), 0);
+    ASSERT_WAIT(rt_stream_count(&nt, stream) == 4, 10000);
+    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 0), 10000);
+    /* The outage outlasts the lease and the old five receipt retries (~3 s). */
+    ASSERT_WAIT(jsd_test_mono_ms() - stopped > o.lease_ms + 2000, 2 * o.lease_ms + 2000);
+    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
+
+    ASSERT_WAIT(rt_published(&st) == 4, 20000);
+    rt_relay_finish(&t);
+    ASSERT_EQ(rt_q(&st, RT_SQL_DUPLICATES), 0);
+    ASSERT_EQ(rt_stream_count(&nt, stream), 4);
+    jsd_fx_proxy_stop(&px);
+    rt_nats_close(&nt);
+    rt_store_close(&st);
+    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
+}
+
+JSD_TEST_MAIN(cmocka_unit_test(withheld_acks_sqlite), cmocka_unit_test(withheld_acks_pg),
+              cmocka_unit_test(receipts_held_through_store_outage))
