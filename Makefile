@@ -19,6 +19,10 @@ VERSION := 0.1.0
 SAN     ?=
 
 PKGS      := libnats sqlite3 libpq jansson openssl libmicrohttpd libcurl
+# Of those, the ones whose handles the public API hands out (jsd_tx_sqlite,
+# jsd_tx_pg): jsdurable.pc lists them in Requires, so a program using the
+# handles gets their -I and -l flags; the rest are Requires.private.
+PC_REQUIRES := sqlite3 libpq
 TEST_PKGS := cmocka
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wwrite-strings
@@ -32,8 +36,10 @@ TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
 CFLAGS  ?= -O2 -g
+# -fvisibility=hidden: only declarations marked JSD_EXTERN (the public API)
+# are exported from the shared library; src/libjsdurable.map names them too.
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -DJSD_VERSION='"$(VERSION)"' $(WARN) $(CFLAGS) $(SAN) \
-             -fPIC -Iinclude -Isrc $(PKG_CFLAGS)
+             -fPIC -fvisibility=hidden -Iinclude -Isrc $(PKG_CFLAGS)
 ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 LIBS = $(PKG_LIBS) -lpthread -lm
 
@@ -63,15 +69,17 @@ STATIC := $(BUILD)/libjsdurable.a
 SHARED := $(BUILD)/libjsdurable.so
 CLI    := $(BUILD)/jsdurable
 PCFILE := $(BUILD)/jsdurable.pc
+MAPFILE := src/libjsdurable.map
+MANDIR := $(BUILD)/man
 
 # Keep the object files of test, bench and example programs (pattern-rule
 # intermediates) so a second build does not recompile them.
 .SECONDARY:
 
-.PHONY: all deps lib cli tests check check-unit check-asan check-valgrind check-tsan \
+.PHONY: all deps lib cli man check-exports tests check check-unit check-asan check-valgrind check-tsan \
         chaos demo bench bench-scale install uninstall clean format lint fuzz
 
-all: lib cli $(PCFILE)
+all: lib cli $(PCFILE) man
 
 lib: $(STATIC) $(SHARED)
 cli: $(CLI)
@@ -88,8 +96,21 @@ $(STATIC): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(SHARED): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libjsdurable.so.0 $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+$(SHARED): $(LIB_OBJ) $(MAPFILE)
+	$(CC) -shared -Wl,-soname,libjsdurable.so.0 -Wl,--version-script=$(MAPFILE) $(ALL_LDFLAGS) \
+	  -o $@ $(LIB_OBJ) $(LIBS)
+
+# The man pages, jsdurable(1) and jsdurable-COMMAND(1) for every command that
+# `jsdurable --help` lists, generated from --help with help2man
+# (scripts/man.sh). Without help2man `make` skips them with a notice; `make
+# install` needs them.
+man: $(CLI)
+	@BUILD=$(BUILD) VERSION=$(VERSION) bash scripts/man.sh $(MANDIR)
+
+# What the shared library exports: only jsd_<name>, and every public
+# declaration (scripts/check-exports.sh). Part of `make check`.
+check-exports: $(SHARED)
+	@BUILD=$(BUILD) bash scripts/check-exports.sh
 
 $(CLI): $(CLI_OBJ) $(STATIC)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS)
@@ -106,12 +127,27 @@ $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 
-$(PCFILE): Makefile
-	@mkdir -p $(dir $@)
-	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+# jsdurable.pc for PREFIX: build/jsdurable.pc for `make` (rebuilt when PREFIX
+# changes, through the stamp build/prefix), and written anew by `make install`
+# straight into $(DESTDIR)$(PREFIX)/lib/pkgconfig for the PREFIX given there.
+PC_PRIVATE := $(filter-out $(PC_REQUIRES),$(PKGS))
+define write_pc
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: jsdurable' 'Description: durable, effectively-once messaging between a SQL store and NATS JetStream' \
-	  'Version: $(VERSION)' 'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -ljsdurable' \
-	  'Cflags: -I$${includedir}' > $@
+	  'Version: $(VERSION)' 'Requires: $(PC_REQUIRES)' 'Requires.private: $(PC_PRIVATE)' \
+	  'Libs: -L$${libdir} -ljsdurable' 'Libs.private: -lpthread -lm' 'Cflags: -I$${includedir}' > $(1)
+endef
+
+$(BUILD)/prefix: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(PREFIX) $(PKGS)' | cmp -s - $@ || echo '$(PREFIX) $(PKGS)' > $@
+
+$(PCFILE): Makefile $(BUILD)/prefix
+	@mkdir -p $(dir $@)
+	@$(call write_pc,$@)
+
+.PHONY: FORCE
+FORCE:
 
 # ---- tests -----------------------------------------------------------------
 # JSD_TEST_GROUPS selects groups (unit integration slow chaos); JSD_TEST_FILTER
@@ -120,11 +156,11 @@ $(PCFILE): Makefile
 JSD_TEST_GROUPS ?= unit integration slow chaos
 
 check: deps
-	@$(MAKE) --no-print-directory tests
+	@$(MAKE) --no-print-directory tests check-exports
 	@BUILD=$(BUILD) bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
 
 check-unit: deps
-	@$(MAKE) --no-print-directory tests
+	@$(MAKE) --no-print-directory tests check-exports
 	@BUILD=$(BUILD) bash scripts/run-tests.sh unit
 
 check-asan: deps
@@ -185,21 +221,24 @@ bench-scale: deps
 	@BUILD=$(BUILD) bash bench/scale.sh
 
 # ---- install -------------------------------------------------------------------
-install: all
+install: lib cli man
+	@test -f $(MANDIR)/jsdurable.1 || { echo "install: no man pages in $(MANDIR): help2man is missing (make deps)"; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/jsdurable \
-	  $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	  $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libjsdurable.so.0
 	ln -sf libjsdurable.so.0 $(DESTDIR)$(PREFIX)/lib/libjsdurable.so
 	install -m 644 include/jsdurable.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 include/jsdurable/*.h $(DESTDIR)$(PREFIX)/include/jsdurable/
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(PCFILE) $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	@$(call write_pc,$(DESTDIR)$(PREFIX)/lib/pkgconfig/jsdurable.pc)
+	install -m 644 $(MANDIR)/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/include/jsdurable $(DESTDIR)$(PREFIX)/include/jsdurable.h
 	rm -f $(DESTDIR)$(PREFIX)/lib/libjsdurable.* $(DESTDIR)$(PREFIX)/bin/jsdurable \
-	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/jsdurable.pc
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/jsdurable.pc $(DESTDIR)$(PREFIX)/share/man/man1/jsdurable.1 \
+	  $(DESTDIR)$(PREFIX)/share/man/man1/jsdurable-*.1
 
 # ---- fuzzing (libFuzzer via clang) ----------------------------------------------
 # Each fuzz/*.c is linked with the library sources, instrumented, and run for

@@ -84,7 +84,7 @@ typedef struct jsd_conn_opts {
 } jsd_conn_opts;
 
 /* Fill defaults. */
-void jsd_conn_opts_init(jsd_conn_opts *o);
+JSD_EXTERN void jsd_conn_opts_init(jsd_conn_opts *o);
 
 /*
  * Open a connection: validate the profile, connect within the start-up budget,
@@ -93,29 +93,30 @@ void jsd_conn_opts_init(jsd_conn_opts *o);
  * credentials), JSD_ERR_AUTH, JSD_ERR_TLS, JSD_ERR_NO_JETSTREAM,
  * JSD_ERR_NOT_SUPPORTED. The options are copied.
  */
-jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err);
+JSD_EXTERN jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err);
 
 /* Close, free and wipe credentials. Accepts NULL. */
-void jsd_conn_close(jsd_conn *c);
+JSD_EXTERN void jsd_conn_close(jsd_conn *c);
 
 /* Last error text of this handle ("" if none). */
-const char *jsd_conn_errmsg(const jsd_conn *c);
-const jsd_error *jsd_conn_error(const jsd_conn *c);
+JSD_EXTERN const char *jsd_conn_errmsg(const jsd_conn *c);
+JSD_EXTERN const jsd_error *jsd_conn_error(const jsd_conn *c);
 
 /* Connected right now (thread-safe). */
-int jsd_conn_is_connected(jsd_conn *c);
+JSD_EXTERN int jsd_conn_is_connected(jsd_conn *c);
 /* Number of reconnections since open (thread-safe). */
-uint64_t jsd_conn_reconnects(jsd_conn *c);
+JSD_EXTERN uint64_t jsd_conn_reconnects(jsd_conn *c);
 /* Version string of the server currently connected to ("" if unknown; read
  * from the server's greeting at open and again after a reconnection). Not
  * thread-safe: call it from the thread that owns the handle. */
-const char *jsd_conn_server_version(jsd_conn *c);
+JSD_EXTERN const char *jsd_conn_server_version(jsd_conn *c);
 /* Server URLs with any credentials removed, for status output. */
-const char *jsd_conn_servers_redacted(const jsd_conn *c);
+JSD_EXTERN const char *jsd_conn_servers_redacted(const jsd_conn *c);
 
 /* Core NATS publish for explicitly lossy subjects (CONN-3): no JetStream, no
  * acknowledgement. */
-jsd_status jsd_conn_publish_core(jsd_conn *c, const char *subject, const void *data, size_t len);
+JSD_EXTERN jsd_status jsd_conn_publish_core(jsd_conn *c, const char *subject, const void *data,
+                                            size_t len);
 
 #ifdef __cplusplus
 }

@@ -58,9 +58,9 @@ typedef struct jsd_disposition {
     const char *reason;
 } jsd_disposition;
 
-jsd_disposition jsd_disposition_commit(void);
-jsd_disposition jsd_disposition_retry(int64_t delay_ms, const char *reason);
-jsd_disposition jsd_disposition_poison(const char *reason);
+JSD_EXTERN jsd_disposition jsd_disposition_commit(void);
+JSD_EXTERN jsd_disposition jsd_disposition_retry(int64_t delay_ms, const char *reason);
+JSD_EXTERN jsd_disposition jsd_disposition_poison(const char *reason);
 
 /* The handler. Runs inside tx, the batch transaction: any SQL it runs on the
  * native handle and any jsd_tx_emit are kept only when it returns COMMIT. It
@@ -103,22 +103,22 @@ typedef void (*jsd_batch_handler)(jsd_tx *tx, const jsd_delivery *const *d, size
 /* ---- the delivery object ----------------------------------------------------
  * Valid only during the handler call. Strings are NUL-terminated; the payload
  * is not (use its length). */
-const char *jsd_delivery_subject(const jsd_delivery *d);
-const void *jsd_delivery_payload(const jsd_delivery *d, size_t *len);
+JSD_EXTERN const char *jsd_delivery_subject(const jsd_delivery *d);
+JSD_EXTERN const void *jsd_delivery_payload(const jsd_delivery *d, size_t *len);
 /* First value of a header, NULL when absent. */
-const char *jsd_delivery_header(const jsd_delivery *d, const char *name);
-const char *jsd_delivery_stream(const jsd_delivery *d);
-const char *jsd_delivery_consumer(const jsd_delivery *d);
-uint64_t jsd_delivery_stream_seq(const jsd_delivery *d);
+JSD_EXTERN const char *jsd_delivery_header(const jsd_delivery *d, const char *name);
+JSD_EXTERN const char *jsd_delivery_stream(const jsd_delivery *d);
+JSD_EXTERN const char *jsd_delivery_consumer(const jsd_delivery *d);
+JSD_EXTERN uint64_t jsd_delivery_stream_seq(const jsd_delivery *d);
 /* How many times the server delivered it (1 on the first delivery). */
-uint64_t jsd_delivery_deliveries(const jsd_delivery *d);
+JSD_EXTERN uint64_t jsd_delivery_deliveries(const jsd_delivery *d);
 /* Nats-Msg-Id, "" when the publisher gave none. */
-const char *jsd_delivery_msg_id(const jsd_delivery *d);
+JSD_EXTERN const char *jsd_delivery_msg_id(const jsd_delivery *d);
 /* Jsd-Type, "" when absent (accepted only when no type list is configured). */
-const char *jsd_delivery_type(const jsd_delivery *d);
+JSD_EXTERN const char *jsd_delivery_type(const jsd_delivery *d);
 /* Tell the server the delivery is still being worked on (+WPI): extends its
  * ack wait without changing any durable state. */
-jsd_status jsd_delivery_progress(const jsd_delivery *d);
+JSD_EXTERN jsd_status jsd_delivery_progress(const jsd_delivery *d);
 
 /* ---- consumer settings ------------------------------------------------------- */
 typedef enum jsd_payload_format {
@@ -152,13 +152,14 @@ typedef struct jsd_durable_config {
     int64_t inactive_threshold_ms; /* 0: never */
 } jsd_durable_config;
 
-void jsd_durable_config_init(jsd_durable_config *c);
+JSD_EXTERN void jsd_durable_config_init(jsd_durable_config *c);
 
 /* Create the durable pull consumer `durable` on `stream` with cfg when it
  * does not exist (an existing one is left exactly as it is; *created says
  * which). */
-jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *durable,
-                               const jsd_durable_config *cfg, bool *created, jsd_error *err);
+JSD_EXTERN jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *durable,
+                                          const jsd_durable_config *cfg, bool *created,
+                                          jsd_error *err);
 
 typedef struct jsd_consumer_opts {
     const char *stream;  /* required */
@@ -197,7 +198,7 @@ typedef struct jsd_consumer_opts {
     jsd_metrics *metrics;
 } jsd_consumer_opts;
 
-void jsd_consumer_opts_init(jsd_consumer_opts *o);
+JSD_EXTERN void jsd_consumer_opts_init(jsd_consumer_opts *o);
 
 /*
  * Bind to the durable (it must exist: see jsd_consumer_ensure) and check the
@@ -207,19 +208,20 @@ void jsd_consumer_opts_init(jsd_consumer_opts *o);
  * copied. Errors: JSD_ERR_CONFIG (with the reason), JSD_ERR_NOT_FOUND
  * (stream or durable missing), JSD_ERR_NATS.
  */
-jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *conn,
-                               const jsd_consumer_opts *o, jsd_error *err);
+JSD_EXTERN jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *conn,
+                                          const jsd_consumer_opts *o, jsd_error *err);
 /*
  * Check everything jsd_consumer_create checks that does not need the durable
  * itself: the options, that the stream exists, and that a stream other than
  * it captures the dead-letter subject. Call it before jsd_consumer_ensure so
  * that a configuration that cannot run creates nothing. Errors as for create.
  */
-jsd_status jsd_consumer_check(jsd_conn *conn, const jsd_consumer_opts *o, jsd_error *err);
+JSD_EXTERN jsd_status jsd_consumer_check(jsd_conn *conn, const jsd_consumer_opts *o,
+                                         jsd_error *err);
 /* Unbinds without deleting the durable. Accepts NULL. */
-void jsd_consumer_destroy(jsd_consumer *c);
-const char *jsd_consumer_errmsg(const jsd_consumer *c);
-const jsd_error *jsd_consumer_error(const jsd_consumer *c);
+JSD_EXTERN void jsd_consumer_destroy(jsd_consumer *c);
+JSD_EXTERN const char *jsd_consumer_errmsg(const jsd_consumer *c);
+JSD_EXTERN const jsd_error *jsd_consumer_error(const jsd_consumer *c);
 
 /*
  * One batch: fetch up to `batch` deliveries (waiting at most fetch_wait_ms),
@@ -237,7 +239,7 @@ const jsd_error *jsd_consumer_error(const jsd_consumer *c);
  * deliveries are left unacked: the server redelivers them after the ack
  * wait, one delivery each).
  */
-jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n);
+JSD_EXTERN jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n);
 
 /* Loop jsd_consumer_poll until begin_drain (JSD_OK once the batch in hand is
  * settled), or with until_idle until the durable has nothing pending and
@@ -247,22 +249,23 @@ jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n)
  * of deliveries left unacked in jsd_consumer_errmsg. With until_idle, an
  * idle durable whose poison records are not all in the dead-letter stream
  * (after one more attempt to publish them) is JSD_ERR_NATS, not JSD_OK. */
-jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle);
+JSD_EXTERN jsd_status jsd_consumer_run(jsd_consumer *c, jsd_handler h, void *user, bool until_idle);
 
 /* jsd_consumer_poll and jsd_consumer_run with a batch handler (see
  * jsd_batch_handler): the same fetch, transaction, settlement, outage
  * handling and results; only the way the handler is called differs. */
-jsd_status jsd_consumer_poll_batch(jsd_consumer *c, jsd_batch_handler h, void *user, int *n);
-jsd_status jsd_consumer_run_batch(jsd_consumer *c, jsd_batch_handler h, void *user,
-                                  bool until_idle);
+JSD_EXTERN jsd_status jsd_consumer_poll_batch(jsd_consumer *c, jsd_batch_handler h, void *user,
+                                              int *n);
+JSD_EXTERN jsd_status jsd_consumer_run_batch(jsd_consumer *c, jsd_batch_handler h, void *user,
+                                             bool until_idle);
 
 /* Stop fetching; deliveries already handed out are still applied and settled.
  * Thread-safe; may be called from a signal-handling thread or a handler. */
-void jsd_consumer_begin_drain(jsd_consumer *c);
+JSD_EXTERN void jsd_consumer_begin_drain(jsd_consumer *c);
 
 /* Ask the server: *pending = undelivered messages, *in_flight = delivered
  * and not yet acknowledged (all processes on the durable). */
-jsd_status jsd_consumer_backlog(jsd_consumer *c, uint64_t *pending, uint64_t *in_flight);
+JSD_EXTERN jsd_status jsd_consumer_backlog(jsd_consumer *c, uint64_t *pending, uint64_t *in_flight);
 
 typedef struct jsd_consumer_stats {
     uint64_t fetched;         /* deliveries received */
@@ -294,11 +297,11 @@ typedef struct jsd_consumer_stats {
 } jsd_consumer_stats;
 
 /* Thread-safe snapshot. */
-void jsd_consumer_stats_get(jsd_consumer *c, jsd_consumer_stats *out);
+JSD_EXTERN void jsd_consumer_stats_get(jsd_consumer *c, jsd_consumer_stats *out);
 
 /* The dead-letter subject and stream in use ("" before create). */
-const char *jsd_consumer_dlq_subject(const jsd_consumer *c);
-const char *jsd_consumer_dlq_stream(const jsd_consumer *c);
+JSD_EXTERN const char *jsd_consumer_dlq_subject(const jsd_consumer *c);
+JSD_EXTERN const char *jsd_consumer_dlq_stream(const jsd_consumer *c);
 
 /* Header naming the envelope type (accept_types); the dead-letter headers
  * are in dlq.h. */

@@ -34,7 +34,7 @@ extern "C" {
 
 /* The death envelope's Nats-Msg-Id for (stream, seq); out holds 65 bytes.
  * JSD_OK, or JSD_ERR_NOMEM / JSD_ERR_INTERNAL (the digest failed; out is ""). */
-jsd_status jsd_dlq_msg_id(const char *stream, uint64_t seq, char out[65]);
+JSD_EXTERN jsd_status jsd_dlq_msg_id(const char *stream, uint64_t seq, char out[65]);
 
 /*
  * Replay one dead letter: fetch message dlq_seq of dlq_stream, republish its
@@ -42,8 +42,8 @@ jsd_status jsd_dlq_msg_id(const char *stream, uint64_t seq, char out[65]);
  * Nats-Msg-Id and Jsd-Replay-Of: "<dlq_stream>:<dlq_seq>", wait for the
  * PubAck. *new_seq (may be NULL) receives the stream sequence it got.
  */
-jsd_status jsd_dlq_replay(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_seq,
-                          uint64_t *new_seq, jsd_error *err);
+JSD_EXTERN jsd_status jsd_dlq_replay(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_seq,
+                                     uint64_t *new_seq, jsd_error *err);
 
 /* ---- dead-letter tools (DLQ-3) ------------------------------------------------ */
 typedef struct jsd_dead_letter {
@@ -63,17 +63,18 @@ typedef struct jsd_dead_letter {
 } jsd_dead_letter;
 
 /* Free the strings of a dead letter (the struct itself is the caller's). */
-void jsd_dead_letter_clear(jsd_dead_letter *d);
+JSD_EXTERN void jsd_dead_letter_clear(jsd_dead_letter *d);
 /* Read message seq of the dead-letter stream. JSD_ERR_NOT_FOUND when it is
  * absent (deleted, purged, out of range). */
-jsd_status jsd_dlq_get(jsd_conn *conn, const char *dlq_stream, uint64_t seq, jsd_dead_letter *out,
-                       jsd_error *err);
+JSD_EXTERN jsd_status jsd_dlq_get(jsd_conn *conn, const char *dlq_stream, uint64_t seq,
+                                  jsd_dead_letter *out, jsd_error *err);
 /* First and last sequence and message count of the dead-letter stream. */
-jsd_status jsd_dlq_range(jsd_conn *conn, const char *dlq_stream, uint64_t *first, uint64_t *last,
-                         uint64_t *count, jsd_error *err);
+JSD_EXTERN jsd_status jsd_dlq_range(jsd_conn *conn, const char *dlq_stream, uint64_t *first,
+                                    uint64_t *last, uint64_t *count, jsd_error *err);
 /* Remove one dead letter, or all of them. */
-jsd_status jsd_dlq_delete(jsd_conn *conn, const char *dlq_stream, uint64_t seq, jsd_error *err);
-jsd_status jsd_dlq_purge(jsd_conn *conn, const char *dlq_stream, jsd_error *err);
+JSD_EXTERN jsd_status jsd_dlq_delete(jsd_conn *conn, const char *dlq_stream, uint64_t seq,
+                                     jsd_error *err);
+JSD_EXTERN jsd_status jsd_dlq_purge(jsd_conn *conn, const char *dlq_stream, jsd_error *err);
 
 #ifdef __cplusplus
 }

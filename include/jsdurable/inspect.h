@@ -41,13 +41,14 @@ typedef struct jsd_stream_state {
 
 /* One stream and its durable consumers. *out is filled; release it with
  * jsd_stream_state_clear. JSD_ERR_NOT_FOUND when the stream is missing. */
-jsd_status jsd_stream_state_get(jsd_conn *c, const char *stream, jsd_stream_state *out,
-                                jsd_error *err);
+JSD_EXTERN jsd_status jsd_stream_state_get(jsd_conn *c, const char *stream, jsd_stream_state *out,
+                                           jsd_error *err);
 /* Every stream of the account, with their consumers. *out is an array of *n;
  * release with jsd_stream_states_free. */
-jsd_status jsd_stream_states_list(jsd_conn *c, jsd_stream_state **out, size_t *n, jsd_error *err);
-void jsd_stream_state_clear(jsd_stream_state *s);
-void jsd_stream_states_free(jsd_stream_state *arr, size_t n);
+JSD_EXTERN jsd_status jsd_stream_states_list(jsd_conn *c, jsd_stream_state **out, size_t *n,
+                                             jsd_error *err);
+JSD_EXTERN void jsd_stream_state_clear(jsd_stream_state *s);
+JSD_EXTERN void jsd_stream_states_free(jsd_stream_state *arr, size_t n);
 
 #ifdef __cplusplus
 }

@@ -45,19 +45,19 @@ typedef enum jsd_metric_kind {
 #define JSD_METRICS_HELP_MAX        256
 
 /* A registry with the standard families registered. */
-jsd_status jsd_metrics_create(jsd_metrics **out, jsd_error *err);
+JSD_EXTERN jsd_status jsd_metrics_create(jsd_metrics **out, jsd_error *err);
 /* Accepts NULL. Stop any server first; handles die with the registry. */
-void jsd_metrics_destroy(jsd_metrics *m);
+JSD_EXTERN void jsd_metrics_destroy(jsd_metrics *m);
 /* The process-wide registry, created on first use (thread-safe) and kept
  * until the process exits. The relay and the consumer count into it, so a
  * program serves it with jsd_metrics_serve(&srv, jsd_metrics_default(), ...).
  * NULL only when it could not be allocated. */
-jsd_metrics *jsd_metrics_default(void);
+JSD_EXTERN jsd_metrics *jsd_metrics_default(void);
 
 /* A constant label added to every series, e.g. ("consumer", "shipping").
  * Call before the first exposition; a second call replaces the first. */
-jsd_status jsd_metrics_set_const_label(jsd_metrics *m, const char *name, const char *value,
-                                       jsd_error *err);
+JSD_EXTERN jsd_status jsd_metrics_set_const_label(jsd_metrics *m, const char *name,
+                                                  const char *value, jsd_error *err);
 
 /*
  * Register a series. name: [a-zA-Z_:][a-zA-Z0-9_:]*; label_name NULL for an
@@ -68,25 +68,25 @@ jsd_status jsd_metrics_set_const_label(jsd_metrics *m, const char *name, const c
  * JSD_ERR_INVALID for a bad name, JSD_ERR_EXISTS for a kind/help clash,
  * JSD_ERR_LIMIT past JSD_METRICS_SERIES_MAX.
  */
-jsd_status jsd_metrics_register(jsd_metrics *m, jsd_metric_kind kind, const char *name,
-                                const char *help, const char *label_name, const char *label_value,
-                                const double *bounds, size_t n_bounds, jsd_metric **out,
-                                jsd_error *err);
+JSD_EXTERN jsd_status jsd_metrics_register(jsd_metrics *m, jsd_metric_kind kind, const char *name,
+                                           const char *help, const char *label_name,
+                                           const char *label_value, const double *bounds,
+                                           size_t n_bounds, jsd_metric **out, jsd_error *err);
 
 /* Updates: thread-safe, lock-free, and no-ops on NULL handles (so a module
  * without metrics passes NULL) or on a handle of another kind. */
-void jsd_counter_add(jsd_metric *c, uint64_t n);
-void jsd_counter_inc(jsd_metric *c);
+JSD_EXTERN void jsd_counter_add(jsd_metric *c, uint64_t n);
+JSD_EXTERN void jsd_counter_inc(jsd_metric *c);
 /* Raise a counter to v when it is below (mirrors a monotonic source). */
-void jsd_counter_raise_to(jsd_metric *c, uint64_t v);
-void jsd_gauge_set(jsd_metric *g, double v);
-void jsd_gauge_add(jsd_metric *g, double d);
-void jsd_histogram_observe(jsd_metric *h, double v);
+JSD_EXTERN void jsd_counter_raise_to(jsd_metric *c, uint64_t v);
+JSD_EXTERN void jsd_gauge_set(jsd_metric *g, double v);
+JSD_EXTERN void jsd_gauge_add(jsd_metric *g, double d);
+JSD_EXTERN void jsd_histogram_observe(jsd_metric *h, double v);
 
 /* Copy the connection's state into jsd_nats_connected and
  * jsd_nats_reconnects_total. Call it periodically or before exposition;
  * the server does so on every scrape when given a connection. */
-void jsd_metrics_observe_conn(jsd_metrics *m, jsd_conn *c);
+JSD_EXTERN void jsd_metrics_observe_conn(jsd_metrics *m, jsd_conn *c);
 
 /* ---- reading ----------------------------------------------------------- */
 typedef struct jsd_metric_value {
@@ -101,17 +101,18 @@ typedef struct jsd_metric_value {
 /* Fill out with up to cap series in registration order; *n receives the
  * number of series. JSD_ERR_LIMIT when cap was too small (out holds the
  * first cap). The strings live as long as the registry. */
-jsd_status jsd_metrics_snapshot(jsd_metrics *m, jsd_metric_value *out, size_t cap, size_t *n);
+JSD_EXTERN jsd_status jsd_metrics_snapshot(jsd_metrics *m, jsd_metric_value *out, size_t cap,
+                                           size_t *n);
 
 /* One series' value by name and label value (NULL for unlabeled):
  * JSD_ERR_NOT_FOUND when no such series. */
-jsd_status jsd_metrics_get(jsd_metrics *m, const char *name, const char *label_value,
-                           double *value);
+JSD_EXTERN jsd_status jsd_metrics_get(jsd_metrics *m, const char *name, const char *label_value,
+                                      double *value);
 
 /* Prometheus text exposition format 0.0.4 into buf (NUL-terminated). *len
  * receives the length it needs without the NUL; JSD_ERR_LIMIT when cap is
  * smaller than that plus one (buf then holds nothing useful). */
-jsd_status jsd_metrics_render(jsd_metrics *m, char *buf, size_t cap, size_t *len);
+JSD_EXTERN jsd_status jsd_metrics_render(jsd_metrics *m, char *buf, size_t cap, size_t *len);
 
 /* ---- HTTP ----------------------------------------------------------------- */
 typedef struct jsd_metrics_server jsd_metrics_server;
@@ -129,8 +130,8 @@ typedef struct jsd_metrics_server jsd_metrics_server;
  * Any other path is 404, any other method 405. conn (optional) is observed on
  * every scrape. The registry and conn must outlive the server.
  */
-jsd_status jsd_metrics_serve(jsd_metrics_server **out, jsd_metrics *m, jsd_conn *conn,
-                             const char *addr, jsd_error *err);
+JSD_EXTERN jsd_status jsd_metrics_serve(jsd_metrics_server **out, jsd_metrics *m, jsd_conn *conn,
+                                        const char *addr, jsd_error *err);
 /*
  * Readiness hook for /readyz, called on the server's thread: return true when
  * ready, or false after writing what is missing (one short line, no secrets)
@@ -138,11 +139,11 @@ jsd_status jsd_metrics_serve(jsd_metrics_server **out, jsd_metrics *m, jsd_conn 
  * flag the daemon's own loop keeps instead). fn NULL removes it. Thread-safe.
  */
 typedef bool (*jsd_ready_fn)(void *user, char *why, size_t cap);
-void jsd_metrics_server_set_ready(jsd_metrics_server *s, jsd_ready_fn fn, void *user);
+JSD_EXTERN void jsd_metrics_server_set_ready(jsd_metrics_server *s, jsd_ready_fn fn, void *user);
 /* The bound port (useful after port 0). */
-int jsd_metrics_server_port(const jsd_metrics_server *s);
+JSD_EXTERN int jsd_metrics_server_port(const jsd_metrics_server *s);
 /* Stop and free. Accepts NULL. */
-void jsd_metrics_server_destroy(jsd_metrics_server *s);
+JSD_EXTERN void jsd_metrics_server_destroy(jsd_metrics_server *s);
 
 #ifdef __cplusplus
 }

@@ -28,7 +28,7 @@ typedef enum jsd_outbox_state {
 } jsd_outbox_state;
 
 /* "pending", "dead", "published" ("unpublished" for the query value). */
-const char *jsd_outbox_state_name(jsd_outbox_state s);
+JSD_EXTERN const char *jsd_outbox_state_name(jsd_outbox_state s);
 
 #define JSD_OUTBOX_TEXT_MAX 1024 /* bytes of a last error or dead reason kept */
 #define JSD_OUTBOX_PAGE_MAX 1000 /* rows per jsd_outbox_list call */
@@ -80,13 +80,13 @@ typedef struct jsd_outbox_query {
  * entry's row_id; a page shorter than limit is the last. Reads only. The
  * store must have no transaction open. JSD_ERR_INVALID for a bad query.
  */
-jsd_status jsd_outbox_list(jsd_store *s, const jsd_outbox_query *q, jsd_outbox_entry *out,
-                           size_t *n);
+JSD_EXTERN jsd_status jsd_outbox_list(jsd_store *s, const jsd_outbox_query *q,
+                                      jsd_outbox_entry *out, size_t *n);
 
 /* One effect by its identity (owner "" when the application gave none).
  * JSD_ERR_NOT_FOUND when the store has no such effect. */
-jsd_status jsd_outbox_get(jsd_store *s, const char *owner, const char *effect_id,
-                          jsd_outbox_entry *out);
+JSD_EXTERN jsd_status jsd_outbox_get(jsd_store *s, const char *owner, const char *effect_id,
+                                     jsd_outbox_entry *out);
 
 /*
  * Give a dead-lettered effect a fresh attempt budget: due now, attempts 0,
@@ -98,12 +98,12 @@ jsd_status jsd_outbox_get(jsd_store *s, const char *owner, const char *effect_id
  * what `jsdurable verify --repair` decides, for a message the stream lost.
  * JSD_ERR_NOT_FOUND when there is no such effect.
  */
-jsd_status jsd_outbox_requeue(jsd_store *s, const char *owner, const char *effect_id,
-                              bool *requeued);
+JSD_EXTERN jsd_status jsd_outbox_requeue(jsd_store *s, const char *owner, const char *effect_id,
+                                         bool *requeued);
 
 /* Requeue every dead-lettered effect (on subject when given), in batches
  * of 500 rows per transaction; *requeued (may be NULL) counts them. */
-jsd_status jsd_outbox_requeue_dead(jsd_store *s, const char *subject, int64_t *requeued);
+JSD_EXTERN jsd_status jsd_outbox_requeue_dead(jsd_store *s, const char *subject, int64_t *requeued);
 
 /* Dead letters grouped by reason (the first 200 bytes of it). */
 typedef struct jsd_outbox_reason {
@@ -113,7 +113,8 @@ typedef struct jsd_outbox_reason {
 
 /* The cap most frequent reasons, most frequent first, into out; *n receives
  * how many. Scans the dead-lettered effects: for a report, not a loop. */
-jsd_status jsd_outbox_dead_reasons(jsd_store *s, jsd_outbox_reason *out, size_t cap, size_t *n);
+JSD_EXTERN jsd_status jsd_outbox_dead_reasons(jsd_store *s, jsd_outbox_reason *out, size_t cap,
+                                              size_t *n);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,7 @@ typedef enum jsd_outcome {
 } jsd_outcome;
 
 /* "accepted", "unknown", ...; "?" for an unknown value. */
-const char *jsd_outcome_str(jsd_outcome o);
+JSD_EXTERN const char *jsd_outcome_str(jsd_outcome o);
 
 /* ---- limits (PUB-2, PUB-6) ------------------------------------------------ */
 #define JSD_ADMISSION_MAX   1024
@@ -66,8 +66,9 @@ const char *jsd_outcome_str(jsd_outcome o);
  * for a different intended operation. NULL parts count as "". The key is
  * required; each part is at most JSD_KEY_MAX bytes (JSD_ERR_LIMIT).
  */
-jsd_status jsd_idempotency_id(const char *ns, const char *tenant, const char *topic,
-                              const char *key, char out[JSD_IDEMPOTENCY_ID_SIZE], jsd_error *err);
+JSD_EXTERN jsd_status jsd_idempotency_id(const char *ns, const char *tenant, const char *topic,
+                                         const char *key, char out[JSD_IDEMPOTENCY_ID_SIZE],
+                                         jsd_error *err);
 
 /* ---- binding ------------------------------------------------------------- */
 typedef struct jsd_publisher_opts {
@@ -88,7 +89,7 @@ typedef struct jsd_publisher_opts {
     bool json_payloads;
 } jsd_publisher_opts;
 
-void jsd_publisher_opts_init(jsd_publisher_opts *o);
+JSD_EXTERN void jsd_publisher_opts_init(jsd_publisher_opts *o);
 
 /*
  * Bind a publisher. Fails with JSD_ERR_INVALID (bad options or names),
@@ -98,20 +99,20 @@ void jsd_publisher_opts_init(jsd_publisher_opts *o);
  * `stream "ORDERS" uses memory storage; bind needs file storage`. The options
  * are copied. The connection must outlive the publisher.
  */
-jsd_status jsd_publisher_bind(jsd_publisher **out, jsd_conn *conn, const jsd_publisher_opts *o,
-                              jsd_error *err);
+JSD_EXTERN jsd_status jsd_publisher_bind(jsd_publisher **out, jsd_conn *conn,
+                                         const jsd_publisher_opts *o, jsd_error *err);
 
 /* Destroy. Publications still in flight are abandoned (their outcome is
  * unknown to the caller). Accepts NULL. */
-void jsd_publisher_destroy(jsd_publisher *p);
+JSD_EXTERN void jsd_publisher_destroy(jsd_publisher *p);
 
-const char *jsd_publisher_errmsg(const jsd_publisher *p);
-const char *jsd_publisher_stream(const jsd_publisher *p);
-const char *jsd_publisher_subject(const jsd_publisher *p);
+JSD_EXTERN const char *jsd_publisher_errmsg(const jsd_publisher *p);
+JSD_EXTERN const char *jsd_publisher_stream(const jsd_publisher *p);
+JSD_EXTERN const char *jsd_publisher_subject(const jsd_publisher *p);
 /* The stream's duplicate window as read at binding, ms. */
-int64_t jsd_publisher_duplicate_window_ms(const jsd_publisher *p);
+JSD_EXTERN int64_t jsd_publisher_duplicate_window_ms(const jsd_publisher *p);
 /* The payload cap in force, bytes. */
-size_t jsd_publisher_max_payload(const jsd_publisher *p);
+JSD_EXTERN size_t jsd_publisher_max_payload(const jsd_publisher *p);
 
 /* ---- publishing ------------------------------------------------------------ */
 typedef struct jsd_receipt {
@@ -137,8 +138,9 @@ typedef struct jsd_publish_result {
  * JSD_ATTR_PREFIX + name headers. Returns the outcome, also in res->outcome.
  * Not thread-safe: one thread per publisher.
  */
-jsd_outcome jsd_publish(jsd_publisher *p, const char *msg_id, const void *payload, size_t len,
-                        const jsd_header *attrs, size_t n_attrs, jsd_publish_result *res);
+JSD_EXTERN jsd_outcome jsd_publish(jsd_publisher *p, const char *msg_id, const void *payload,
+                                   size_t len, const jsd_header *attrs, size_t n_attrs,
+                                   jsd_publish_result *res);
 
 /*
  * The asynchronous pair, for many publications in flight. jsd_publish_submit
@@ -147,9 +149,9 @@ jsd_outcome jsd_publish(jsd_publisher *p, const char *msg_id, const void *payloa
  * outcome was decided at once (RETRYABLE, REJECTED, UNAVAILABLE, or FAILED)
  * and is in *res.
  */
-bool jsd_publish_submit(jsd_publisher *p, const char *msg_id, const void *payload, size_t len,
-                        const jsd_header *attrs, size_t n_attrs, void *user,
-                        jsd_publish_result *res);
+JSD_EXTERN bool jsd_publish_submit(jsd_publisher *p, const char *msg_id, const void *payload,
+                                   size_t len, const jsd_header *attrs, size_t n_attrs, void *user,
+                                   jsd_publish_result *res);
 
 typedef struct jsd_publish_done {
     void *user;
@@ -162,9 +164,10 @@ typedef struct jsd_publish_done {
  * expired publications and those whose connection was lost as UNKNOWN. With
  * many in flight it may wait up to 2 ms more to return a batch. Returns the
  * count. */
-size_t jsd_publisher_poll(jsd_publisher *p, jsd_publish_done *done, size_t max, int timeout_ms);
+JSD_EXTERN size_t jsd_publisher_poll(jsd_publisher *p, jsd_publish_done *done, size_t max,
+                                     int timeout_ms);
 /* Publications submitted and not yet collected. */
-size_t jsd_publisher_inflight(const jsd_publisher *p);
+JSD_EXTERN size_t jsd_publisher_inflight(const jsd_publisher *p);
 
 /* ---- tenancy (SEC-1,2) --------------------------------------------------------
  * A table of at most 16 mappings (tenant, logical topic) -> (exact subject,
@@ -183,14 +186,14 @@ typedef struct jsd_tenancy_opts {
     int64_t expected_duplicate_window_ms; /* 0: not checked */
 } jsd_tenancy_opts;
 
-void jsd_tenancy_opts_init(jsd_tenancy_opts *o);
+JSD_EXTERN void jsd_tenancy_opts_init(jsd_tenancy_opts *o);
 
 /* conn may be NULL: the table then validates mappings and grants only, and
  * publication is UNAVAILABLE. The options are copied. */
-jsd_status jsd_tenancy_create(jsd_tenancy **out, jsd_conn *conn, const jsd_tenancy_opts *o,
-                              jsd_error *err);
-void jsd_tenancy_destroy(jsd_tenancy *t);
-const char *jsd_tenancy_errmsg(const jsd_tenancy *t);
+JSD_EXTERN jsd_status jsd_tenancy_create(jsd_tenancy **out, jsd_conn *conn,
+                                         const jsd_tenancy_opts *o, jsd_error *err);
+JSD_EXTERN void jsd_tenancy_destroy(jsd_tenancy *t);
+JSD_EXTERN const char *jsd_tenancy_errmsg(const jsd_tenancy *t);
 
 /*
  * Add a mapping. Refused (JSD_ERR_INVALID / JSD_ERR_EXISTS / JSD_ERR_LIMIT),
@@ -200,20 +203,21 @@ const char *jsd_tenancy_errmsg(const jsd_tenancy *t);
  * With a connection, the mapping is then bound (jsd_publisher_bind rules). A
  * new mapping has no grant.
  */
-jsd_status jsd_tenancy_map(jsd_tenancy *t, const char *tenant, const char *topic,
-                           const char *subject, const char *stream);
+JSD_EXTERN jsd_status jsd_tenancy_map(jsd_tenancy *t, const char *tenant, const char *topic,
+                                      const char *subject, const char *stream);
 /* Grant or revoke publication for a mapped (tenant, topic). */
-jsd_status jsd_tenancy_grant(jsd_tenancy *t, const char *tenant, const char *topic);
-jsd_status jsd_tenancy_revoke(jsd_tenancy *t, const char *tenant, const char *topic);
+JSD_EXTERN jsd_status jsd_tenancy_grant(jsd_tenancy *t, const char *tenant, const char *topic);
+JSD_EXTERN jsd_status jsd_tenancy_revoke(jsd_tenancy *t, const char *tenant, const char *topic);
 
 /*
  * Publish for a tenant. A missing mapping, or a missing or revoked grant, is
  * DENIED before any I/O; a bad key is REJECTED; otherwise as jsd_publish with
  * the derived message id.
  */
-jsd_outcome jsd_tenancy_publish(jsd_tenancy *t, const char *tenant, const char *topic,
-                                const char *key, const void *payload, size_t len,
-                                const jsd_header *attrs, size_t n_attrs, jsd_publish_result *res);
+JSD_EXTERN jsd_outcome jsd_tenancy_publish(jsd_tenancy *t, const char *tenant, const char *topic,
+                                           const char *key, const void *payload, size_t len,
+                                           const jsd_header *attrs, size_t n_attrs,
+                                           jsd_publish_result *res);
 
 #ifdef __cplusplus
 }

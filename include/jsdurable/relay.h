@@ -83,7 +83,7 @@ typedef struct jsd_relay_opts {
 } jsd_relay_opts;
 
 /* Fill defaults. */
-void jsd_relay_opts_init(jsd_relay_opts *o);
+JSD_EXTERN void jsd_relay_opts_init(jsd_relay_opts *o);
 
 /*
  * Make a relay. store and conn are borrowed and must outlive the relay. The
@@ -93,8 +93,8 @@ void jsd_relay_opts_init(jsd_relay_opts *o);
  * application also uses. The options are copied and validated
  * (JSD_ERR_CONFIG names the bad one). On failure *out is NULL and err says why.
  */
-jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
-                            const jsd_relay_opts *opts, jsd_error *err);
+JSD_EXTERN jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
+                                       const jsd_relay_opts *opts, jsd_error *err);
 
 /*
  * Run until jsd_relay_stop(): claim, publish, record receipts and failures,
@@ -104,7 +104,7 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
  * and writes their receipts, then returns JSD_OK. Returns an error only for a
  * misuse (JSD_ERR_INVALID, JSD_ERR_BUSY when already running).
  */
-jsd_status jsd_relay_run(jsd_relay *r);
+JSD_EXTERN jsd_status jsd_relay_run(jsd_relay *r);
 
 /*
  * Run until nothing is due and nothing is in flight, then return JSD_OK
@@ -123,19 +123,19 @@ jsd_status jsd_relay_run(jsd_relay *r);
  * again every minute), releases what it claimed, and stops rather than store
  * retries twice.
  */
-jsd_status jsd_relay_run_until_idle(jsd_relay *r);
+JSD_EXTERN jsd_status jsd_relay_run_until_idle(jsd_relay *r);
 
 /*
  * Ask a running relay to stop. Thread-safe and async-signal-safe: it only
  * stores to a lock-free atomic flag, so a signal handler may call it. The
  * relay notices within 100 ms.
  */
-void jsd_relay_stop(jsd_relay *r);
+JSD_EXTERN void jsd_relay_stop(jsd_relay *r);
 
 /* Destroy a relay that is not running. Accepts NULL. Publications still in
  * flight (a run that returned early on an error) keep their leases, which
  * expire. */
-void jsd_relay_destroy(jsd_relay *r);
+JSD_EXTERN void jsd_relay_destroy(jsd_relay *r);
 
 typedef struct jsd_relay_stats {
     uint64_t published;     /* receipts committed (duplicates included) */
@@ -166,7 +166,7 @@ typedef struct jsd_relay_stats {
 } jsd_relay_stats;
 
 /* A snapshot of the counters. Thread-safe. */
-void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out);
+JSD_EXTERN void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out);
 
 /* The outbox's unpublished trouble, read from the store (for `status`). */
 typedef struct jsd_outbox_trouble {
@@ -177,10 +177,10 @@ typedef struct jsd_outbox_trouble {
 
 /* Count them: scans the outbox, so call it for a report, not in a loop. The
  * store must have no transaction open. */
-jsd_status jsd_outbox_trouble_get(jsd_store *s, jsd_outbox_trouble *out);
+JSD_EXTERN jsd_status jsd_outbox_trouble_get(jsd_store *s, jsd_outbox_trouble *out);
 
 /* Last error text of this handle ("" if none). */
-const char *jsd_relay_errmsg(const jsd_relay *r);
+JSD_EXTERN const char *jsd_relay_errmsg(const jsd_relay *r);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* JSD_EXTERN marks every public function, as UV_EXTERN does in libuv: the
+ * library is built with -fvisibility=hidden, so only what carries it is
+ * exported from libjsdurable.so (`make check` fails on any other export and
+ * on a public declaration that lacks it: scripts/check-exports.sh). Every
+ * public header includes this one. */
+#ifndef JSD_EXTERN
+#if defined(__GNUC__) || defined(__clang__)
+#define JSD_EXTERN __attribute__((visibility("default")))
+#else
+#define JSD_EXTERN
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -48,9 +61,9 @@ typedef enum jsd_status {
 } jsd_status;
 
 /* "JSD_ERR_TIMEOUT" for JSD_ERR_TIMEOUT; "JSD_?" for an unknown value. */
-const char *jsd_status_name(jsd_status s);
+JSD_EXTERN const char *jsd_status_name(jsd_status s);
 /* "timed out" for JSD_ERR_TIMEOUT; a short human description. */
-const char *jsd_status_str(jsd_status s);
+JSD_EXTERN const char *jsd_status_str(jsd_status s);
 
 #define JSD_ERRMSG_MAX 512
 
@@ -69,7 +82,7 @@ typedef struct jsd_error {
 } jsd_error;
 
 /* Reset an error to JSD_OK with an empty message. */
-void jsd_error_clear(jsd_error *err);
+JSD_EXTERN void jsd_error_clear(jsd_error *err);
 
 /* ---- logging --------------------------------------------------------------
  * Structured logs. The default sink writes text lines to stderr at WARN and
@@ -92,14 +105,15 @@ typedef void (*jsd_log_fn)(jsd_log_level level, const char *component, const cha
 
 /* Configure the process-wide logger. fn NULL restores the stderr sink.
  * Thread-safe. */
-void jsd_log_configure(jsd_log_level min_level, jsd_log_format format, jsd_log_fn fn, void *user);
+JSD_EXTERN void jsd_log_configure(jsd_log_level min_level, jsd_log_format format, jsd_log_fn fn,
+                                  void *user);
 /* Parse "debug|info|warn|error|off"; JSD_ERR_INVALID otherwise. */
-jsd_status jsd_log_level_parse(const char *s, jsd_log_level *out);
+JSD_EXTERN jsd_status jsd_log_level_parse(const char *s, jsd_log_level *out);
 
 /* "0.1.0" */
-const char *jsd_version(void);
+JSD_EXTERN const char *jsd_version(void);
 /* The linked nats.c version, e.g. "3.4.1". */
-const char *jsd_nats_client_version(void);
+JSD_EXTERN const char *jsd_nats_client_version(void);
 
 #ifdef __cplusplus
 }

@@ -89,7 +89,7 @@ typedef struct jsd_store_opts {
     const char *id_namespace;
 } jsd_store_opts;
 
-void jsd_store_opts_init(jsd_store_opts *o);
+JSD_EXTERN void jsd_store_opts_init(jsd_store_opts *o);
 
 /* Open a store and apply migrations (inside a transaction; on PostgreSQL under
  * an advisory lock, so processes opening at once do not race). A schema newer
@@ -97,20 +97,20 @@ void jsd_store_opts_init(jsd_store_opts *o);
  * (malformed URL), JSD_ERR_CONNECT (PostgreSQL unreachable), JSD_ERR_READONLY,
  * JSD_ERR_FULL, JSD_ERR_STORE. Messages never hold the URL's password.
  * A store handle is used by one thread at a time. */
-jsd_status jsd_store_open(jsd_store **out, const char *url, jsd_error *err);
-jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_error *err);
+JSD_EXTERN jsd_status jsd_store_open(jsd_store **out, const char *url, jsd_error *err);
+JSD_EXTERN jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_error *err);
 /* Accepts NULL. */
-void jsd_store_close(jsd_store *s);
-const char *jsd_store_errmsg(const jsd_store *s);
-const jsd_error *jsd_store_error(const jsd_store *s);
-jsd_store_backend jsd_store_backend_of(const jsd_store *s);
+JSD_EXTERN void jsd_store_close(jsd_store *s);
+JSD_EXTERN const char *jsd_store_errmsg(const jsd_store *s);
+JSD_EXTERN const jsd_error *jsd_store_error(const jsd_store *s);
+JSD_EXTERN jsd_store_backend jsd_store_backend_of(const jsd_store *s);
 /* The store's URL with any password replaced by "***", for output and logs. */
-const char *jsd_store_url(const jsd_store *s);
+JSD_EXTERN const char *jsd_store_url(const jsd_store *s);
 /* The message-id namespace in force for this handle (the operator's, or the
  * store id), and the store id created with the schema (32 hex digits). Valid
  * while the store is open; "" for NULL. */
-const char *jsd_store_namespace(const jsd_store *s);
-const char *jsd_store_id(const jsd_store *s);
+JSD_EXTERN const char *jsd_store_namespace(const jsd_store *s);
+JSD_EXTERN const char *jsd_store_id(const jsd_store *s);
 
 /* ---- application transactions ------------------------------------------------ */
 typedef struct jsd_header {
@@ -137,11 +137,11 @@ typedef struct jsd_effect {
     const char *tracestate;
 } jsd_effect;
 
-jsd_status jsd_tx_begin(jsd_tx **out, jsd_store *s);
+JSD_EXTERN jsd_status jsd_tx_begin(jsd_tx **out, jsd_store *s);
 /* The native handle for the application's own SQL inside the transaction:
  * NULL when the store is of the other kind. */
-struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx);
-struct pg_conn *jsd_tx_pg(jsd_tx *tx);
+JSD_EXTERN struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx);
+JSD_EXTERN struct pg_conn *jsd_tx_pg(jsd_tx *tx);
 /* Add an outbox effect to the transaction. Emitting the same (owner, id)
  * twice is JSD_ERR_EXISTS, and the transaction stays usable. Limits (the
  * constants above; JSD_ERR_LIMIT when crossed, JSD_ERR_INVALID for malformed
@@ -153,18 +153,19 @@ struct pg_conn *jsd_tx_pg(jsd_tx *tx);
  * and <= 3840 bytes together as encoded on the wire; payload <= payload_max
  * (256 KiB). Errors name the field and the limit and are read with
  * jsd_store_errmsg() on the transaction's store. */
-jsd_status jsd_tx_emit(jsd_tx *tx, const jsd_effect *e);
+JSD_EXTERN jsd_status jsd_tx_emit(jsd_tx *tx, const jsd_effect *e);
 /* Emit n effects at once (one multi-row INSERT on PostgreSQL). All or none:
  * on failure no effect of the batch remains in the transaction and *bad_index
  * (may be NULL) names the offending effect; the transaction stays usable,
  * except on PostgreSQL when another transaction commits one of the batch's
  * identities while this one waits on it: then the transaction is aborted and
  * must be rolled back (JSD_ERR_EXISTS, the message says so). */
-jsd_status jsd_tx_emit_batch(jsd_tx *tx, const jsd_effect *e, size_t n, size_t *bad_index);
+JSD_EXTERN jsd_status jsd_tx_emit_batch(jsd_tx *tx, const jsd_effect *e, size_t n,
+                                        size_t *bad_index);
 /* Commit and free tx. On failure nothing was committed and tx is freed. */
-jsd_status jsd_tx_commit(jsd_tx *tx);
+JSD_EXTERN jsd_status jsd_tx_commit(jsd_tx *tx);
 /* Roll back and free tx. Accepts NULL. */
-void jsd_tx_rollback(jsd_tx *tx);
+JSD_EXTERN void jsd_tx_rollback(jsd_tx *tx);
 
 /* The Nats-Msg-Id of an effect emitted under namespace ns (jsd_store_namespace
  * of the emitting store): the lower-case hex SHA-256 of the length-delimited
@@ -175,8 +176,8 @@ void jsd_tx_rollback(jsd_tx *tx);
  * Effects committed before the store had a namespace keep the id stored with
  * them (docs/ARCHITECTURE.md, "Identity"). */
 #define JSD_MSG_ID_MAX 65
-jsd_status jsd_effect_msg_id(const char *ns, const char *owner, const char *id,
-                             char out[JSD_MSG_ID_MAX]);
+JSD_EXTERN jsd_status jsd_effect_msg_id(const char *ns, const char *owner, const char *id,
+                                        char out[JSD_MSG_ID_MAX]);
 
 /* ---- status and retention -------------------------------------------------- */
 typedef struct jsd_store_stats {
@@ -190,7 +191,7 @@ typedef struct jsd_store_stats {
     int64_t poison_unpublished; /* of those, not (yet) in the dead-letter stream */
 } jsd_store_stats;
 
-jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out);
+JSD_EXTERN jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out);
 
 /* Remove published effects (by published_at) and inbox rows (by created_at)
  * older than older_than_ms before now, at most batch rows of each per
@@ -198,9 +199,11 @@ jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out);
  * and poison records are evidence and are kept. Callers must keep
  * older_than_ms above the stream's duplicate window and the longest
  * redelivery time (the CLI refuses shorter horizons). */
-jsd_status jsd_store_gc(jsd_store *s, int64_t older_than_ms, int batch, int64_t *removed);
+JSD_EXTERN jsd_status jsd_store_gc(jsd_store *s, int64_t older_than_ms, int batch,
+                                   int64_t *removed);
 /* One bounded transaction of jsd_store_gc: *removed == 0 means done. */
-jsd_status jsd_store_gc_step(jsd_store *s, int64_t older_than_ms, int batch, int64_t *removed);
+JSD_EXTERN jsd_status jsd_store_gc_step(jsd_store *s, int64_t older_than_ms, int batch,
+                                        int64_t *removed);
 
 #ifdef __cplusplus
 }

@@ -95,25 +95,26 @@ typedef struct jsd_topology_consumer {
  * NUL-terminated). On failure *out is NULL and err says why, starting with
  * the key path. JSD_ERR_CONFIG for a refused file, JSD_ERR_LIMIT when it is
  * larger than JSD_TOPOLOGY_FILE_MAX, JSD_ERR_NOMEM. */
-jsd_status jsd_topology_parse(jsd_topology **out, const char *json, size_t len, jsd_error *err);
+JSD_EXTERN jsd_status jsd_topology_parse(jsd_topology **out, const char *json, size_t len,
+                                         jsd_error *err);
 /* Read and parse a file. JSD_ERR_IO when it cannot be read; the error names
  * the path. */
-jsd_status jsd_topology_load(jsd_topology **out, const char *path, jsd_error *err);
+JSD_EXTERN jsd_status jsd_topology_load(jsd_topology **out, const char *path, jsd_error *err);
 /* Accepts NULL. */
-void jsd_topology_destroy(jsd_topology *t);
+JSD_EXTERN void jsd_topology_destroy(jsd_topology *t);
 
 /* The parsed objects, in file order; the dead-letter stream (if any) comes
  * after the file's "streams". Valid until jsd_topology_destroy. */
-size_t jsd_topology_stream_count(const jsd_topology *t);
-const jsd_topology_stream *jsd_topology_stream_at(const jsd_topology *t, size_t i);
-size_t jsd_topology_consumer_count(const jsd_topology *t);
-const jsd_topology_consumer *jsd_topology_consumer_at(const jsd_topology *t, size_t i);
+JSD_EXTERN size_t jsd_topology_stream_count(const jsd_topology *t);
+JSD_EXTERN const jsd_topology_stream *jsd_topology_stream_at(const jsd_topology *t, size_t i);
+JSD_EXTERN size_t jsd_topology_consumer_count(const jsd_topology *t);
+JSD_EXTERN const jsd_topology_consumer *jsd_topology_consumer_at(const jsd_topology *t, size_t i);
 /* The dead-letter stream, or NULL when the file declares none. */
-const jsd_topology_stream *jsd_topology_dead_letter(const jsd_topology *t);
+JSD_EXTERN const jsd_topology_stream *jsd_topology_dead_letter(const jsd_topology *t);
 
 /* True when some subject matches both patterns ("*" one token, ">" one or
  * more trailing tokens). Both must be well-formed. */
-bool jsd_subjects_overlap(const char *a, const char *b);
+JSD_EXTERN bool jsd_subjects_overlap(const char *a, const char *b);
 
 /* ---- applying ------------------------------------------------------------ */
 typedef enum jsd_topology_policy {
@@ -129,7 +130,7 @@ typedef enum jsd_topology_action {
 } jsd_topology_action;
 
 /* "created", "unchanged", "kept", "updated" */
-const char *jsd_topology_action_str(jsd_topology_action a);
+JSD_EXTERN const char *jsd_topology_action_str(jsd_topology_action a);
 
 /* One field that differs between the server and the file. */
 typedef struct jsd_topology_change {
@@ -159,7 +160,7 @@ typedef struct jsd_topology_apply_opts {
     void *user;
 } jsd_topology_apply_opts;
 
-void jsd_topology_apply_opts_init(jsd_topology_apply_opts *o);
+JSD_EXTERN void jsd_topology_apply_opts_init(jsd_topology_apply_opts *o);
 
 /*
  * Apply a topology over an open connection. Plans first, acts second: a plan
@@ -170,8 +171,8 @@ void jsd_topology_apply_opts_init(jsd_topology_apply_opts *o);
  * handled stay as they are and were reported. Not thread-safe for one conn
  * while another thread applies another topology.
  */
-jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topology_apply_opts *o,
-                              jsd_error *err);
+JSD_EXTERN jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t,
+                                         const jsd_topology_apply_opts *o, jsd_error *err);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,7 @@ typedef enum jsd_verify_verdict {
 } jsd_verify_verdict;
 
 /* "ok", "missing", "overwritten", "expired", "stream_gone". */
-const char *jsd_verify_verdict_name(jsd_verify_verdict v);
+JSD_EXTERN const char *jsd_verify_verdict_name(jsd_verify_verdict v);
 
 /* One receipt that is not ok, as reported to on_finding. The strings live
  * until the callback returns. */
@@ -89,7 +89,7 @@ typedef struct jsd_verify_opts {
     void *user;
 } jsd_verify_opts;
 
-void jsd_verify_opts_init(jsd_verify_opts *o);
+JSD_EXTERN void jsd_verify_opts_init(jsd_verify_opts *o);
 
 /*
  * Check every receipted effect of s in range against the streams of conn,
@@ -100,8 +100,8 @@ void jsd_verify_opts_init(jsd_verify_opts *o);
  * could not be read (err says which; a run can be repeated). Not
  * thread-safe on s or conn.
  */
-jsd_status jsd_verify_run(jsd_store *s, jsd_conn *conn, const jsd_verify_opts *o,
-                          jsd_verify_report *out, jsd_error *err);
+JSD_EXTERN jsd_status jsd_verify_run(jsd_store *s, jsd_conn *conn, const jsd_verify_opts *o,
+                                     jsd_verify_report *out, jsd_error *err);
 
 #ifdef __cplusplus
 }
