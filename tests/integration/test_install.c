@@ -63,9 +63,10 @@ static const char app_src[] =
     "}\n";
 
 /* Calls an internal function: must not link against the installed library. */
-static const char internal_src[] = "#include <stddef.h>\n"
-                                   "void jsd__wipe(void *p, size_t n);\n"
-                                   "int main(void) { char b[4]; jsd__wipe(b, sizeof(b)); return 0; }\n";
+static const char internal_src[] =
+    "#include <stddef.h>\n"
+    "void jsd__wipe(void *p, size_t n);\n"
+    "int main(void) { char b[4]; jsd__wipe(b, sizeof(b)); return 0; }\n";
 
 static void install_and_link(void **state)
 {
@@ -95,7 +96,8 @@ static void install_and_link(void **state)
     /* Outside the tree: only the installed header, library and .pc. */
     snprintf(app, sizeof(app), "%s/app.c", dir);
     write_file(app, app_src);
-    snprintf(cmd, sizeof(cmd), "cd '%s' && %s sh -c 'cc -std=c11 -Wall -Werror -o app app.c "
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && %s sh -c 'cc -std=c11 -Wall -Werror -o app app.c "
              "$(pkg-config --cflags --libs jsdurable)'",
              dir, pcenv);
     run_ok(cmd);
@@ -122,7 +124,8 @@ static void install_and_link(void **state)
     /* Internals stay internal: the shared library does not export them. */
     snprintf(cmd, sizeof(cmd), "%s/internal.c", dir);
     write_file(cmd, internal_src);
-    snprintf(cmd, sizeof(cmd), "cd '%s' && %s sh -c 'cc -o internal internal.c "
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && %s sh -c 'cc -o internal internal.c "
              "$(pkg-config --cflags --libs jsdurable)'",
              dir, pcenv);
     ASSERT_NE(jsd_test_run(cmd, out, sizeof(out)), 0);
