@@ -24,6 +24,8 @@ PKGS      := libnats sqlite3 libpq jansson openssl libmicrohttpd libcurl
 # handles gets their -I and -l flags; the rest are Requires.private.
 PC_REQUIRES := sqlite3 libpq
 TEST_PKGS := cmocka
+# The tool alone speaks sd_notify (cli/service.c); the library does not link it.
+CLI_PKGS  := libsystemd
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wwrite-strings
 ifeq ($(CI),true)
@@ -34,6 +36,8 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
+CLI_CFLAGS  = $(shell pkg-config --cflags $(CLI_PKGS) 2>/dev/null)
+CLI_LIBS    = $(shell pkg-config --libs $(CLI_PKGS) 2>/dev/null)
 
 CFLAGS  ?= -O2 -g
 # -fvisibility=hidden: only declarations marked JSD_EXTERN (the public API)
@@ -90,7 +94,8 @@ deps:
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(if $(filter tests/% bench/% fuzz/%,$<),-Itests/harness $(TEST_CFLAGS)) -MMD -MP -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(if $(filter tests/% bench/% fuzz/%,$<),-Itests/harness $(TEST_CFLAGS)) \
+	  $(if $(filter cli/%,$<),$(CLI_CFLAGS)) -MMD -MP -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -113,7 +118,7 @@ check-exports: $(SHARED)
 	@BUILD=$(BUILD) bash scripts/check-exports.sh
 
 $(CLI): $(CLI_OBJ) $(STATIC)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS) $(CLI_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(HARN_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)

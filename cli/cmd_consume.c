@@ -18,6 +18,7 @@
 #include <sqlite3.h>
 
 #include "cli.h"
+#include "service.h"
 
 #define N_PARAMS 7
 static const char *const param_names[N_PARAMS] = {"subject",    "payload",     "msg_id",
@@ -41,15 +42,9 @@ typedef struct sink {
     char last_error[512];
 } sink;
 
-static volatile sig_atomic_t got_signal;
-static jsd_consumer *running;
-
-static void on_signal(int sig)
+static void stop_consumer(void *c)
 {
-    (void)sig;
-    got_signal = 1;
-    if (running)
-        jsd_consumer_begin_drain(running);
+    jsd_consumer_begin_drain(c);
 }
 
 static int name_index(const char *s, size_t len)
@@ -686,6 +681,9 @@ int cmd_consume(int argc, char **argv)
         goto out;
     if ((rc = cli_conn_finish(&cc, "consume")) != 0)
         goto out;
+    /* Signals and sd_notify (cli/service.h): before any thread exists. */
+    if ((rc = cli_service_start("consume", &cc)) != 0)
+        goto out;
     k.sql = sql;
     k.json = json;
 
@@ -774,15 +772,9 @@ int cmd_consume(int argc, char **argv)
         goto out;
     }
 
-    running = cons;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-
+    cli_service_ready(stop_consumer, cons);
     st = jsd_consumer_run_batch(cons, handle_batch, &k, until_idle);
-    running = NULL;
+    cli_service_stopping();
     jsd_consumer_stats s;
     jsd_consumer_stats_get(cons, &s);
     fprintf(stderr,

@@ -15,15 +15,11 @@
 #include <string.h>
 
 #include "cli.h"
+#include "service.h"
 
-static jsd_relay *volatile stop_target;
-
-static void on_signal(int sig)
+static void stop_relay(void *r)
 {
-    (void)sig;
-    jsd_relay *r = stop_target;
-    if (r)
-        jsd_relay_stop(r);
+    jsd_relay_stop(r);
 }
 
 static void usage(FILE *f)
@@ -63,6 +59,8 @@ static void usage(FILE *f)
             "Exit codes: 0 stopped by a signal, or --until-idle with everything published;\n"
             "  1  --until-idle, and this run dead-lettered effects (see `jsdurable status`);\n"
             "  75 --until-idle, and effects that failed wait for a retry (run it again);\n"
+            "     or a stop that JSD_STOP_TIMEOUT_MS (default 5000) cut short (loses nothing);\n"
+            "SIGHUP reopens a log file (stderr) after rotation and never stops the relay.\n"
             "  64 usage; 69 NATS unreachable; 73 store cannot be opened; 78 configuration\n"
             "  refused (e.g. a duplicate window shorter than the retry horizon).\n"
             "%s\n"
@@ -244,6 +242,11 @@ int cmd_relay(int argc, char **argv)
         cli_conn_free(&cc);
         return rc;
     }
+    /* Signals and sd_notify (cli/service.h): before any thread exists. */
+    if ((rc = cli_service_start("relay", &cc)) != 0) {
+        cli_conn_free(&cc);
+        return rc;
+    }
     /* The relay owns this store handle: nobody else uses it. */
     jsd_status s = jsd_store_open(&store, url, &err);
     if (s != JSD_OK) {
@@ -286,17 +289,10 @@ int cmd_relay(int argc, char **argv)
         goto out;
     }
 
-    stop_target = relay;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-
+    cli_service_ready(stop_relay, relay);
     s = until_idle ? jsd_relay_run_until_idle(relay) : jsd_relay_run(relay);
-    stop_target = NULL;
+    cli_service_stopping();
     if (s != JSD_OK) {
         cli_err("relay", "%s", jsd_relay_errmsg(relay));
         rc = cli_exit_for(s);

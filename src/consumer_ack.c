@@ -243,9 +243,13 @@ void jsd__ack_destroy(jsd__ack *a)
         return;
     if (a->sub) {
         jsd__ack_collect(a, true);
-        /* Drain, then wait: no confirmation callback may run after a is freed. */
+        /* Drain, then wait: no confirmation callback may run after a is freed.
+         * Without a connection the drain cannot complete (the server never
+         * sees the UNSUB); what is queued here is delivered within
+         * milliseconds, so a stop with NATS down waits briefly, not 5 s. */
+        int wait_ms = natsConnection_Status(a->nc) == NATS_CONN_STATUS_CONNECTED ? 5000 : 500;
         if (natsSubscription_Drain(a->sub) == NATS_OK)
-            natsSubscription_WaitForDrainCompletion(a->sub, 5000);
+            natsSubscription_WaitForDrainCompletion(a->sub, wait_ms);
         else
             natsSubscription_Unsubscribe(a->sub);
         natsSubscription_Destroy(a->sub);

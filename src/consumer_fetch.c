@@ -140,7 +140,9 @@ static bool take_batch(jsd_consumer *c, natsMsgList *out, natsStatus *st)
     bool got = false;
     int64_t deadline = jsd__mono_ms() + c->fetch_wait_ms + 5000;
     pthread_mutex_lock(&c->fmu);
-    while (!c->slot_full && !c->fstop && jsd__mono_ms() < deadline) {
+    /* A drain (SIGTERM) stops the wait too: with the server paused the fetch
+     * would otherwise hold the stop for fetch_wait_ms + 5 s. */
+    while (!c->slot_full && !c->fstop && !atomic_load(&c->draining) && jsd__mono_ms() < deadline) {
         jsd__cond_wait_ms(&c->fcv, &c->fmu, 50);
     }
     if (c->slot_full) {

@@ -95,15 +95,32 @@ static void utf8_sanitize(char *s)
     }
 }
 
+static void vlog(jsd_log_level level, const char *component, const char *fmt, va_list ap)
+    JSD_PRINTF(3, 0);
+
 void jsd__log(jsd_log_level level, const char *component, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, component, fmt, ap);
+    va_end(ap);
+}
+
+void jsd_log(jsd_log_level level, const char *component, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (level >= JSD_LOG_DEBUG && level < JSD_LOG_OFF)
+        vlog(level, component, fmt, ap);
+    va_end(ap);
+}
+
+static void vlog(jsd_log_level level, const char *component, const char *fmt, va_list ap)
 {
     if (!jsd__log_enabled(level))
         return;
     char msg[1024], ts[40], line[1400];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     timestamp(ts, sizeof(ts));
 
     pthread_mutex_lock(&log_mu);

@@ -107,6 +107,15 @@ typedef void (*jsd_log_fn)(jsd_log_level level, const char *component, const cha
  * Thread-safe. */
 JSD_EXTERN void jsd_log_configure(jsd_log_level min_level, jsd_log_format format, jsd_log_fn fn,
                                   void *user);
+/* Write one line through the process-wide logger, as the library's own lines
+ * are written (text or JSON, the same threshold and sink): for programs, such
+ * as the jsdurable tool, whose lines must match the library's. Never pass a
+ * secret. Thread-safe. */
+JSD_EXTERN void jsd_log(jsd_log_level level, const char *component, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /* Parse "debug|info|warn|error|off"; JSD_ERR_INVALID otherwise. */
 JSD_EXTERN jsd_status jsd_log_level_parse(const char *s, jsd_log_level *out);
 
