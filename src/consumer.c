@@ -165,6 +165,7 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
          * leaves the handles NULL and the updates no-ops. */
         jsd_metrics *reg = o->metrics ? o->metrics : jsd_metrics_default();
         if (reg) {
+            jsd__metrics_feeds(reg, JSD__FEED_CONSUMER);
             jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_consumer_store_outages_total",
                                  "store outages the consumer held its batch through", NULL, NULL,
                                  NULL, 0, &c->m_outages, NULL);

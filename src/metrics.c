@@ -28,6 +28,7 @@ typedef struct family {
     jsd_metric_kind kind;
     double bounds[JSD_METRICS_BUCKETS_MAX];
     size_t n_bounds;
+    unsigned feed; /* JSD__FEED_*: rendered only once that component feeds it; 0: always */
 } family;
 
 struct jsd_metric {
@@ -50,6 +51,7 @@ struct jsd_metrics {
     char const_name[JSD_METRICS_NAME_MAX + 1];
     char const_value[JSD_METRICS_LABEL_VALUE_MAX + 1];
     jsd_metrics_std std;
+    _Atomic unsigned fed; /* JSD__FEED_* of the components created on this registry */
 };
 
 static const char *const result_names[JSD__RESULT_COUNT] = {"commit", "duplicate", "retry",
@@ -302,7 +304,31 @@ static jsd_status register_std(jsd_metrics *m, jsd_error *err)
     REG(JSD_METRIC_COUNTER, "jsd_nats_reconnects_total",
         "Times the NATS connection was re-established after a loss.", nats_reconnects)
 #undef REG
+    /* A relay's scrape shows no consumer families and the other way round:
+     * a family is rendered once a component that feeds it was created on
+     * the registry (jsd__metrics_feeds). */
+    static const struct {
+        const char *name;
+        unsigned feed;
+    } feeds[] = {{"jsd_relay_published_total", JSD__FEED_RELAY},
+                 {"jsd_relay_duplicates_total", JSD__FEED_RELAY},
+                 {"jsd_relay_errors_total", JSD__FEED_RELAY},
+                 {"jsd_outbox_backlog", JSD__FEED_RELAY},
+                 {"jsd_outbox_oldest_unpublished_age_seconds", JSD__FEED_RELAY},
+                 {"jsd_deliveries_total", JSD__FEED_CONSUMER},
+                 {"jsd_handler_duration_seconds", JSD__FEED_CONSUMER},
+                 {"jsd_dead_letters_total", JSD__FEED_CONSUMER}};
+    for (size_t i = 0; i < JSD_ARRAY_LEN(feeds); i++)
+        for (size_t fi = 0; fi < m->n_fams; fi++)
+            if (strcmp(m->fams[fi]->name, feeds[i].name) == 0)
+                m->fams[fi]->feed = feeds[i].feed;
     return JSD_OK;
+}
+
+void jsd__metrics_feeds(jsd_metrics *m, unsigned feed)
+{
+    if (m)
+        atomic_fetch_or(&m->fed, feed);
 }
 
 jsd_status jsd_metrics_create(jsd_metrics **out, jsd_error *err)
@@ -559,8 +585,25 @@ static void db_labels(dbuf *b, const jsd_metrics *m, const jsd_metric *s, const 
 static void render_locked(jsd_metrics *m, dbuf *b)
 {
     static const char *const type_names[] = {"counter", "gauge", "histogram"};
+    /* Two labels, fixed for the process: written here rather than as a
+     * registered family (which has at most one label of its own). */
+    db_str(b, "# HELP jsd_build_info The jsdurable version and the nats.c it runs on; always 1.\n"
+              "# TYPE jsd_build_info gauge\njsd_build_info{");
+    if (m->const_name[0]) {
+        db_printf(b, "%s=\"", m->const_name);
+        db_escaped(b, m->const_value, true);
+        db_str(b, "\",");
+    }
+    db_str(b, "version=\"");
+    db_escaped(b, jsd_version(), true);
+    db_str(b, "\",nats_c=\"");
+    db_escaped(b, jsd_nats_client_version(), true);
+    db_str(b, "\"} 1\n");
+    unsigned fed = atomic_load(&m->fed);
     for (size_t fi = 0; fi < m->n_fams; fi++) {
         const family *f = m->fams[fi];
+        if (f->feed && !(f->feed & fed))
+            continue;
         if (f->help[0]) {
             db_printf(b, "# HELP %s ", f->name);
             db_escaped(b, f->help, false);

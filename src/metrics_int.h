@@ -43,6 +43,14 @@ const jsd_metrics_std *jsd_metrics_std_of(const jsd_metrics *m);
  * handles are NULL, and updates through them are no-ops. */
 const jsd_metrics_std *jsd_metrics_default_std(void);
 
+/* Components that feed standard families: the relay's (jsd_relay_*,
+ * jsd_outbox_*) and the consumer's (jsd_deliveries_total,
+ * jsd_handler_duration_seconds, jsd_dead_letters_total) are rendered only on
+ * a registry where such a component was created; jsd_nats_* always. */
+#define JSD__FEED_RELAY    1u
+#define JSD__FEED_CONSUMER 2u
+void jsd__metrics_feeds(jsd_metrics *m, unsigned feed);
+
 /* The exposition of m in a buffer of its own (jsd__free it); for the HTTP
  * server (metrics_http.c). */
 jsd_status jsd__metrics_render_alloc(jsd_metrics *m, char **out, size_t *len);

@@ -309,7 +309,17 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     r->backoff.cap_ms = opts->backoff_cap_ms;
     jsd_metrics *reg = opts->metrics ? opts->metrics : jsd_metrics_default();
     if (reg) {
+        static const double c2p_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                             1,     2.5,  5,     10,   30,  60,   300};
         r->mstd = jsd_metrics_std_of(reg);
+        jsd__metrics_feeds(reg, JSD__FEED_RELAY);
+        s = jsd_metrics_register(reg, JSD_METRIC_HISTOGRAM, "jsd_relay_commit_to_puback_seconds",
+                                 "From an effect's commit (or its not-before time, when later) "
+                                 "to the PubAck the relay received for it.",
+                                 NULL, NULL, c2p_buckets, JSD_ARRAY_LEN(c2p_buckets),
+                                 &r->m_commit_to_puback, err);
+        if (s != JSD_OK)
+            goto fail;
         s = jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_relay_dead_lettered_total",
                                  "Outbox effects the relay dead-lettered (attempt budget spent or "
                                  "never publishable).",

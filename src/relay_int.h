@@ -113,6 +113,7 @@ struct jsd_relay {
     /* metrics (all NULL without a registry: updates are then no-ops) */
     const jsd_metrics_std *mstd;
     jsd_metric *m_dead, *m_inflight, *m_first_dup, *m_horizon_at_risk, *m_horizon_passed;
+    jsd_metric *m_commit_to_puback; /* jsd_relay_commit_to_puback_seconds */
     int64_t last_gauges_ms;
 
     int64_t last_store_warn_ms; /* under err_mu */

@@ -91,6 +91,19 @@ static void finish_batch(jsd_relay *r, rbatch *b)
             for (size_t i = 0; i < nr; i++)
                 dups += rc[i].duplicate;
             jsd__relay_count(r, RC_PUBLISHED, applied);
+            /* Commit -> PubAck: the PubAck's wall time from its monotonic
+             * stamp, so a slow receipt commit does not count. */
+            int64_t wall_ms = jsd__now_ms(), mono_us = jsd__mono_us();
+            for (size_t i = 0; i < n && r->m_commit_to_puback; i++) {
+                const slot *sl = &b->slots[i];
+                const jsd__claimed *e = &b->eb.items[i];
+                if (sl->fate != FATE_RECEIPT)
+                    continue;
+                int64_t acked_ms = wall_ms - (mono_us - sl->acked_us) / 1000;
+                int64_t from = JSD_MAX(e->created_at_ms, e->not_before_ms);
+                jsd_histogram_observe(r->m_commit_to_puback,
+                                      (double)JSD_MAX(acked_ms - from, 0) / 1000.0);
+            }
             jsd__relay_count(r, RC_DUPLICATES, applied == nr ? dups : 0);
             if (applied < nr) {
                 jsd__relay_count(r, RC_LEASE_LOST, nr - applied);

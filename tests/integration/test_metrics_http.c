@@ -95,6 +95,8 @@ static void serves_metrics_over_http(void **state)
     jsd_error e;
     jsd_error_clear(&e);
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
+    jsd__metrics_feeds(m,
+                       JSD__FEED_RELAY | JSD__FEED_CONSUMER); /* as a relay and a consumer would */
     ASSERT_OK_E(jsd_metrics_serve(&srv, m, NULL, "127.0.0.1:0", &e), e.msg);
     int port = jsd_metrics_server_port(srv);
     ASSERT_TRUE(port > 0 && port < 65536);
@@ -219,6 +221,7 @@ static void scrapes_while_counting_and_shows_connection(void **state)
     jsd_metrics *m = NULL;
     jsd_metrics_server *srv = NULL;
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
+    jsd__metrics_feeds(m, JSD__FEED_CONSUMER); /* as a consumer on the registry would */
     ASSERT_OK_E(jsd_metrics_set_const_label(m, "consumer", "shipping", &e), e.msg);
     ASSERT_OK_E(jsd_metrics_serve(&srv, m, c, "127.0.0.1:0", &e), e.msg);
 

@@ -151,8 +151,8 @@ static int metrics_port(const char *log)
     return port;
 }
 
-/* The value of an unlabelled series in GET /metrics, or -1. */
-static double metric(int port, const char *name)
+/* GET /metrics: the response (headers and body), or NULL. */
+static const char *scrape(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET,
@@ -164,17 +164,26 @@ static double metric(int port, const char *name)
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         if (fd >= 0)
             close(fd);
-        return -1;
+        return NULL;
     }
     static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
     if (write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
         close(fd);
-        return -1;
+        return NULL;
     }
     while (used + 1 < sizeof(body) && (n = read(fd, body + used, sizeof(body) - 1 - used)) > 0)
         used += (size_t)n;
     body[used] = '\0';
     close(fd);
+    return body;
+}
+
+/* The value of an unlabelled series in GET /metrics, or -1. */
+static double metric(int port, const char *name)
+{
+    const char *body = scrape(port);
+    if (!body)
+        return -1;
     char key[128];
     snprintf(key, sizeof(key), "\n%s ", name);
     const char *p = strstr(body, key);
@@ -250,6 +259,44 @@ static void notify_ready_watchdog_stopping(void **state)
     ASSERT_EQ(WEXITSTATUS(st), 0);
     ASSERT_TRUE(jsd_test_file_contains(log, "SIGTERM received: stopping gracefully"));
     close(fd);
+    jsd_fx_nats_stop(&fx);
+}
+
+/* ---- the relay's metrics ---------------------------------------------------------- */
+
+/* A relay's scrape: the commit -> PubAck histogram counts every published
+ * effect, jsd_build_info names the versions, and no consumer family shows. */
+static void relay_metrics_commit_to_puback(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    assert_int_equal(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    provision(fx.url);
+    char store[1200], log[1200], want[200];
+    snprintf(store, sizeof(store), "sqlite:%s/a.db", jsd_test_dir());
+    snprintf(log, sizeof(log), "%s/relay.log", jsd_test_dir());
+    pid_t pid = start_relay(store, fx.url, log);
+    ASSERT_WAIT(metrics_port(log) > 0, 15000);
+    int port = metrics_port(log);
+    enqueue(store, "m", 12);
+    ASSERT_WAIT(metric(port, "jsd_relay_published_total") == 12, 10000);
+    ASSERT_TRUE(metric(port, "jsd_relay_commit_to_puback_seconds_count") == 12);
+    /* committed and published within the test: well under 60 s each */
+    ASSERT_TRUE(strstr(scrape(port), "jsd_relay_commit_to_puback_seconds_bucket{le=\"60\"} 12\n"));
+    const char *body = scrape(port);
+    snprintf(want, sizeof(want), "jsd_build_info{version=\"%s\",nats_c=\"%s\"} 1\n", jsd_version(),
+             jsd_nats_client_version());
+    ASSERT_CONTAINS(body, want);
+    ASSERT_CONTAINS(body, "jsd_outbox_backlog 0\n");
+    ASSERT_NOT_CONTAINS(body, "jsd_deliveries_total");
+    ASSERT_NOT_CONTAINS(body, "jsd_handler_duration_seconds");
+    ASSERT_NOT_CONTAINS(body, "jsd_dead_letters_total");
+    ASSERT_NOT_CONTAINS(body, "jsd_consumer_");
+    kill(pid, SIGTERM);
+    int64_t took;
+    int st = wait_exit(pid, STOP_BOUND_MS + MARGIN_MS, &took);
+    ASSERT_TRUE(st != -1 && WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
     jsd_fx_nats_stop(&fx);
 }
 
@@ -431,6 +478,7 @@ static void consume_sigterm_broker_stopped(void **state)
 
 JSD_TEST_MAIN(cmocka_unit_test(notify_ready_watchdog_stopping),
               cmocka_unit_test(sighup_keeps_running_and_reopens_log),
+              cmocka_unit_test(relay_metrics_commit_to_puback),
               cmocka_unit_test(relay_sigterm_broker_stopped),
               cmocka_unit_test(relay_sigterm_broker_paused),
               cmocka_unit_test(consume_sigterm_broker_stopped))

@@ -18,6 +18,8 @@ static jsd_metrics *new_reg(void)
     jsd_error e;
     jsd_error_clear(&e);
     ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
+    /* as in a process with a relay and a consumer: every family rendered */
+    jsd__metrics_feeds(m, JSD__FEED_RELAY | JSD__FEED_CONSUMER);
     return m;
 }
 
@@ -123,6 +125,45 @@ static void histogram_math(void **state)
             ASSERT_TRUE(fabs(vals[i].value - 166.65) < 1e-9);
         }
     ASSERT_TRUE(seen);
+    jsd_metrics_destroy(m);
+}
+
+/* A family is rendered once a component that feeds it exists: a relay's
+ * scrape has no consumer families. jsd_build_info and jsd_nats_* always. */
+static void families_follow_their_feeders(void **state)
+{
+    (void)state;
+    jsd_metrics *m = NULL;
+    jsd_error e;
+    jsd_error_clear(&e);
+    ASSERT_OK_E(jsd_metrics_create(&m, &e), e.msg);
+    char *t = render(m);
+    char want[160];
+    snprintf(want, sizeof(want), "\njsd_build_info{version=\"%s\",nats_c=\"%s\"} 1\n",
+             jsd_version(), jsd_nats_client_version());
+    ASSERT_CONTAINS(t, want);
+    ASSERT_CONTAINS(t, "\njsd_nats_connected 0\n");
+    ASSERT_NOT_CONTAINS(t, "jsd_relay_published_total");
+    ASSERT_NOT_CONTAINS(t, "jsd_outbox_backlog");
+    ASSERT_NOT_CONTAINS(t, "jsd_deliveries_total");
+    ASSERT_NOT_CONTAINS(t, "jsd_handler_duration_seconds");
+    free(t);
+    jsd__metrics_feeds(m, JSD__FEED_RELAY);
+    t = render(m);
+    ASSERT_CONTAINS(t, "\njsd_relay_published_total 0\n");
+    ASSERT_CONTAINS(t, "\njsd_outbox_backlog 0\n");
+    ASSERT_NOT_CONTAINS(t, "jsd_deliveries_total");
+    ASSERT_NOT_CONTAINS(t, "jsd_dead_letters_total");
+    free(t);
+    jsd__metrics_feeds(m, JSD__FEED_CONSUMER);
+    t = render(m);
+    ASSERT_CONTAINS(t, "\njsd_deliveries_total{result=\"commit\"} 0\n");
+    ASSERT_CONTAINS(t, "\njsd_relay_published_total 0\n");
+    free(t);
+    ASSERT_OK(jsd_metrics_set_const_label(m, "instance", "a", &e), e.msg);
+    t = render(m);
+    ASSERT_CONTAINS(t, "\njsd_build_info{instance=\"a\",version=\"");
+    free(t);
     jsd_metrics_destroy(m);
 }
 
@@ -395,7 +436,8 @@ static void process_wide_registry(void **state)
 }
 
 JSD_TEST_MAIN(cmocka_unit_test(counters_and_gauges), cmocka_unit_test(histogram_math),
-              cmocka_unit_test(exposition_format), cmocka_unit_test(snapshot_lists_every_series),
+              cmocka_unit_test(families_follow_their_feeders), cmocka_unit_test(exposition_format),
+              cmocka_unit_test(snapshot_lists_every_series),
               cmocka_unit_test(registration_rules_and_limits),
               cmocka_unit_test(concurrent_updates_are_not_lost), cmocka_unit_test(result_names),
               cmocka_unit_test(process_wide_registry), cmocka_unit_test(oom_child),
