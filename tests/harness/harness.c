@@ -163,7 +163,12 @@ static void tmpfs_unmount_at_exit(void)
 
 const char *jsd_test_mount_tmpfs(const char *name, const char *size)
 {
-    snprintf(tmpfs_dir, sizeof(tmpfs_dir), "%s/%s", jsd_test_dir(), name);
+    if (snprintf(tmpfs_dir, sizeof(tmpfs_dir), "%s/%s", jsd_test_dir(), name) >=
+        (int)sizeof(tmpfs_dir)) {
+        print_message("tmpfs path %s/%s is too long\n", jsd_test_dir(), name);
+        tmpfs_dir[0] = '\0';
+        return NULL;
+    }
     mkdir(tmpfs_dir, 0755);
     char opts[64];
     snprintf(opts, sizeof(opts), "size=%s,mode=0755", size);
