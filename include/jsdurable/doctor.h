@@ -47,8 +47,8 @@ typedef enum jsd_doctor_kind {
 } jsd_doctor_kind;
 
 /* "ok", "unknown", "warn", "error"; "stream", "durable", "server", "store". */
-const char *jsd_doctor_level_str(jsd_doctor_level l);
-const char *jsd_doctor_kind_str(jsd_doctor_kind k);
+JSD_EXTERN const char *jsd_doctor_level_str(jsd_doctor_level l);
+JSD_EXTERN const char *jsd_doctor_kind_str(jsd_doctor_kind k);
 
 /* One result. Strings are owned by the report. */
 typedef struct jsd_doctor_result {
@@ -117,7 +117,7 @@ typedef struct jsd_doctor_opts {
     int monitor_timeout_ms; /* default 5000 */
 } jsd_doctor_opts;
 
-void jsd_doctor_opts_init(jsd_doctor_opts *o);
+JSD_EXTERN void jsd_doctor_opts_init(jsd_doctor_opts *o);
 
 /*
  * Run the checks o selects. store and conn may be NULL: the checks that need
@@ -130,16 +130,16 @@ void jsd_doctor_opts_init(jsd_doctor_opts *o);
  * Makes requests on conn and, on the store, read-only queries; the store
  * must have no transaction open.
  */
-jsd_status jsd_doctor_run(jsd_doctor_report **out, jsd_store *store, jsd_conn *conn,
-                          const jsd_doctor_opts *o, jsd_error *err);
+JSD_EXTERN jsd_status jsd_doctor_run(jsd_doctor_report **out, jsd_store *store, jsd_conn *conn,
+                                     const jsd_doctor_opts *o, jsd_error *err);
 
 /* Accepts NULL. */
-void jsd_doctor_report_destroy(jsd_doctor_report *r);
-size_t jsd_doctor_report_count(const jsd_doctor_report *r);
+JSD_EXTERN void jsd_doctor_report_destroy(jsd_doctor_report *r);
+JSD_EXTERN size_t jsd_doctor_report_count(const jsd_doctor_report *r);
 /* The i-th result (in the order the checks ran), NULL past the end. */
-const jsd_doctor_result *jsd_doctor_report_at(const jsd_doctor_report *r, size_t i);
+JSD_EXTERN const jsd_doctor_result *jsd_doctor_report_at(const jsd_doctor_report *r, size_t i);
 /* The worst level of all results (JSD_DOCTOR_OK for an empty report). */
-jsd_doctor_level jsd_doctor_report_worst(const jsd_doctor_report *r);
+JSD_EXTERN jsd_doctor_level jsd_doctor_report_worst(const jsd_doctor_report *r);
 
 /*
  * Whether a check name is on an override list: allow is a comma-separated
@@ -147,10 +147,10 @@ jsd_doctor_level jsd_doctor_report_worst(const jsd_doctor_report *r);
  * allows nothing. Used by relay and consume to run despite an error that
  * the operator accepted by name.
  */
-bool jsd_doctor_allowed(const char *allow, const char *check);
+JSD_EXTERN bool jsd_doctor_allowed(const char *allow, const char *check);
 /* Whether every name on an override list is a known check name; false with
  * the first unknown one in bad (cap bytes) when not. */
-bool jsd_doctor_allow_valid(const char *allow, char *bad, size_t cap);
+JSD_EXTERN bool jsd_doctor_allow_valid(const char *allow, char *bad, size_t cap);
 
 #ifdef __cplusplus
 }
