@@ -112,6 +112,13 @@ out:
     return buf;
 }
 
+/* The delivery's W3C trace context, for its inbox row. */
+static jsd__trace trace_of(const jsd_delivery *d)
+{
+    return (jsd__trace){.parent = jsd_delivery_header(d, "traceparent"),
+                        .state = jsd_delivery_header(d, "tracestate")};
+}
+
 static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int code)
 {
     size_t hlen = 0;
@@ -131,7 +138,8 @@ static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int 
     jsd_status st = jsd__tx_poison_insert(tx, &p, NULL);
     jsd__free(hdr);
     if (st == JSD_OK)
-        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, p.msg_id, code, d->reason);
+        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, p.msg_id, code, d->reason,
+                                  &(jsd__trace){0});
     if (st == JSD_OK) {
         d->state = code == OUT_POISON ? D_POISON : D_PARK;
         d->fresh = true;
@@ -227,7 +235,9 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
              * identity too, apply nothing. */
             char why[64];
             jsd__snprintf(why, sizeof(why), "duplicate of stream seq %" PRIu64, prev.stream_seq);
-            st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_DUP, why);
+            jsd__trace t = trace_of(d);
+            st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_DUP, why,
+                                      &t);
             if (st != JSD_OK && st != JSD_ERR_EXISTS)
                 return st;
             d->state = D_ACK;
@@ -281,7 +291,9 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
     }
 
     if (disp.kind == JSD_DISPOSITION_COMMIT) {
-        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL);
+        jsd__trace t = trace_of(d);
+        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL,
+                                  &t);
         if (st == JSD_OK) {
             if ((st = jsd__tx_release(tx)) != JSD_OK)
                 return st;
@@ -360,6 +372,7 @@ struct jsd__fast {
     jsd_disposition *out;
     uint64_t *seqs;
     const char **ids;
+    jsd__trace *traces;
     bool *inserted;
 };
 
@@ -371,6 +384,7 @@ void jsd__apply_free(jsd_consumer *c)
     jsd__free(c->fast->out);
     jsd__free(c->fast->seqs);
     jsd__free(c->fast->ids);
+    jsd__free(c->fast->traces);
     jsd__free(c->fast->inserted);
     jsd__free(c->fast);
     c->fast = NULL;
@@ -390,8 +404,9 @@ static jsd_status fast_scratch(jsd_consumer *c, size_t n)
     f->out = jsd__calloc(n, sizeof(*f->out));
     f->seqs = jsd__calloc(n, sizeof(*f->seqs));
     f->ids = jsd__calloc(n, sizeof(*f->ids)); /* NOLINT(bugprone-sizeof-expression) */
+    f->traces = jsd__calloc(n, sizeof(*f->traces));
     f->inserted = jsd__calloc(n, sizeof(*f->inserted));
-    if (!f->dp || !f->out || !f->seqs || !f->ids || !f->inserted) {
+    if (!f->dp || !f->out || !f->seqs || !f->ids || !f->traces || !f->inserted) {
         jsd__apply_free(c);
         return JSD_ERR_NOMEM;
     }
@@ -462,13 +477,14 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
         f->dp[i] = d;
         f->seqs[i] = d->seq;
         f->ids[i] = d->msg_id && *d->msg_id ? d->msg_id : NULL;
+        f->traces[i] = trace_of(d);
     }
     if (batch_repeats(f->dp, n)) {
         *abort = true;
         return JSD_OK;
     }
     st = jsd__tx_inbox_insert_many(tx, c->stream, c->durable, f->seqs, (const char *const *)f->ids,
-                                   n, OUT_COMMIT, f->inserted);
+                                   f->traces, n, OUT_COMMIT, f->inserted);
     if (st != JSD_OK)
         return st;
     for (size_t i = 0; i < n; i++) {

@@ -62,15 +62,17 @@ typedef struct jsd__store_ops {
     jsd_status (*inbox_lookup)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                                const char *msg_id, bool *found, jsd__inbox_outcome *out);
     jsd_status (*inbox_insert)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
-                               const char *msg_id, int code, const char *detail, int64_t now);
+                               const char *msg_id, int code, const char *detail,
+                               const jsd__trace *trace, int64_t now);
     /* The inbox rows (code, no detail) of a whole batch in one statement
      * where the engine allows it: row i is inserted unless a row of
      * (stream, consumer) has seqs[i], or has msg_ids[i] (NULL or "": none) and was
      * there before the call; inserted[i] says which. The caller keeps seqs
      * and msg ids distinct within the batch. */
     jsd_status (*inbox_insert_many)(jsd_store *s, const char *stream, const char *consumer,
-                                    const uint64_t *seqs, const char *const *msg_ids, size_t n,
-                                    int code, int64_t now, bool *inserted);
+                                    const uint64_t *seqs, const char *const *msg_ids,
+                                    const jsd__trace *traces, size_t n, int code, int64_t now,
+                                    bool *inserted);
     jsd_status (*poison_insert)(jsd_store *s, const jsd__poison *p, int64_t now, bool *inserted);
     jsd_status (*poison_mark)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                               const char *dlq_stream, uint64_t dlq_seq);

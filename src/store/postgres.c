@@ -168,13 +168,16 @@ static const char *const sql_text[P__COUNT] = {
                         "WHERE stream = $1 AND consumer = $2 AND msg_id = $3 "
                         "ORDER BY created_at, stream_seq LIMIT 1",
     [P_INBOX_INS] = "INSERT INTO @jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, "
-                    "detail, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                    "detail, created_at, traceparent, tracestate) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
                     "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
     /* A batch's rows in one statement. NOT EXISTS sees the rows recorded
      * before the statement only: msg ids are kept distinct by the caller. */
     [P_INBOX_INS_MANY] = "INSERT INTO @jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, "
-                         "detail, created_at) SELECT $1::text, $2::text, u.seq, u.mid, $3::int4, "
-                         "NULL, $4::int8 FROM unnest($5::int8[], $6::text[]) AS u(seq, mid) "
+                         "detail, created_at, traceparent, tracestate) SELECT $1::text, "
+                         "$2::text, u.seq, u.mid, $3::int4, NULL, $4::int8, u.tp, u.ts FROM "
+                         "unnest($5::int8[], $6::text[], $7::text[], $8::text[]) "
+                         "AS u(seq, mid, tp, ts) "
                          /* One index probe per delivery, whatever the statistics:
                           * as NOT EXISTS, the generic plan cached while the inbox
                           * was young hashed every msg id of the consumer for each
@@ -1221,7 +1224,7 @@ static jsd_status pg_inbox_lookup(jsd_store *s, const char *stream, const char *
 
 static jsd_status pg_inbox_insert(jsd_store *s, const char *stream, const char *consumer,
                                   uint64_t seq, const char *msg_id, int code, const char *detail,
-                                  int64_t now)
+                                  const jsd__trace *trace, int64_t now)
 {
     params p = {.n = 0};
     p_text(&p, stream);
@@ -1231,6 +1234,8 @@ static jsd_status pg_inbox_insert(jsd_store *s, const char *stream, const char *
     p_i64(&p, code);
     p_text(&p, detail);
     p_i64(&p, now);
+    p_text(&p, trace ? trace->parent : NULL);
+    p_text(&p, trace ? trace->state : NULL);
     PGresult *r = pexec(s, P_INBOX_INS, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "inbox insert");
     if (!r)
         return s->err.status;
@@ -1240,18 +1245,22 @@ static jsd_status pg_inbox_insert(jsd_store *s, const char *stream, const char *
 }
 
 static jsd_status pg_inbox_insert_many(jsd_store *s, const char *stream, const char *consumer,
-                                       const uint64_t *seqs, const char *const *msg_ids, size_t n,
-                                       int code, int64_t now, bool *inserted)
+                                       const uint64_t *seqs, const char *const *msg_ids,
+                                       const jsd__trace *traces, size_t n, int code, int64_t now,
+                                       bool *inserted)
 {
-    arr a[2];
+    arr a[4];
     arr_init(&a[0], OID_INT8);
-    arr_init(&a[1], OID_TEXT);
+    for (int k = 1; k < 4; k++)
+        arr_init(&a[k], OID_TEXT);
     for (size_t i = 0; i < n; i++) {
         arr_i64(&a[0], (int64_t)seqs[i]);
         arr_str(&a[1], msg_ids[i] && *msg_ids[i] ? msg_ids[i] : NULL);
+        arr_str(&a[2], traces ? traces[i].parent : NULL);
+        arr_str(&a[3], traces ? traces[i].state : NULL);
     }
-    if (!arr_done(&a[0]) || !arr_done(&a[1])) {
-        arr_free(a, 2);
+    if (!arr_done(&a[0]) || !arr_done(&a[1]) || !arr_done(&a[2]) || !arr_done(&a[3])) {
+        arr_free(a, 4);
         return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory building the inbox rows");
     }
     params p = {.n = 0};
@@ -1259,11 +1268,11 @@ static jsd_status pg_inbox_insert_many(jsd_store *s, const char *stream, const c
     p_text(&p, consumer);
     p_i64(&p, code);
     p_i64(&p, now);
-    p_arr(&p, &a[0]);
-    p_arr(&p, &a[1]);
+    for (int k = 0; k < 4; k++)
+        p_arr(&p, &a[k]);
     PGresult *r =
         pexec(s, P_INBOX_INS_MANY, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "inbox insert");
-    arr_free(a, 2);
+    arr_free(a, 4);
     if (!r)
         return s->err.status;
     /* RETURNING comes in the order of the input as a rule: search on from

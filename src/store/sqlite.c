@@ -210,7 +210,7 @@ static const char *const sql_text[S__COUNT] = {
                         "WHERE stream = ?1 AND consumer = ?2 AND msg_id = ?3 "
                         "ORDER BY created_at, stream_seq LIMIT 1",
     [S_INBOX_INS] = "INSERT INTO jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, detail, "
-                    "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+                    "created_at, traceparent, tracestate) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
                     "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
     /* The batch insert's msg id test. One INSERT ... SELECT ... WHERE NOT
      * EXISTS (on jsd_inbox itself) would do both in one statement, but SQLite
@@ -1332,7 +1332,7 @@ static jsd_status sq_inbox_lookup(jsd_store *s, const char *stream, const char *
 
 static jsd_status sq_inbox_insert(jsd_store *s, const char *stream, const char *consumer,
                                   uint64_t seq, const char *msg_id, int code, const char *detail,
-                                  int64_t now)
+                                  const jsd__trace *trace, int64_t now)
 {
     sqlite3_stmt *st = stmt(s, S_INBOX_INS);
     if (!st)
@@ -1344,6 +1344,8 @@ static jsd_status sq_inbox_insert(jsd_store *s, const char *stream, const char *
     sqlite3_bind_int(st, 5, code);
     bind_text(st, 6, detail);
     sqlite3_bind_int64(st, 7, now);
+    bind_text(st, 8, trace ? trace->parent : NULL);
+    bind_text(st, 9, trace ? trace->state : NULL);
     int x = sqlite3_step(st);
     done(st);
     if (x != SQLITE_DONE)
@@ -1354,8 +1356,9 @@ static jsd_status sq_inbox_insert(jsd_store *s, const char *stream, const char *
 /* No round trips to save: per delivery the msg id test (when it has one)
  * and the INSERT, each one execution of a prepared statement. */
 static jsd_status sq_inbox_insert_many(jsd_store *s, const char *stream, const char *consumer,
-                                       const uint64_t *seqs, const char *const *msg_ids, size_t n,
-                                       int code, int64_t now, bool *inserted)
+                                       const uint64_t *seqs, const char *const *msg_ids,
+                                       const jsd__trace *traces, size_t n, int code, int64_t now,
+                                       bool *inserted)
 {
     sqlite3_stmt *has = stmt(s, S_INBOX_HAS_MSG);
     sqlite3_stmt *ins = has ? stmt(s, S_INBOX_INS) : NULL;
@@ -1386,6 +1389,8 @@ static jsd_status sq_inbox_insert_many(jsd_store *s, const char *stream, const c
         }
         sqlite3_bind_int64(ins, 3, (int64_t)seqs[i]);
         bind_text(ins, 4, id);
+        bind_text(ins, 8, traces ? traces[i].parent : NULL);
+        bind_text(ins, 9, traces ? traces[i].state : NULL);
         x = sqlite3_step(ins);
         sqlite3_reset(ins);
         if (x != SQLITE_DONE)

@@ -311,9 +311,18 @@ jsd_status jsd__tx_inbox_lookup_msg_id(jsd_tx *tx, const char *stream, const cha
  * transaction usable (INSERT ... ON CONFLICT DO NOTHING). msg_id may be NULL.
  * Lengths: stream, consumer <= 256 bytes, msg_id <= 256 bytes.
  */
+/* A delivery's W3C trace context as it came (headers traceparent and
+ * tracestate), kept in its inbox row; either may be NULL. The store keeps
+ * what it gets, cut to the header limits (JSD_HEADER_VALUE_MAX,
+ * JSD_TRACESTATE_MAX). */
+typedef struct jsd__trace {
+    const char *parent;
+    const char *state;
+} jsd__trace;
+
 jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *consumer,
                                 uint64_t stream_seq, const char *msg_id, int outcome_code,
-                                const char *detail);
+                                const char *detail, const jsd__trace *trace);
 
 /*
  * The fast path of a batch: record n fresh deliveries (seqs[i], msg_ids[i],
@@ -324,10 +333,12 @@ jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *cons
  * in the inbox or a row with its message id was recorded before this call.
  * Seqs and message ids must be distinct within the batch: the caller's to
  * ensure (not checked), since one statement does not see its own rows.
+ * traces (NULL: none) gives each delivery's trace context.
  */
 jsd_status jsd__tx_inbox_insert_many(jsd_tx *tx, const char *stream, const char *consumer,
-                                     const uint64_t *seqs, const char *const *msg_ids, size_t n,
-                                     int outcome_code, bool *inserted);
+                                     const uint64_t *seqs, const char *const *msg_ids,
+                                     const jsd__trace *traces, size_t n, int outcome_code,
+                                     bool *inserted);
 
 /* ---- poison records (DLQ-1) ----------------------------------------------------------- */
 

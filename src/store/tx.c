@@ -511,9 +511,20 @@ jsd_status jsd__tx_inbox_lookup_msg_id(jsd_tx *tx, const char *stream, const cha
     return tx->store->ops->inbox_lookup(tx->store, stream, consumer, 0, msg_id, found, out);
 }
 
+/* A trace context value as the inbox keeps it: cut to cap bytes (the
+ * consumer hands over what came; the emit side checked what it sent). */
+static const char *trace_cut(const char *v, size_t cap, char *buf)
+{
+    if (!v || strlen(v) <= cap)
+        return v;
+    memcpy(buf, v, cap);
+    buf[cap] = '\0';
+    return buf;
+}
+
 jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *consumer,
                                 uint64_t stream_seq, const char *msg_id, int outcome_code,
-                                const char *detail)
+                                const char *detail, const jsd__trace *trace)
 {
     jsd_status rc = need_tx(tx, "inbox insert");
     if (rc != JSD_OK)
@@ -527,8 +538,14 @@ jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *cons
         jsd__strlcpy(cut, detail, sizeof(cut));
         detail = cut;
     }
+    char tp[JSD_HEADER_VALUE_MAX + 1], ts[JSD_TRACESTATE_MAX + 1];
+    jsd__trace t = {0};
+    if (trace) {
+        t.parent = trace_cut(trace->parent, JSD_HEADER_VALUE_MAX, tp);
+        t.state = trace_cut(trace->state, JSD_TRACESTATE_MAX, ts);
+    }
     rc = s->ops->inbox_insert(s, stream, consumer, stream_seq, msg_id && *msg_id ? msg_id : NULL,
-                              outcome_code, detail, jsd__now_ms());
+                              outcome_code, detail, &t, jsd__now_ms());
     if (rc == JSD_ERR_EXISTS)
         jsd__store_err(s, JSD_ERR_EXISTS,
                        "delivery (stream \"%.64s\", consumer \"%.64s\", sequence %llu) is already "
@@ -538,8 +555,9 @@ jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *cons
 }
 
 jsd_status jsd__tx_inbox_insert_many(jsd_tx *tx, const char *stream, const char *consumer,
-                                     const uint64_t *seqs, const char *const *msg_ids, size_t n,
-                                     int outcome_code, bool *inserted)
+                                     const uint64_t *seqs, const char *const *msg_ids,
+                                     const jsd__trace *traces, size_t n, int outcome_code,
+                                     bool *inserted)
 {
     jsd_status rc = need_tx(tx, "inbox insert");
     if (rc != JSD_OK)
@@ -554,8 +572,12 @@ jsd_status jsd__tx_inbox_insert_many(jsd_tx *tx, const char *stream, const char 
         if ((rc = check_delivery(s, stream, consumer, seqs[i])) != JSD_OK ||
             (rc = check_msg_id(s, msg_ids[i])) != JSD_OK)
             return rc;
+        if (traces && ((traces[i].parent && strlen(traces[i].parent) > JSD_HEADER_VALUE_MAX) ||
+                       (traces[i].state && strlen(traces[i].state) > JSD_TRACESTATE_MAX)))
+            return jsd__store_err(s, JSD_ERR_LIMIT,
+                                  "inbox insert: a trace context over its header limit");
     }
-    return s->ops->inbox_insert_many(s, stream, consumer, seqs, msg_ids, n, outcome_code,
+    return s->ops->inbox_insert_many(s, stream, consumer, seqs, msg_ids, traces, n, outcome_code,
                                      jsd__now_ms(), inserted);
 }
 

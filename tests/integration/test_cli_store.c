@@ -285,7 +285,7 @@ static void status_and_gc(void **state)
         jsd_effect e = {.id = id, .subject = "s.x"};
         ASSERT_OK(jsd_tx_emit(tx, &e));
     }
-    ASSERT_OK(jsd__tx_inbox_insert(tx, "S", "c", 1, NULL, 0, NULL));
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "S", "c", 1, NULL, 0, NULL, NULL));
     ASSERT_OK(jsd_tx_commit(tx));
     jsd__effect_batch b;
     jsd__effect_batch_init(&b);

@@ -210,8 +210,8 @@ static void redelivery_hits_inbox(bool pg)
         snprintf(sql, sizeof(sql), "INSERT INTO effects(seq, body) VALUES (%llu, 'x')",
                  (unsigned long long)md->Sequence.Stream);
         ASSERT_TRUE(cenv_tx_exec(tx, sql));
-        ASSERT_OK(
-            jsd__tx_inbox_insert(tx, e.stream, e.durable, md->Sequence.Stream, NULL, 1, NULL));
+        ASSERT_OK(jsd__tx_inbox_insert(tx, e.stream, e.durable, md->Sequence.Stream, NULL, 1, NULL,
+                                       NULL));
         jsMsgMetaData_Destroy(md);
     }
     ASSERT_OK(jsd_tx_commit(tx));

@@ -117,6 +117,14 @@ static void trace_context(bool pg)
                                          "NULL"),
               1);
     ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM tsink"), 2);
+    /* and the inbox row keeps it */
+    snprintf(sql, sizeof(sql),
+             "SELECT COUNT(*) FROM jsd_inbox WHERE traceparent = '%s' AND tracestate = '%s'", tp,
+             ts);
+    ASSERT_EQ(cenv_store_scalar(e.store, sql), 1);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox WHERE traceparent IS "
+                                         "NULL"),
+              1);
     cenv_down(&e);
 }
 

@@ -542,8 +542,11 @@ static void limits_are_enforced(void **state)
     jsd_header sixteen[JSD_HEADERS_MAX];
     for (int i = 0; i < JSD_HEADERS_MAX; i++)
         sixteen[i] = (jsd_header){.name = "X-N", .value = "v"};
-    e = (jsd_effect){.id = "tp17", .subject = "a.b", .headers = sixteen,
-                     .n_headers = JSD_HEADERS_MAX, .traceparent = tp};
+    e = (jsd_effect){.id = "tp17",
+                     .subject = "a.b",
+                     .headers = sixteen,
+                     .n_headers = JSD_HEADERS_MAX,
+                     .traceparent = tp};
     ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
     ASSERT_CONTAINS(jsd_store_errmsg(s), "17 headers with its trace context; the limit is 16");
 
@@ -1012,23 +1015,24 @@ static void inbox_identity_and_outcome(void **state)
     ASSERT_OK(jsd_tx_begin(&tx, s));
     ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 1, &found, &o));
     assert_false(found);
-    ASSERT_OK_E(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, "msg-1", 3, "shipped"),
+    ASSERT_OK_E(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, "msg-1", 3, "shipped", NULL),
                 jsd_store_errmsg(s));
     ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 1, &found, &o));
     assert_true(found);
     ASSERT_EQ(o.code, 3);
     ASSERT_STREQ(o.detail, "shipped");
     ASSERT_STREQ(o.msg_id, "msg-1");
-    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, "msg-1", 4, NULL),
+    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, "msg-1", 4, NULL, NULL),
                   JSD_ERR_EXISTS);
     ASSERT_CONTAINS(jsd_store_errmsg(s), "already in the inbox");
     /* The transaction is still usable: a different delivery goes in. */
-    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "billing", 1, "msg-1", 5, NULL));
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "billing", 1, "msg-1", 5, NULL, NULL));
     ASSERT_OK(jsd_tx_commit(tx));
 
     /* After commit, a redelivery finds the recorded outcome. */
     ASSERT_OK(jsd_tx_begin(&tx, s));
-    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, NULL, 9, NULL), JSD_ERR_EXISTS);
+    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 1, NULL, 9, NULL, NULL),
+                  JSD_ERR_EXISTS);
     ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 1, &found, &o));
     assert_true(found);
     ASSERT_EQ(o.code, 3);
@@ -1045,8 +1049,9 @@ static void inbox_identity_and_outcome(void **state)
     ASSERT_OK(jsd__tx_inbox_lookup(tx, "ORDERS", "shipping", 2, &found, NULL));
     assert_false(found);
     /* Bad identities are refused. */
-    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "", "shipping", 2, NULL, 0, NULL), JSD_ERR_INVALID);
-    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 0, NULL, 0, NULL),
+    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "", "shipping", 2, NULL, 0, NULL, NULL),
+                  JSD_ERR_INVALID);
+    ASSERT_STATUS(jsd__tx_inbox_insert(tx, "ORDERS", "shipping", 0, NULL, 0, NULL, NULL),
                   JSD_ERR_INVALID);
     jsd_tx_rollback(tx);
     ASSERT_EQ(stats(s).inbox_rows, 2);
@@ -1064,14 +1069,14 @@ static void savepoint_per_delivery(void **state)
     /* delivery 1: kept */
     ASSERT_OK(jsd__tx_savepoint(tx));
     ASSERT_STATUS(jsd__tx_savepoint(tx), JSD_ERR_INVALID);
-    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 1, "m1", 1, NULL));
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 1, "m1", 1, NULL, NULL));
     tx_sql(tx, "INSERT INTO shipments VALUES ('s1')");
     jsd_effect e = {.owner = "s1", .id = "shipped", .subject = "shipments.created"};
     ASSERT_OK(jsd_tx_emit(tx, &e));
     ASSERT_OK(jsd__tx_release(tx));
     /* delivery 2: its handler fails after writing; undone */
     ASSERT_OK(jsd__tx_savepoint(tx));
-    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 2, "m2", 1, NULL));
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 2, "m2", 1, NULL, NULL));
     tx_sql(tx, "INSERT INTO shipments VALUES ('s2')");
     e.owner = "s2";
     ASSERT_OK(jsd_tx_emit(tx, &e));
@@ -1080,7 +1085,7 @@ static void savepoint_per_delivery(void **state)
     ASSERT_STATUS(jsd__tx_release(tx), JSD_ERR_INVALID);
     /* delivery 3: kept, after the failed one */
     ASSERT_OK(jsd__tx_savepoint(tx));
-    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 3, "m3", 1, NULL));
+    ASSERT_OK(jsd__tx_inbox_insert(tx, "ORDERS", "ship", 3, "m3", 1, NULL, NULL));
     tx_sql(tx, "INSERT INTO shipments VALUES ('s3')");
     ASSERT_OK(jsd__tx_release(tx));
     ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
@@ -1188,7 +1193,7 @@ static void retention_in_bounded_batches(void **state)
         ASSERT_OK(jsd_tx_emit(tx, &e));
     }
     for (int i = 0; i < 9; i++)
-        ASSERT_OK(jsd__tx_inbox_insert(tx, "S", "c", (uint64_t)i + 1, NULL, 0, NULL));
+        ASSERT_OK(jsd__tx_inbox_insert(tx, "S", "c", (uint64_t)i + 1, NULL, 0, NULL, NULL));
     ASSERT_OK(jsd_tx_commit(tx));
     now = jsd__now_ms(); /* after the inserts: "old" is relative to the claim time */
     old = now - 3600 * 1000;
