@@ -10,7 +10,9 @@
  * PING (the nats.c 3.4.1 workaround in probe.c: its connect never returns
  * from a server that sends INFO and then nothing). With
  * require_jetstream the JetStream API must answer; there is no
- * fallback to core NATS. At run time nats.c reconnects for ever by default;
+ * fallback to core NATS. A JetStream domain or API prefix becomes the jsCtx's
+ * (so every js_* call uses it) and jsd__conn_js_api_prefix() for the raw API
+ * requests of other modules. At run time nats.c reconnects for ever by default;
  * callbacks keep an atomic "connected" flag and a reconnect counter, and one
  * asynchronous error handler installed at open fans server errors out to the
  * listeners of conn_int.h.
@@ -107,6 +109,47 @@ static jsd_status check_readable(const char *path, const char *what, jsd_error *
 
 /* ---- validation -------------------------------------------------------------- */
 
+/* js_domain: one token [A-Za-z0-9_-]; js_api_prefix: dot-separated non-empty
+ * tokens of printable characters, no wildcards, spaces or controls (a
+ * trailing dot allowed: nats.c drops it). At most one of the two. */
+static jsd_status validate_js_api(const jsd_conn_opts *o, jsd_error *err)
+{
+    if (set(o->js_domain) && set(o->js_api_prefix))
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "both a JetStream domain and an API prefix are set; use only one (the "
+                        "domain \"D\" is the prefix \"$JS.D.API\")");
+    if (set(o->js_domain)) {
+        size_t n = strlen(o->js_domain);
+        bool ok = n <= 128;
+        for (size_t i = 0; ok && i < n; i++) {
+            char ch = o->js_domain[i];
+            ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '_' || ch == '-';
+        }
+        if (!ok)
+            return jsd__err(err, JSD_ERR_CONFIG,
+                            "JetStream domain \"%.64s\" is not one token of [A-Za-z0-9_-] "
+                            "(1..128 bytes)",
+                            o->js_domain);
+    }
+    if (set(o->js_api_prefix)) {
+        const char *p = o->js_api_prefix;
+        size_t n = strlen(p);
+        bool ok = n <= 256 && p[0] != '.';
+        for (size_t i = 0; ok && i < n; i++) {
+            unsigned char ch = (unsigned char)p[i];
+            ok = ch > ' ' && ch < 0x7f && ch != '*' && ch != '>' &&
+                 !(ch == '.' && i + 1 < n && p[i + 1] == '.');
+        }
+        if (!ok)
+            return jsd__err(err, JSD_ERR_CONFIG,
+                            "JetStream API prefix \"%.64s\" is not a subject without wildcards "
+                            "(dot-separated tokens, no spaces, \"*\" or \">\", 1..256 bytes)",
+                            o->js_api_prefix);
+    }
+    return JSD_OK;
+}
+
 static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
 {
     int methods = 0;
@@ -170,7 +213,7 @@ static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
 #undef RANGE
     if (o->name && strlen(o->name) > 256)
         return jsd__err(err, JSD_ERR_CONFIG, "connection name is longer than 256 bytes");
-    return JSD_OK;
+    return validate_js_api(o, err);
 }
 
 /* ---- callbacks --------------------------------------------------------------- */
@@ -598,6 +641,15 @@ static jsd_status check_jetstream(jsd_conn *c, const jsd_conn_opts *o, jsd_error
         jsd__sleep_ms(100);
     }
     connected_url(c, where, sizeof(where));
+    if (s == NATS_NO_RESPONDERS && strcmp(c->js_api_prefix, "$JS.API") != 0) {
+        jsd__err(err, JSD_ERR_NO_JETSTREAM,
+                 "no JetStream answers at API prefix \"%s\" on NATS server %s: check the "
+                 "JetStream %s (the server's jetstream { domain } or the account's import)",
+                 c->js_api_prefix, where, c->js_domain ? "domain" : "API prefix");
+        if (err)
+            err->nats_status = (int)s;
+        return JSD_ERR_NO_JETSTREAM;
+    }
     if (s == NATS_NO_RESPONDERS || jerr == JSNotEnabledErr || jerr == JSNotEnabledForAccountErr) {
         jsd__err(err, JSD_ERR_NO_JETSTREAM,
                  "JetStream is not enabled on NATS server %s%s; jsdurable needs it and does not "
@@ -627,6 +679,24 @@ static jsd_status check_jetstream(jsd_conn *c, const jsd_conn_opts *o, jsd_error
 
 /* ---- open / close ---------------------------------------------------------------- */
 
+/* The domain and the API prefix it stands for (nats.c builds the same one);
+ * true when out of memory. */
+static bool copy_js_api(jsd_conn *c, const jsd_conn_opts *o)
+{
+    char buf[300];
+    if (set(o->js_domain)) {
+        jsd__snprintf(buf, sizeof(buf), "$JS.%s.API", o->js_domain);
+        c->js_domain = jsd__strdup(o->js_domain);
+    } else {
+        jsd__snprintf(buf, sizeof(buf), "%s", set(o->js_api_prefix) ? o->js_api_prefix : "$JS.API");
+        size_t n = strlen(buf);
+        if (n && buf[n - 1] == '.')
+            buf[n - 1] = '\0';
+    }
+    c->js_api_prefix = jsd__strdup(buf);
+    return !c->js_api_prefix || (set(o->js_domain) && !c->js_domain);
+}
+
 static void conn_free(jsd_conn *c)
 {
     if (!c)
@@ -642,6 +712,8 @@ static void conn_free(jsd_conn *c)
     jsd__free_secret(c->creds_file);
     jsd__free_secret(c->nkey_seed_file);
     jsd__free(c->name);
+    jsd__free(c->js_domain);
+    jsd__free(c->js_api_prefix);
     if (c->sh) {
         pthread_mutex_destroy(&c->sh->lk);
         pthread_cond_destroy(&c->sh->cv);
@@ -717,7 +789,7 @@ jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
     if (copy_secret(&c->token, o->token) || copy_secret(&c->user, o->user) ||
         copy_secret(&c->password, o->password) || copy_secret(&c->creds_file, o->creds_file) ||
         copy_secret(&c->nkey_seed_file, o->nkey_seed_file) ||
-        !(c->name = jsd__strdup(set(o->name) ? o->name : "jsdurable"))) {
+        !(c->name = jsd__strdup(set(o->name) ? o->name : "jsdurable")) || copy_js_api(c, o)) {
         st = jsd__err(err, JSD_ERR_NOMEM, "out of memory copying the connection profile");
         goto fail;
     }
@@ -742,6 +814,10 @@ jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
         natsStatus s;
         jsOptions_Init(&jo);
         jo.Wait = c->request_timeout_ms;
+        if (c->js_domain)
+            jo.Domain = c->js_domain;
+        else
+            jo.Prefix = c->js_api_prefix;
         if ((s = natsConnection_JetStream(&c->js, c->nc, &jo)) != NATS_OK) {
             st = jsd__err_nats(err, s, 0, "creating the JetStream context");
             goto fail;
@@ -868,6 +944,11 @@ jsCtx *jsd__conn_js(jsd_conn *c)
 int jsd__conn_request_timeout_ms(const jsd_conn *c)
 {
     return c ? c->request_timeout_ms : 5000;
+}
+
+const char *jsd__conn_js_api_prefix(const jsd_conn *c)
+{
+    return c && c->js_api_prefix ? c->js_api_prefix : "$JS.API";
 }
 
 int jsd__conn_add_error_listener(jsd_conn *c, jsd__conn_error_fn fn, void *user)

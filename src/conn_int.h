@@ -15,6 +15,10 @@
 natsConnection *jsd__conn_nats(jsd_conn *c);
 jsCtx *jsd__conn_js(jsd_conn *c);
 int jsd__conn_request_timeout_ms(const jsd_conn *c);
+/* The JetStream API prefix of the profile, without a trailing dot:
+ * "$JS.API", "$JS.<domain>.API" or the profile's js_api_prefix. For the raw
+ * API requests a module makes itself ("<prefix>.STREAM.NAMES"). */
+const char *jsd__conn_js_api_prefix(const jsd_conn *c);
 
 /* Asynchronous errors the server reports on the connection (for example
  * "Permissions Violation for Publish to ..."), fanned out to listeners from

@@ -57,6 +57,8 @@ struct jsd_conn {
     char *creds_file;
     char *nkey_seed_file;
     char *name;
+    char *js_domain;     /* NULL: none */
+    char *js_api_prefix; /* always set: "$JS.API" unless a domain or prefix says */
 
     int connect_timeout_ms;
     int request_timeout_ms;

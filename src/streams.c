@@ -1,6 +1,7 @@
 /*
  * streams — the one answer to "which stream captures this subject" and its
- * cache (see streams.h). Lookups are one $JS.API.STREAM.NAMES request with a
+ * cache (see streams.h). Lookups are one <API prefix>.STREAM.NAMES request
+ * ($JS.API unless the connection names a JetStream domain or prefix) with a
  * subject filter; answers, found or not, are kept in a hash table of at most
  * max subjects, each until its TTL runs out; the duplicate windows of found
  * streams sit in a small table beside it. One mutex guards both tables and is
@@ -42,8 +43,10 @@ jsd_status jsd__stream_for_subject(jsd_conn *conn, const char *subject, char *na
         st = jsd__err(err, JSD_ERR_NOMEM, "stream lookup: out of memory");
         goto done;
     }
-    natsStatus s = natsConnection_RequestString(&reply, nc, "$JS.API.STREAM.NAMES", body,
-                                                jsd__conn_request_timeout_ms(conn));
+    char api[320];
+    jsd__snprintf(api, sizeof(api), "%s.STREAM.NAMES", jsd__conn_js_api_prefix(conn));
+    natsStatus s =
+        natsConnection_RequestString(&reply, nc, api, body, jsd__conn_request_timeout_ms(conn));
     if (s == NATS_NO_RESPONDERS) {
         st = jsd__err(err, JSD_ERR_NO_JETSTREAM,
                       "looking up the stream for \"%s\": JetStream did not answer (no "

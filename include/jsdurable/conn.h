@@ -72,6 +72,15 @@ typedef struct jsd_conn_opts {
     int max_pending_msgs;
     int64_t max_pending_bytes;
 
+    /* JetStream domain (a leaf node's or hub's "jetstream { domain: ... }"):
+     * the API is reached at "$JS.<domain>.API". One token of [A-Za-z0-9_-].
+     * Or, for an account that imports another's JetStream, the API prefix
+     * itself ("$JS.hub.API", "js.acc"): a subject without wildcards; a
+     * trailing dot is ignored. At most one of the two; default neither
+     * ("$JS.API"). Every JetStream request of the library uses it. */
+    const char *js_domain;
+    const char *js_api_prefix;
+
     /* Fail when the server does not offer JetStream (default 1). With 0 the
      * connection is for core NATS only (jsd_conn_publish_core). */
     int require_jetstream;
