@@ -58,35 +58,51 @@ int cli_doctor_allow_check(const char *cmd, const char *allow);
 /* ---- connection flags ----------------------------------------------------------
  * Add CLI_CONN_LONGOPTS to a getopt_long table, and pass every option value
  * >= CLI_CONN_OPT_BASE to cli_conn_flag(). Secrets are taken from files or the
- * environment, never from argv (argv is visible to every user). */
+ * environment, never from argv (argv is visible to every user). The nats
+ * CLI's spellings are aliases: --server (and -s, mapped in main.c) for
+ * --nats, --tlsca/--tlscert/--tlskey for --tls-ca/--tls-cert/--tls-key. */
 #define CLI_CONN_OPT_BASE 1000
 #define CLI_CONN_LONGOPTS                                                                          \
     {"nats", required_argument, NULL, CLI_CONN_OPT_BASE + 0},                                      \
+        {"server", required_argument, NULL, CLI_CONN_OPT_BASE + 0},                                \
         {"token-file", required_argument, NULL, CLI_CONN_OPT_BASE + 1},                            \
         {"user", required_argument, NULL, CLI_CONN_OPT_BASE + 2},                                  \
         {"password-file", required_argument, NULL, CLI_CONN_OPT_BASE + 3},                         \
         {"creds", required_argument, NULL, CLI_CONN_OPT_BASE + 4},                                 \
         {"nkey", required_argument, NULL, CLI_CONN_OPT_BASE + 5},                                  \
         {"tls-ca", required_argument, NULL, CLI_CONN_OPT_BASE + 6},                                \
+        {"tlsca", required_argument, NULL, CLI_CONN_OPT_BASE + 6},                                 \
         {"tls-cert", required_argument, NULL, CLI_CONN_OPT_BASE + 7},                              \
+        {"tlscert", required_argument, NULL, CLI_CONN_OPT_BASE + 7},                               \
         {"tls-key", required_argument, NULL, CLI_CONN_OPT_BASE + 8},                               \
+        {"tlskey", required_argument, NULL, CLI_CONN_OPT_BASE + 8},                                \
         {"tls-hostname", required_argument, NULL, CLI_CONN_OPT_BASE + 9},                          \
         {"tls-required", no_argument, NULL, CLI_CONN_OPT_BASE + 10},                               \
         {"connect-timeout-ms", required_argument, NULL, CLI_CONN_OPT_BASE + 11},                   \
         {"startup-budget-ms", required_argument, NULL, CLI_CONN_OPT_BASE + 12},                    \
         {"log-level", required_argument, NULL, CLI_CONN_OPT_BASE + 13},                            \
+        {"log-format", required_argument, NULL, CLI_CONN_OPT_BASE + 14},                           \
+        {"context", required_argument, NULL, CLI_CONN_OPT_BASE + 15},                              \
+        {"no-context", no_argument, NULL, CLI_CONN_OPT_BASE + 16},                                 \
+        {"js-domain", required_argument, NULL, CLI_CONN_OPT_BASE + 17},                            \
     {                                                                                              \
-        "log-format", required_argument, NULL, CLI_CONN_OPT_BASE + 14                              \
+        "js-api-prefix", required_argument, NULL, CLI_CONN_OPT_BASE + 18                           \
     }
 
 #define CLI_CONN_HELP                                                                              \
     "Connection (NATS):\n"                                                                         \
-    "  --nats URL[,URL...]        servers (default: $JSD_NATS_URL)\n"                              \
-    "  --token-file FILE          auth token from FILE (or $JSD_NATS_TOKEN)\n"                     \
-    "  --user NAME                user (or $JSD_NATS_USER); password from\n"                       \
-    "  --password-file FILE       FILE (or $JSD_NATS_PASSWORD)\n"                                  \
-    "  --creds FILE | --nkey FILE credentials file or NKey seed file\n"                            \
-    "  --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-hostname NAME --tls-required\n"          \
+    "  -s, --nats, --server URL[,URL...]  servers (default: $JSD_NATS_URL, then $NATS_URL)\n"      \
+    "  --token-file FILE          auth token from FILE (or $JSD_NATS_TOKEN, $NATS_TOKEN)\n"        \
+    "  --user NAME                user (or $JSD_NATS_USER, $NATS_USER); password from\n"           \
+    "  --password-file FILE       FILE (or $JSD_NATS_PASSWORD, $NATS_PASSWORD)\n"                  \
+    "  --creds FILE | --nkey FILE credentials file or NKey seed file ($NATS_CREDS, $NATS_NKEY)\n"  \
+    "  --tls-ca FILE --tls-cert FILE --tls-key FILE   (also --tlsca, --tlscert, --tlskey;\n"       \
+    "                             $NATS_CA, $NATS_CERT, $NATS_KEY)\n"                              \
+    "  --tls-hostname NAME --tls-required\n"                                                       \
+    "  --context NAME             a nats CLI context (~/.config/nats/context/NAME.json; default\n" \
+    "                             $NATS_CONTEXT, else the nats CLI's selected one); flags and\n"   \
+    "                             variables win over it. --no-context: use none\n"                 \
+    "  --js-domain NAME | --js-api-prefix PREFIX   JetStream domain or API prefix\n"               \
     "  --connect-timeout-ms N     one connect attempt (default 2000)\n"                            \
     "  --startup-budget-ms N      keep retrying the first connect this long (default 10000)\n"     \
     "Logging:\n"                                                                                   \
@@ -97,6 +113,10 @@ typedef struct cli_conn {
     char *secret_token;    /* owned, wiped */
     char *secret_password; /* owned, wiped */
     bool have_url;
+    const char *context;       /* --context NAME (or a path to a .json file) */
+    bool no_context;           /* --no-context */
+    void *context_doc;         /* the context's parsed JSON (secrets in it wiped) */
+    char *context_expanded[5]; /* context file paths with "~/" expanded */
 } cli_conn;
 
 void cli_conn_init(cli_conn *c);
@@ -108,8 +128,28 @@ int cli_log_apply(void);
 int cli_log_default(jsd_log_level level);
 /* Handle one connection/logging flag; returns 0, or an exit code on error. */
 int cli_conn_flag(cli_conn *c, int opt, const char *arg);
-/* Apply environment fallbacks; CLI_USAGE when no URL is given anywhere. */
+/* Apply the fallbacks after the flags: JSD_* variables, then the nats CLI's
+ * NATS_* variables, then its context (see cli_context.c); CLI_USAGE when no
+ * URL is given anywhere, CLI_CONFIG for a context that cannot be used. */
 int cli_conn_finish(cli_conn *c, const char *prog);
+/* Whether the user asked for NATS at all, for commands where it is
+ * optional (status, gc): a -s/--nats flag, JSD_NATS_URL, NATS_URL, or a
+ * --context / $NATS_CONTEXT (not the nats CLI's mere selection). */
+bool cli_conn_wanted(const cli_conn *c);
+/* true once any authentication method is set (token, user, password, creds,
+ * NKey). */
+bool cli_conn_has_auth(const cli_conn *c);
+/* context.c: fill what is still unset from the nats CLI's context: the one
+ * --context names, else $NATS_CONTEXT, else the selected one (context.txt),
+ * none with --no-context. 0, CLI_USAGE for a bad name, CLI_CONFIG for a file
+ * that is missing, malformed or asks for what this tool cannot do (the
+ * message names the file and the key, never a value). cli_context_free
+ * releases (and wipes) what it kept. */
+int cli_context_apply(cli_conn *c, const char *prog);
+void cli_context_free(cli_conn *c);
+/* strdup or exit(70); free with wipe for secrets. */
+char *cli_strdup(const char *s);
+void cli_wipe_free(char *s);
 /* Open; on failure prints the error and returns the exit code. */
 int cli_conn_open(cli_conn *c, jsd_conn **out);
 void cli_conn_free(cli_conn *c);
@@ -129,6 +169,15 @@ int cli_exit_for(jsd_status s);
 void cli_say(const char *cmd, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* JSON output (-j/--json): a string value that is never NULL (invalid UTF-8
+ * becomes "?" per byte, NULL becomes null), the bytes as "payload" when
+ * they are UTF-8 else as "payload_base64", and one document on stdout
+ * (compact, one line; the reference is taken). */
+struct json_t;
+struct json_t *cli_json_str(const char *s);
+void cli_json_set_bytes(struct json_t *o, const void *data, size_t len);
+void cli_json_print(struct json_t *o);
 
 /* Read all of a stream into a buffer (bounded by max); NULL on error or over
  * the bound (sets *too_big). */

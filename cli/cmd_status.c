@@ -20,7 +20,7 @@ static void usage(FILE *f)
             "usage: jsdurable status [--store URL] [--nats URL] [--stream NAME]... [--json]\n\n"
             "Show the store's counts and, with a NATS server, the streams and consumers.\n\n"
             "  --store URL     sqlite:PATH, a file path, or postgres://... (or $JSD_STORE)\n"
-            "  --nats URL      also show the NATS side (or $JSD_NATS_URL)\n"
+            "  -s, --nats URL  also show the NATS side (or $JSD_NATS_URL, $NATS_URL, --context)\n"
             "  --stream NAME   only this stream (repeatable; default: every stream)\n"
             "  --json          one JSON object instead of text\n\n"
             "Counts: backlog (unpublished, not dead-lettered effects), due (of those, due\n"
@@ -189,11 +189,10 @@ int cmd_status(int argc, char **argv)
         return CLI_USAGE;
     }
     const char *url = cli_store_url(store_flag);
-    const char *env_nats = getenv("JSD_NATS_URL");
-    bool want_nats = cc.have_url || n_streams > 0 || (env_nats && *env_nats);
+    bool want_nats = cli_conn_wanted(&cc) || n_streams > 0;
     if (!url && !want_nats) {
-        cli_err("status", "give --store URL (or $JSD_STORE), --nats URL (or $JSD_NATS_URL), or "
-                          "both");
+        cli_err("status", "give --store URL (or $JSD_STORE), -s/--nats URL (or $JSD_NATS_URL, "
+                          "$NATS_URL, a --context), or both");
         cli_conn_free(&cc);
         return CLI_USAGE;
     }

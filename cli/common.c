@@ -163,6 +163,18 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
         }
         setenv("JSD_LOG_FORMAT", arg, 1);
         return cli_log_apply();
+    case 15:
+        c->context = arg;
+        return 0;
+    case 16:
+        c->no_context = true;
+        return 0;
+    case 17:
+        c->opts.js_domain = arg;
+        return 0;
+    case 18:
+        c->opts.js_api_prefix = arg;
+        return 0;
     default:
         return CLI_USAGE;
     }
@@ -196,35 +208,85 @@ int cli_log_apply(void)
     return 0;
 }
 
+static const char *env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* Precedence, as the nats CLI has it (a flag, or the variable that stands in
+ * for it, wins over the context), with this tool's own JSD_* variables
+ * first: flag > JSD_* > NATS_* > context. Authentication is taken as a whole
+ * from the first of these that names any method, so a token in a context
+ * never joins the creds file of a flag (one method only, CONN-2). */
 int cli_conn_finish(cli_conn *c, const char *prog)
 {
-    if (!c->have_url) {
-        const char *u = getenv("JSD_NATS_URL");
-        if (u && *u)
-            c->opts.servers = u;
+    const char *v;
+    if (!c->have_url && ((v = env_set("JSD_NATS_URL")) || (v = env_set("NATS_URL"))))
+        c->opts.servers = v;
+    if (!c->secret_token && (v = env_set("JSD_NATS_TOKEN")))
+        c->secret_token = dup_or_die(v);
+    if (!c->opts.user && (v = env_set("JSD_NATS_USER")))
+        c->opts.user = v;
+    if (!c->secret_password && (v = env_set("JSD_NATS_PASSWORD")))
+        c->secret_password = dup_or_die(v);
+    if (!cli_conn_has_auth(c)) {
+        if ((v = env_set("NATS_TOKEN")))
+            c->secret_token = dup_or_die(v);
+        if ((v = env_set("NATS_PASSWORD")))
+            c->secret_password = dup_or_die(v);
+        if ((v = env_set("NATS_USER"))) {
+            /* the nats CLI's rule: a user without a password is a token */
+            if (c->secret_password || c->secret_token)
+                c->opts.user = v;
+            else
+                c->secret_token = dup_or_die(v);
+        }
+        if ((v = env_set("NATS_CREDS")))
+            c->opts.creds_file = v;
+        if ((v = env_set("NATS_NKEY")))
+            c->opts.nkey_seed_file = v;
     }
+    if (!c->opts.tls_ca_file && (v = env_set("NATS_CA")))
+        c->opts.tls_ca_file = v;
+    if (!c->opts.tls_cert_file && (v = env_set("NATS_CERT")))
+        c->opts.tls_cert_file = v;
+    if (!c->opts.tls_key_file && (v = env_set("NATS_KEY")))
+        c->opts.tls_key_file = v;
+    int rc = cli_context_apply(c, prog);
+    if (rc != 0)
+        return rc;
     if (!c->opts.servers || !*c->opts.servers) {
-        cli_err(prog, "no NATS server: give --nats URL or set JSD_NATS_URL");
+        cli_err(prog, "no NATS server: give -s/--nats URL, set JSD_NATS_URL or NATS_URL, or "
+                      "name a --context");
         return CLI_USAGE;
-    }
-    if (!c->secret_token) {
-        const char *t = getenv("JSD_NATS_TOKEN");
-        if (t && *t)
-            c->secret_token = dup_or_die(t);
-    }
-    if (!c->opts.user) {
-        const char *u = getenv("JSD_NATS_USER");
-        if (u && *u)
-            c->opts.user = u;
-    }
-    if (!c->secret_password) {
-        const char *p = getenv("JSD_NATS_PASSWORD");
-        if (p && *p)
-            c->secret_password = dup_or_die(p);
     }
     c->opts.token = c->secret_token;
     c->opts.password = c->secret_password;
     return 0;
+}
+
+bool cli_conn_wanted(const cli_conn *c)
+{
+    return c->have_url || env_set("JSD_NATS_URL") || env_set("NATS_URL") ||
+           (!c->no_context && ((c->context && *c->context) || env_set("NATS_CONTEXT")));
+}
+
+bool cli_conn_has_auth(const cli_conn *c)
+{
+    return c->secret_token || c->secret_password || (c->opts.user && *c->opts.user) ||
+           (c->opts.creds_file && *c->opts.creds_file) ||
+           (c->opts.nkey_seed_file && *c->opts.nkey_seed_file);
+}
+
+char *cli_strdup(const char *s)
+{
+    return dup_or_die(s);
+}
+
+void cli_wipe_free(char *s)
+{
+    wipe_free(s);
 }
 
 int cli_conn_open(cli_conn *c, jsd_conn **out)
@@ -245,6 +307,7 @@ void cli_conn_free(cli_conn *c)
     wipe_free(c->secret_password);
     c->secret_token = c->secret_password = NULL;
     c->opts.token = c->opts.password = NULL;
+    cli_context_free(c);
 }
 
 const char *cli_store_url(const char *flag)
@@ -417,4 +480,61 @@ bool cli_split_header(const char *arg, char **name, char **value)
     *name = strndup(arg, (size_t)(colon - arg));
     *value = strdup(colon + 1);
     return *name && *value;
+}
+
+json_t *cli_json_str(const char *s)
+{
+    if (!s)
+        return json_null();
+    json_t *v = json_string(s);
+    if (v)
+        return v;
+    char *copy = dup_or_die(s);
+    for (char *p = copy; *p; p++)
+        if ((unsigned char)*p >= 0x80)
+            *p = '?';
+    v = json_string(copy);
+    free(copy);
+    return v ? v : json_null();
+}
+
+void cli_json_set_bytes(json_t *o, const void *data, size_t len)
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    json_t *v = json_stringn(data ? data : "", data ? len : 0);
+    if (v) {
+        json_object_set_new(o, "payload", v);
+        return;
+    }
+    const unsigned char *p = data;
+    char *out = malloc(len / 3 * 4 + 5);
+    if (!out)
+        return;
+    size_t w = 0, i = 0;
+    for (; i + 2 < len; i += 3) {
+        out[w++] = b64[p[i] >> 2];
+        out[w++] = b64[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+        out[w++] = b64[((p[i + 1] & 15) << 2) | (p[i + 2] >> 6)];
+        out[w++] = b64[p[i + 2] & 63];
+    }
+    if (i < len) {
+        out[w++] = b64[p[i] >> 2];
+        out[w++] = b64[((p[i] & 3) << 4) | (i + 1 < len ? p[i + 1] >> 4 : 0)];
+        out[w++] = i + 1 < len ? b64[(p[i + 1] & 15) << 2] : '=';
+        out[w++] = '=';
+    }
+    out[w] = '\0';
+    json_object_set_new(o, "payload_base64", json_string(out));
+    free(out);
+}
+
+void cli_json_print(json_t *o)
+{
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (text)
+        printf("%s\n", text);
+    else
+        fputs("jsdurable: out of memory writing JSON\n", stderr);
+    free(text);
+    json_decref(o);
 }

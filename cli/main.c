@@ -37,20 +37,47 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n'jsdurable COMMAND --help' shows a command's options and an example.\n\n"
+               "Common flags: -s URL (same as --nats / --server), -j (same as --json: JSON\n"
+               "output; for relay and consume, --log-format json), --context NAME,\n"
+               "--log-level, --log-format.\n\n"
                "Environment: JSD_STORE (store URL), JSD_NATS_URL (servers), JSD_NATS_TOKEN,\n"
-               "JSD_NATS_USER, JSD_NATS_PASSWORD (credentials; never printed).\n\n"
+               "JSD_NATS_USER, JSD_NATS_PASSWORD (credentials; never printed). After them the\n"
+               "nats CLI's NATS_URL, NATS_TOKEN, NATS_USER, NATS_PASSWORD, NATS_CREDS,\n"
+               "NATS_NKEY, NATS_CERT, NATS_KEY, NATS_CA and NATS_CONTEXT, then the nats\n"
+               "CLI's context (--context NAME, else $NATS_CONTEXT, else the selected one in\n"
+               "${XDG_CONFIG_HOME:-~/.config}/nats/context.txt; --no-context skips it).\n\n"
                "Exit codes: 0 success; 1 operation failed; 64 usage; 65 bad input data;\n"
                "69 service unavailable; 70 internal error; 73 cannot open store; 74 I/O error;\n"
                "75 temporary failure or unknown outcome (retry with the same id);\n"
                "77 permission denied; 78 configuration refused.\n");
 }
 
-/* --log-level / --log-format (also as --opt=VALUE) are taken out of argv
- * wherever they stand, before "--", and set JSD_LOG_LEVEL / JSD_LOG_FORMAT
- * (the flag wins over the variable), so every command takes them in any
- * order. Returns argc after removal, or -1 after a message on a bad value. */
-static int take_log_flags(int argc, char **argv)
+/* How each command takes -j/--json: its own --json flag (JSON output), or
+ * none of its own because its output already is JSON lines (enqueue: the
+ * flag is accepted and changes nothing), or log lines (relay, consume: the
+ * flag means --log-format json, so every line they print is JSON). */
+enum json_mode { JSON_OWN_FLAG, JSON_ALREADY, JSON_LOG_FORMAT };
+
+static enum json_mode json_mode_of(const char *cmd)
 {
+    if (!strcmp(cmd, "enqueue"))
+        return JSON_ALREADY;
+    if (!strcmp(cmd, "relay") || !strcmp(cmd, "consume"))
+        return JSON_LOG_FORMAT;
+    return JSON_OWN_FLAG;
+}
+
+/* The flags every command shares are taken care of here, wherever they stand
+ * before "--", so the commands' own getopt tables need not repeat them:
+ *   --log-level / --log-format (also as --opt=VALUE) are taken out of argv
+ *   and set JSD_LOG_LEVEL / JSD_LOG_FORMAT (the flag wins over the
+ *   variable), so they combine in any order;
+ *   -s (the nats CLI's short --server) becomes --nats;
+ *   -j becomes --json, and --json itself is mapped as json_mode_of() says.
+ * Returns argc after the changes, or -1 after a message on a bad value. */
+static int take_common_flags(int argc, char **argv)
+{
+    enum json_mode jm = json_mode_of(argv[1]);
     int w = 2;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *val = NULL, *var = NULL;
@@ -58,6 +85,17 @@ static int take_log_flags(int argc, char **argv)
             while (i < argc)
                 argv[w++] = argv[i++];
             break;
+        }
+        if (!strcmp(a, "-s")) {
+            argv[w++] = (char *)"--nats";
+            continue;
+        }
+        if (!strcmp(a, "-j") || !strcmp(a, "--json")) {
+            if (jm == JSON_OWN_FLAG)
+                argv[w++] = (char *)"--json";
+            else if (jm == JSON_LOG_FORMAT)
+                setenv("JSD_LOG_FORMAT", "json", 1);
+            continue;
         }
         if (!strncmp(a, "--log-level", 11) && (a[11] == '\0' || a[11] == '='))
             var = "JSD_LOG_LEVEL";
@@ -102,7 +140,7 @@ int main(int argc, char **argv)
         printf("jsdurable %s (nats.c %s)\n", jsd_version(), jsd_nats_client_version());
         return CLI_OK;
     }
-    if ((argc = take_log_flags(argc, argv)) < 0 || cli_log_apply() != 0)
+    if ((argc = take_common_flags(argc, argv)) < 0 || cli_log_apply() != 0)
         return CLI_USAGE;
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (!strcmp(cmd, commands[i].name))
