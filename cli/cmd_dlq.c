@@ -4,10 +4,14 @@
  * payload verbatim with headers naming its origin (see consumer.h). Replay
  * republishes the payload to its original subject with a new message id and a
  * Jsd-Replay-Of header; the dead letter itself stays as evidence until purged.
+ * With -j/--json each action prints one JSON document on stdout instead of
+ * its lines.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "cli.h"
 
@@ -20,7 +24,11 @@ static void usage(FILE *f)
             "  show SEQ                  headers, then the verbatim payload\n"
             "  replay SEQ... | --all     republish to the original subject (new msg id,\n"
             "                            Jsd-Replay-Of: DLQ_STREAM:SEQ); idempotent per SEQ\n"
-            "  purge SEQ... | --all      delete dead letters\n\n" CLI_CONN_HELP "\nExample:\n"
+            "  purge SEQ... | --all      delete dead letters\n"
+            "  -j, --json                one JSON document: list {\"stream\",\"count\",\n"
+            "                            \"dead_letters\":[...]}, show {... \"payload\" or\n"
+            "                            \"payload_base64\"}, replay/purge "
+            "{\"results\":[...]}\n\n" CLI_CONN_HELP "\nExample:\n"
             "  jsdurable dlq list --nats nats://127.0.0.1:4222 --stream DLQ\n"
             "  jsdurable dlq replay --nats nats://127.0.0.1:4222 --stream DLQ 12\n");
 }
@@ -43,7 +51,25 @@ static void print_clean(FILE *f, const char *s)
         fputc((unsigned char)*s < 0x20 ? ' ' : *s, f);
 }
 
-enum { O_STREAM = 1, O_LIMIT, O_ALL, O_HELP };
+enum { O_STREAM = 1, O_LIMIT, O_ALL, O_HELP, O_JSON };
+
+static json_t *letter_json(const jsd_dead_letter *d)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "dlq_seq", json_integer((json_int_t)d->dlq_seq));
+    json_object_set_new(o, "time", cli_json_str(d->time));
+    json_object_set_new(o, "reason", cli_json_str(d->reason));
+    json_object_set_new(o, "subject", cli_json_str(d->subject));
+    json_object_set_new(o, "stream", cli_json_str(d->stream));
+    json_object_set_new(o, "stream_seq", json_integer((json_int_t)d->stream_seq));
+    json_object_set_new(o, "consumer", cli_json_str(d->consumer));
+    json_object_set_new(o, "deliveries", json_integer((json_int_t)d->deliveries));
+    json_object_set_new(o, "msg_id", cli_json_str(d->msg_id));
+    json_object_set_new(o, "type", cli_json_str(d->type));
+    json_object_set_new(o, "error", cli_json_str(d->error));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)d->len));
+    return o;
+}
 
 int cmd_dlq(int argc, char **argv)
 {
@@ -51,12 +77,14 @@ int cmd_dlq(int argc, char **argv)
                                              {"limit", required_argument, NULL, O_LIMIT},
                                              {"all", no_argument, NULL, O_ALL},
                                              {"help", no_argument, NULL, O_HELP},
+                                             {"json", no_argument, NULL, O_JSON},
                                              CLI_CONN_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     cli_conn cc;
     const char *stream = NULL, *action = NULL;
-    bool all = false;
+    bool all = false, json = false;
     uint64_t limit = 1000;
+    json_t *doc = NULL, *items = NULL;
     int rc = CLI_OK, opt;
     jsd_conn *conn = NULL;
     jsd_error err;
@@ -88,6 +116,9 @@ int cmd_dlq(int argc, char **argv)
             break;
         case O_ALL:
             all = true;
+            break;
+        case O_JSON:
+            json = true;
             break;
         case O_HELP:
         case 'h':
@@ -150,9 +181,19 @@ int cmd_dlq(int argc, char **argv)
         free(seqs);
         goto out;
     }
+    if (json) {
+        doc = json_object();
+        items = json_array();
+        json_object_set_new(doc, "stream", json_string(stream));
+        json_object_set_new(doc, "action", json_string(action));
+        json_object_set_new(doc, "count", json_integer((json_int_t)count));
+        json_object_set_new(doc, "first_seq", json_integer((json_int_t)first));
+        json_object_set_new(doc, "last_seq", json_integer((json_int_t)last));
+    }
     if (!strcmp(action, "list")) {
         uint64_t shown = 0;
-        printf("SEQ\tTIME\tREASON\tORIGIN\tDELIVERIES\tERROR\n");
+        if (!json)
+            printf("SEQ\tTIME\tREASON\tORIGIN\tDELIVERIES\tERROR\n");
         for (uint64_t s = first; count && s <= last && shown < limit; s++) {
             jsd_dead_letter d;
             st = jsd_dlq_get(conn, stream, s, &d, &err);
@@ -163,20 +204,32 @@ int cmd_dlq(int argc, char **argv)
                 rc = cli_exit_for(st);
                 break;
             }
-            printf("%" PRIu64 "\t%s\t%s\t%s:%" PRIu64 " %s\t%" PRIu64 "\t", d.dlq_seq, d.time,
-                   d.reason, d.stream, d.stream_seq, d.subject, d.deliveries);
-            print_clean(stdout, d.error);
-            putchar('\n');
+            if (json) {
+                json_array_append_new(items, letter_json(&d));
+            } else {
+                printf("%" PRIu64 "\t%s\t%s\t%s:%" PRIu64 " %s\t%" PRIu64 "\t", d.dlq_seq, d.time,
+                       d.reason, d.stream, d.stream_seq, d.subject, d.deliveries);
+                print_clean(stdout, d.error);
+                putchar('\n');
+            }
             shown++;
             jsd_dead_letter_clear(&d);
         }
-        cli_say("dlq", "info", "%" PRIu64 " dead letter(s) in %s", count, stream);
+        if (json)
+            json_object_set(doc, "dead_letters", items);
+        else
+            cli_say("dlq", "info", "%" PRIu64 " dead letter(s) in %s", count, stream);
     } else if (!strcmp(action, "show") && seqs) { /* show has exactly one (checked above) */
         jsd_dead_letter d;
         st = jsd_dlq_get(conn, stream, seqs[0], &d, &err);
         if (st != JSD_OK) {
             cli_err("dlq", "%s", err.msg);
             rc = st == JSD_ERR_NOT_FOUND ? CLI_DATAERR : cli_exit_for(st);
+        } else if (json) {
+            json_t *o = letter_json(&d);
+            cli_json_set_bytes(o, d.payload, d.len);
+            json_object_set_new(doc, "dead_letter", o);
+            jsd_dead_letter_clear(&d);
         } else {
             printf("dlq_seq: %" PRIu64 "\nsubject: %s\nstream: %s\nstream_seq: %" PRIu64
                    "\nconsumer: %s\ndeliveries: %" PRIu64 "\nreason: %s\ntime: %s\nmsg_id: "
@@ -195,6 +248,8 @@ int cmd_dlq(int argc, char **argv)
             if (st != JSD_OK) {
                 cli_err("dlq", "%s", err.msg);
                 rc = cli_exit_for(st);
+            } else if (json) {
+                json_object_set_new(doc, "purged", json_integer((json_int_t)count));
             } else {
                 printf("purged %" PRIu64 " dead letter(s) from %s\n", count, stream);
             }
@@ -213,20 +268,40 @@ int cmd_dlq(int argc, char **argv)
                     cli_err("dlq", "%s", err.msg);
                     rc = cli_exit_for(st);
                     failed++;
+                    if (json)
+                        json_array_append_new(items,
+                                              json_pack("{s:I, s:b, s:o}", "seq", (json_int_t)s,
+                                                        "ok", 0, "error", cli_json_str(err.msg)));
                     continue;
                 }
                 done++;
-                if (replay)
+                if (json) {
+                    json_t *r = json_pack("{s:I, s:b}", "seq", (json_int_t)s, "ok", 1);
+                    if (replay)
+                        json_object_set_new(r, "new_seq", json_integer((json_int_t)new_seq));
+                    json_array_append_new(items, r);
+                } else if (replay)
                     printf("replayed %s:%" PRIu64 " -> stream seq %" PRIu64 "\n", stream, s,
                            new_seq);
                 else
                     printf("deleted %s:%" PRIu64 "\n", stream, s);
             }
-            cli_say("dlq", failed ? "warn" : "info", "%d %s, %d failed", done,
-                    replay ? "replayed" : "deleted", failed);
+            if (json) {
+                json_object_set(doc, "results", items);
+                json_object_set_new(doc, "done", json_integer(done));
+                json_object_set_new(doc, "failed", json_integer(failed));
+            } else {
+                cli_say("dlq", failed ? "warn" : "info", "%d %s, %d failed", done,
+                        replay ? "replayed" : "deleted", failed);
+            }
         }
     }
     free(seqs);
+    if (doc) {
+        json_object_set_new(doc, "ok", json_boolean(rc == CLI_OK));
+        cli_json_print(doc);
+    }
+    json_decref(items);
 out:
     jsd_conn_close(conn);
     cli_conn_free(&cc);

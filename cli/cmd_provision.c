@@ -8,10 +8,13 @@
  *   consumer ORDERS/shipping: updated (ack_wait: server 10s, file 30s)
  *
  * With --dry-run the same lines read "would create" / "would update" and
- * nothing changes on the server.
+ * nothing changes on the server. With -j/--json the plan and what was applied
+ * come as one JSON document instead.
  */
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "cli.h"
 
@@ -31,6 +34,9 @@ static void usage(FILE *f)
         "                       deliver or ack policy) is refused, never deleted and re-created\n"
         "  --dry-run            print the plan and change nothing\n"
         "  --check              only validate the file (no server needed)\n"
+        "  -j, --json           one JSON document: {\"file\",\"policy\",\"dry_run\",\n"
+        "                       \"objects\":[{\"kind\",\"name\",\"action\",\"changes\":[...]}],\n"
+        "                       \"objects_total\",\"changed\",\"ok\"[,\"error\"]}\n"
         "  --timeout-ms N       deadline of each JetStream request (default: the\n"
         "                       connection's request timeout, 5000)\n\n" CLI_CONN_HELP
         "\nOutput: one line per object: created, unchanged, kept or updated, with the\n"
@@ -45,6 +51,7 @@ static void usage(FILE *f)
 typedef struct prov_out {
     int n_objects;
     int n_changed;
+    json_t *objects; /* -j/--json: the reports, else NULL */
 } prov_out;
 
 static void on_report(const jsd_topology_report *r, void *user)
@@ -58,6 +65,20 @@ static void on_report(const jsd_topology_report *r, void *user)
     po->n_objects++;
     if (r->action == JSD_TOPOLOGY_CREATED || r->action == JSD_TOPOLOGY_UPDATED)
         po->n_changed++;
+    if (po->objects) {
+        json_t *o = json_object(), *ch = json_array();
+        json_object_set_new(o, "kind", cli_json_str(r->kind));
+        json_object_set_new(o, "name", cli_json_str(r->name));
+        json_object_set_new(o, "action", cli_json_str(jsd_topology_action_str(r->action)));
+        for (size_t i = 0; i < r->n_changes; i++)
+            json_array_append_new(ch, json_pack("{s:o, s:o, s:o}", "field",
+                                                cli_json_str(r->changes[i].field), "server",
+                                                cli_json_str(r->changes[i].server), "file",
+                                                cli_json_str(r->changes[i].file)));
+        json_object_set_new(o, "changes", ch);
+        json_array_append_new(po->objects, o);
+        return;
+    }
     printf("%s %s: %s", r->kind, r->name, word);
     if (r->n_changes) {
         printf(" (");
@@ -78,11 +99,14 @@ int cmd_provision(int argc, char **argv)
                                              {"check", no_argument, NULL, 'c'},
                                              {"timeout-ms", required_argument, NULL, 't'},
                                              {"help", no_argument, NULL, 'h'},
+                                             {"json", no_argument, NULL, 'j'},
                                              CLI_CONN_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     cli_conn cc;
     const char *file = NULL;
-    bool check_only = false;
+    bool check_only = false, json = false;
+    json_t *doc = NULL;
+    prov_out po = {0, 0, NULL};
     jsd_topology_apply_opts ao;
     jsd_topology *topo = NULL;
     jsd_conn *conn = NULL;
@@ -114,6 +138,9 @@ int cmd_provision(int argc, char **argv)
             break;
         case 'c':
             check_only = true;
+            break;
+        case 'j':
+            json = true;
             break;
         case 't': {
             long v;
@@ -149,23 +176,45 @@ int cmd_provision(int argc, char **argv)
         rc = CLI_USAGE;
         goto done;
     }
+    if (json) {
+        doc = json_object();
+        json_object_set_new(doc, "file", cli_json_str(file));
+    }
     jsd_status s = jsd_topology_load(&topo, file, &err);
     if (s != JSD_OK) {
         cli_err("provision", "%s", err.msg[0] ? err.msg : jsd_status_str(s));
         rc = cli_exit_for(s);
+        json_object_set_new(doc, "valid", json_false());
+        json_object_set_new(doc, "error", cli_json_str(err.msg[0] ? err.msg : jsd_status_str(s)));
         goto done;
     }
     if (check_only) {
-        printf("%s: valid (%zu streams, %zu consumers)\n", file, jsd_topology_stream_count(topo),
-               jsd_topology_consumer_count(topo));
+        if (json) {
+            json_object_set_new(doc, "valid", json_true());
+            json_object_set_new(doc, "streams",
+                                json_integer((json_int_t)jsd_topology_stream_count(topo)));
+            json_object_set_new(doc, "consumers",
+                                json_integer((json_int_t)jsd_topology_consumer_count(topo)));
+        } else {
+            printf("%s: valid (%zu streams, %zu consumers)\n", file,
+                   jsd_topology_stream_count(topo), jsd_topology_consumer_count(topo));
+        }
         goto done;
+    }
+    if (json) {
+        json_object_set_new(doc, "valid", json_true());
+        json_object_set_new(
+            doc, "policy",
+            json_string(ao.policy == JSD_TOPOLOGY_RECONCILE ? "reconcile" : "create"));
+        json_object_set_new(doc, "dry_run", json_boolean(ao.dry_run));
+        po.objects = json_array();
+        json_object_set_new(doc, "objects", po.objects);
     }
     if ((rc = cli_conn_finish(&cc, "provision")) != 0)
         goto done;
     if ((rc = cli_conn_open(&cc, &conn)) != 0)
         goto done;
 
-    prov_out po = {0, 0};
     ao.report = on_report;
     ao.user = &po;
     s = jsd_topology_apply(conn, topo, &ao, &err);
@@ -173,12 +222,23 @@ int cmd_provision(int argc, char **argv)
         cli_err("provision", "%s%s", err.msg[0] ? err.msg : jsd_status_str(s),
                 s == JSD_ERR_CONFIG ? " (nothing was changed)" : "");
         rc = s == JSD_ERR_NATS ? CLI_FAILED : cli_exit_for(s);
+        json_object_set_new(doc, "error", cli_json_str(err.msg[0] ? err.msg : jsd_status_str(s)));
         goto done;
     }
+    if (json)
+        goto done;
     printf("%s: %d objects, %d %s (%s policy)\n", ao.dry_run ? "dry run" : "done", po.n_objects,
            po.n_changed, ao.dry_run ? "would change" : "changed",
            ao.policy == JSD_TOPOLOGY_RECONCILE ? "reconcile" : "create");
 done:
+    if (doc && topo && !check_only) {
+        json_object_set_new(doc, "objects_total", json_integer(po.n_objects));
+        json_object_set_new(doc, "changed", json_integer(po.n_changed));
+    }
+    if (doc) {
+        json_object_set_new(doc, "ok", json_boolean(rc == CLI_OK));
+        cli_json_print(doc);
+    }
     jsd_conn_close(conn);
     jsd_topology_destroy(topo);
     cli_conn_free(&cc);

@@ -35,7 +35,10 @@ static void usage(FILE *f)
             "                         acknowledgement, 1..300000 (default 5000)\n"
             "  --max-payload N        payload cap in bytes (default 256 KiB, at most the\n"
             "                         server's max_payload)\n"
-            "  --json                 the payload must be one JSON value nested at most 8 deep\n"
+            "  --payload-json         the payload must be one JSON value nested at most 8 deep\n"
+            "                         (formerly spelt --json)\n"
+            "  -j, --json             JSON output: accepted for every command's sake; the\n"
+            "                         outcome is always one JSON line\n"
             "%s\n"
             "Exit codes (one per outcome):\n"
             "  0  accepted: stored, or a duplicate of a stored message (\"duplicate\":true)\n"
@@ -132,14 +135,24 @@ static int print_error(const char *what, const jsd_error *err, jsd_status s)
 
 int cmd_publish(int argc, char **argv)
 {
-    enum { OPT_STREAM = 1, OPT_SUBJECT, OPT_ID, OPT_HEADER, OPT_DEADLINE, OPT_MAXPAY, OPT_JSON };
+    enum {
+        OPT_STREAM = 1,
+        OPT_SUBJECT,
+        OPT_ID,
+        OPT_HEADER,
+        OPT_DEADLINE,
+        OPT_MAXPAY,
+        OPT_JSON,
+        OPT_JSON_OUT
+    };
     static const struct option longopts[] = {{"stream", required_argument, NULL, OPT_STREAM},
                                              {"subject", required_argument, NULL, OPT_SUBJECT},
                                              {"id", required_argument, NULL, OPT_ID},
                                              {"header", required_argument, NULL, OPT_HEADER},
                                              {"deadline-ms", required_argument, NULL, OPT_DEADLINE},
                                              {"max-payload", required_argument, NULL, OPT_MAXPAY},
-                                             {"json", no_argument, NULL, OPT_JSON},
+                                             {"payload-json", no_argument, NULL, OPT_JSON},
+                                             {"json", no_argument, NULL, OPT_JSON_OUT},
                                              {"help", no_argument, NULL, 'h'},
                                              CLI_CONN_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
@@ -199,6 +212,8 @@ int cmd_publish(int argc, char **argv)
             break;
         case OPT_JSON:
             po.json_payloads = true;
+            break;
+        case OPT_JSON_OUT: /* the outcome is printed as JSON anyway */
             break;
         case 'h':
             usage(stdout);
