@@ -501,7 +501,11 @@ json_t *cli_json_str(const char *s)
 void cli_json_set_bytes(json_t *o, const void *data, size_t len)
 {
     static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    json_t *v = json_stringn(data ? data : "", data ? len : 0);
+    if (!data) {
+        data = "";
+        len = 0;
+    }
+    json_t *v = json_stringn(data, len);
     if (v) {
         json_object_set_new(o, "payload", v);
         return;

@@ -409,32 +409,41 @@ static void json_on_dlq_provision_gc(void **state)
     ASSERT_STREQ(json_string_value(json_object_get(obj, "name")), orig);
     json_decref(doc);
 
-    /* one death envelope in the dead-letter stream */
+    /* two death envelopes in the dead-letter stream: text, then bytes that
+     * are not UTF-8 */
     natsConnection *nc = NULL;
-    natsMsg *m = NULL;
+    jsCtx *js = NULL;
     ASSERT_EQ(natsConnection_ConnectTo(&nc, url), NATS_OK);
+    ASSERT_EQ(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
     snprintf(subject, sizeof(subject), "%s.dead", dlq);
     char origin[160];
     snprintf(origin, sizeof(origin), "%s.x", orig);
-    ASSERT_EQ(natsMsg_Create(&m, subject, NULL, "payload\x01", 8), NATS_OK);
-    natsMsgHeader_Set(m, JSD_HDR_DLQ_SUBJECT, origin);
-    natsMsgHeader_Set(m, JSD_HDR_DLQ_STREAM, orig);
-    natsMsgHeader_Set(m, JSD_HDR_DLQ_SEQ, "7");
-    natsMsgHeader_Set(m, JSD_HDR_DLQ_REASON, "poison");
-    natsMsgHeader_Set(m, JSD_HDR_DLQ_ERROR, "bad input");
-    jsCtx *js = NULL;
-    jsPubAck *pa = NULL;
-    jsErrCode jerr = 0;
-    ASSERT_EQ(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    ASSERT_EQ(js_PublishMsg(&pa, js, m, NULL, &jerr), NATS_OK);
-    jsPubAck_Destroy(pa);
-    natsMsg_Destroy(m);
+    for (int i = 0; i < 2; i++) {
+        natsMsg *m = NULL;
+        jsPubAck *pa = NULL;
+        jsErrCode jerr = 0;
+        ASSERT_EQ(natsMsg_Create(&m, subject, NULL,
+                                 i ? "\xff\x00"
+                                     "a"
+                                   : "payload\x01",
+                                 i ? 3 : 8),
+                  NATS_OK);
+        natsMsgHeader_Set(m, JSD_HDR_DLQ_SUBJECT, origin);
+        natsMsgHeader_Set(m, JSD_HDR_DLQ_STREAM, orig);
+        natsMsgHeader_Set(m, JSD_HDR_DLQ_SEQ, "7");
+        natsMsgHeader_Set(m, JSD_HDR_DLQ_REASON, "poison");
+        natsMsgHeader_Set(m, JSD_HDR_DLQ_ERROR, "bad input");
+        ASSERT_EQ(js_PublishMsg(&pa, js, m, NULL, &jerr), NATS_OK);
+        jsPubAck_Destroy(pa);
+        natsMsg_Destroy(m);
+    }
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
 
     ASSERT_EQ(cli(out, sizeof(out), true, "", "dlq list -s %s --stream %s -j", url, dlq), 0);
     doc = parse(out);
-    ASSERT_I64_EQ(int_at(doc, "count"), 1);
+    ASSERT_I64_EQ(int_at(doc, "count"), 2);
+    ASSERT_SIZE_EQ(json_array_size(json_object_get(doc, "dead_letters")), 2);
     obj = json_array_get(json_object_get(doc, "dead_letters"), 0);
     ASSERT_STREQ(json_string_value(json_object_get(obj, "reason")), "poison");
     ASSERT_STREQ(json_string_value(json_object_get(obj, "subject")), origin);
@@ -446,6 +455,12 @@ static void json_on_dlq_provision_gc(void **state)
     ASSERT_STREQ(json_string_value(json_object_get(obj, "payload")), "payload\x01");
     ASSERT_STREQ(json_string_value(json_object_get(obj, "error")), "bad input");
     json_decref(doc);
+    ASSERT_EQ(cli(out, sizeof(out), true, "", "dlq show -s %s --stream %s 2 -j", url, dlq), 0);
+    doc = parse(out);
+    obj = json_object_get(doc, "dead_letter");
+    ASSERT_TRUE(json_object_get(obj, "payload") == NULL);
+    ASSERT_STREQ(json_string_value(json_object_get(obj, "payload_base64")), "/wBh");
+    json_decref(doc);
     ASSERT_EQ(cli(out, sizeof(out), true, "", "dlq replay -s %s --stream %s 1 -j", url, dlq), 0);
     doc = parse(out);
     obj = json_array_get(json_object_get(doc, "results"), 0);
@@ -456,7 +471,7 @@ static void json_on_dlq_provision_gc(void **state)
     ASSERT_EQ(cli(out, sizeof(out), true, "", "dlq purge -s %s --stream %s --all --json", url, dlq),
               0);
     doc = parse(out);
-    ASSERT_I64_EQ(int_at(doc, "purged"), 1);
+    ASSERT_I64_EQ(int_at(doc, "purged"), 2);
     json_decref(doc);
 
     /* gc -j: the horizon, the window it was checked against, rows removed */
