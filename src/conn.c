@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "conn_priv.h"
+#include "subject.h"
 
 #define CONN_CLOSE_WAIT_MS 5000
 
@@ -109,43 +110,18 @@ static jsd_status check_readable(const char *path, const char *what, jsd_error *
 
 /* ---- validation -------------------------------------------------------------- */
 
-/* js_domain: one token [A-Za-z0-9_-]; js_api_prefix: dot-separated non-empty
- * tokens of printable characters, no wildcards, spaces or controls (a
- * trailing dot allowed: nats.c drops it). At most one of the two. */
+/* At most one of js_domain and js_api_prefix, each valid (subject.c). */
 static jsd_status validate_js_api(const jsd_conn_opts *o, jsd_error *err)
 {
     if (set(o->js_domain) && set(o->js_api_prefix))
         return jsd__err(err, JSD_ERR_CONFIG,
                         "both a JetStream domain and an API prefix are set; use only one (the "
                         "domain \"D\" is the prefix \"$JS.D.API\")");
-    if (set(o->js_domain)) {
-        size_t n = strlen(o->js_domain);
-        bool ok = n <= 128;
-        for (size_t i = 0; ok && i < n; i++) {
-            char ch = o->js_domain[i];
-            ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                 ch == '_' || ch == '-';
-        }
-        if (!ok)
-            return jsd__err(err, JSD_ERR_CONFIG,
-                            "JetStream domain \"%.64s\" is not one token of [A-Za-z0-9_-] "
-                            "(1..128 bytes)",
-                            o->js_domain);
-    }
-    if (set(o->js_api_prefix)) {
-        const char *p = o->js_api_prefix;
-        size_t n = strlen(p);
-        bool ok = n <= 256 && p[0] != '.';
-        for (size_t i = 0; ok && i < n; i++) {
-            unsigned char ch = (unsigned char)p[i];
-            ok = ch > ' ' && ch < 0x7f && ch != '*' && ch != '>' &&
-                 !(ch == '.' && i + 1 < n && p[i + 1] == '.');
-        }
-        if (!ok)
-            return jsd__err(err, JSD_ERR_CONFIG,
-                            "JetStream API prefix \"%.64s\" is not a subject without wildcards "
-                            "(dot-separated tokens, no spaces, \"*\" or \">\", 1..256 bytes)",
-                            o->js_api_prefix);
+    if ((set(o->js_domain) && !jsd__js_domain_valid(o->js_domain, err)) ||
+        (set(o->js_api_prefix) && !jsd__js_api_prefix_valid(o->js_api_prefix, err))) {
+        if (err)
+            err->status = JSD_ERR_CONFIG;
+        return JSD_ERR_CONFIG;
     }
     return JSD_OK;
 }

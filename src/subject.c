@@ -1,10 +1,11 @@
 /*
  * subject — the validators and the idempotency-id derivation declared in
  * subject.h and publisher.h. Every check that guards what reaches the broker
- * lives here, so the publisher, the store (effect subjects), tenancy and the
- * relay apply the same rules with the same error texts; and the one matcher
- * of subject patterns (capture, overlap) that the publisher, the dead-letter
- * code and the topology file share.
+ * lives here (the connection's JetStream domain and API prefix too), so the
+ * publisher, the store (effect subjects), tenancy and the relay apply the
+ * same rules with the same error texts; and the one matcher of subject
+ * patterns (capture, overlap) that the publisher, the dead-letter code and
+ * the topology file share.
  */
 #include <string.h>
 #include <strings.h>
@@ -71,6 +72,47 @@ bool jsd__stream_name_valid(const char *name, jsd_error *err)
         if (!token_char((unsigned char)name[i])) {
             bad_char(err, "stream name", name, len, i,
                      "a stream name is one token of [A-Za-z0-9_-]");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool jsd__js_domain_valid(const char *domain, jsd_error *err)
+{
+    static const char rule[] = "a JetStream domain is one token of [A-Za-z0-9_-], 1..128 bytes";
+    size_t len = domain ? strlen(domain) : 0;
+    if (!len || len > 128) {
+        char shown[64];
+        jsd__printable(domain, len, shown, sizeof(shown));
+        jsd__err(err, JSD_ERR_INVALID, "JetStream domain \"%s\" is %zu bytes; %s", shown, len,
+                 rule);
+        return false;
+    }
+    for (size_t i = 0; i < len; i++)
+        if (!token_char((unsigned char)domain[i])) {
+            bad_char(err, "JetStream domain", domain, len, i, rule);
+            return false;
+        }
+    return true;
+}
+
+bool jsd__js_api_prefix_valid(const char *prefix, jsd_error *err)
+{
+    static const char rule[] = "a JetStream API prefix is a subject without wildcards: "
+                               "dot-separated non-empty tokens, no spaces, '*' or '>', 1..256 "
+                               "bytes";
+    size_t len = prefix ? strlen(prefix) : 0;
+    char shown[64];
+    if (!len || len > 256 || prefix[0] == '.' || strstr(prefix, "..")) {
+        jsd__printable(prefix, len, shown, sizeof(shown));
+        jsd__err(err, JSD_ERR_INVALID, "JetStream API prefix \"%s\" is not valid; %s", shown, rule);
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)prefix[i];
+        if (c <= ' ' || c >= 0x7f || c == '*' || c == '>') {
+            bad_char(err, "JetStream API prefix", prefix, len, i, rule);
             return false;
         }
     }
@@ -433,8 +475,7 @@ bool jsd__trace_value_valid(const char *name, const char *value, jsd_error *err)
         for (size_t i = 0; i < n; i++)
             if ((unsigned char)value[i] < 0x20 || (unsigned char)value[i] > 0x7e) {
                 jsd__err(err, JSD_ERR_INVALID,
-                         "tracestate has a byte 0x%02x at %zu: it is printable ASCII", value[i],
-                         i);
+                         "tracestate has a byte 0x%02x at %zu: it is printable ASCII", value[i], i);
                 return false;
             }
         return true;
@@ -442,7 +483,8 @@ bool jsd__trace_value_valid(const char *name, const char *value, jsd_error *err)
     /* vv-<32>-<16>-<2>: 55 bytes; a later version may add "-..." */
     bool ok = n >= 55 && n <= JSD_HEADER_VALUE_MAX && lower_hex(value, 2, false) &&
               value[2] == '-' && lower_hex(value + 3, 32, true) && value[35] == '-' &&
-              lower_hex(value + 36, 16, true) && value[52] == '-' && lower_hex(value + 53, 2, false);
+              lower_hex(value + 36, 16, true) && value[52] == '-' &&
+              lower_hex(value + 53, 2, false);
     if (ok && strncmp(value, "ff", 2) == 0)
         ok = false;
     else if (ok && strncmp(value, "00", 2) == 0)

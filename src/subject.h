@@ -1,6 +1,7 @@
 /*
  * subject — validation of the names that reach the broker (stream names, exact
- * subjects, stream filter subjects, tenant topics, header names and values)
+ * subjects, stream filter subjects, tenant topics, header names and values,
+ * JetStream domains and API prefixes)
  * and the derivation of idempotency ids, and the algebra of subject patterns
  * (capture and overlap, for the topology file). Pure code: no I/O, no
  * allocation.
@@ -31,6 +32,13 @@
 
 /* One token [A-Za-z0-9_-]+ of 1..128 bytes. */
 bool jsd__stream_name_valid(const char *name, jsd_error *err);
+
+/* A JetStream domain: one token [A-Za-z0-9_-]+ of 1..128 bytes. An API
+ * prefix: dot-separated non-empty tokens of printable ASCII other than
+ * space, "*" and ">", 1..256 bytes (a trailing dot allowed; nats.c drops
+ * it), so "$JS.hub.API" passes. */
+bool jsd__js_domain_valid(const char *domain, jsd_error *err);
+bool jsd__js_api_prefix_valid(const char *prefix, jsd_error *err);
 
 /* Tokens [A-Za-z0-9_-]+ separated by single dots, 1..256 bytes; no "*", ">",
  * spaces, control characters, empty tokens. */

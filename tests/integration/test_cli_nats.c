@@ -322,7 +322,7 @@ static void js_domain_publishes_and_reads(void **state)
     ASSERT_EQ(cli(out, sizeof(out), false, "", "status -s %s --js-domain 'a.b' --stream %s", fx.url,
                   stream),
               78);
-    ASSERT_CONTAINS(out, "not one token");
+    ASSERT_CONTAINS(out, "is one token of");
     ASSERT_EQ(cli(out, sizeof(out), false, "", "status -s %s --js-api-prefix 'js.*' --stream %s",
                   fx.url, stream),
               78);

@@ -228,6 +228,38 @@ static void ranges_are_checked(void **state)
 #undef RANGE_CASE
 }
 
+static void js_domain_and_prefix_are_checked(void **state)
+{
+    (void)state;
+    jsd_conn_opts o;
+    base(&o);
+    o.js_domain = "hub";
+    o.js_api_prefix = "$JS.hub.API";
+    expect_refused(&o, JSD_ERR_CONFIG, "use only one");
+    const char *bad_domains[] = {"a.b", "a b", "*", ">", "h\x01"};
+    for (size_t i = 0; i < sizeof(bad_domains) / sizeof(bad_domains[0]); i++) {
+        base(&o);
+        o.js_domain = bad_domains[i];
+        expect_refused(&o, JSD_ERR_CONFIG, "JetStream domain");
+    }
+    const char *bad_prefixes[] = {"js.*", "js.>", "a..b", ".js", "js api", "js.\x7f"};
+    for (size_t i = 0; i < sizeof(bad_prefixes) / sizeof(bad_prefixes[0]); i++) {
+        base(&o);
+        o.js_api_prefix = bad_prefixes[i];
+        expect_refused(&o, JSD_ERR_CONFIG, "JetStream API prefix");
+    }
+    /* valid ones pass the checks and fail only at the (closed) port */
+    const char *good[] = {"$JS.hub.API", "jsa.API.", "JS.acc-1.API"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        base(&o);
+        o.js_api_prefix = good[i];
+        expect_refused(&o, JSD_ERR_CONNECT, NULL);
+    }
+    base(&o);
+    o.js_domain = "leaf_1-x";
+    expect_refused(&o, JSD_ERR_CONNECT, NULL);
+}
+
 static void handshake_first_not_supported(void **state)
 {
     (void)state;
@@ -326,6 +358,7 @@ JSD_TEST_MAIN(cmocka_unit_test(defaults_are_documented_values), cmocka_unit_test
               cmocka_unit_test(no_servers), cmocka_unit_test(bad_urls),
               cmocka_unit_test(too_many_urls), cmocka_unit_test(at_most_one_auth_method),
               cmocka_unit_test(ranges_are_checked), cmocka_unit_test(handshake_first_not_supported),
+              cmocka_unit_test(js_domain_and_prefix_are_checked),
               cmocka_unit_test(tls_files_are_checked),
               cmocka_unit_test(nkey_public_key_is_derived_from_the_seed),
               cmocka_unit_test(nkey_seed_file_without_a_seed_is_refused),
