@@ -480,6 +480,19 @@ void jsd__relay_store_trouble(jsd_relay *r, const char *what)
 {
     jsd__relay_store_trouble_on(r, r->store, what);
 }
+
+void jsd__relay_nats_trouble(jsd_relay *r, const char *why)
+{
+    int64_t now = jsd__mono_ms();
+    pthread_mutex_lock(&r->err_mu);
+    jsd__err(&r->err, JSD_ERR_NATS, "%s", why);
+    bool warn = now - r->last_nats_warn_ms >= 5000;
+    if (warn)
+        r->last_nats_warn_ms = now;
+    pthread_mutex_unlock(&r->err_mu);
+    if (warn)
+        JSD_WARN(COMP, "%s; the effects wait (no attempt is spent) and are tried again", why);
+}
 static void sleep_us(long us)
 {
     struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};

@@ -286,6 +286,7 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
         }
         if (s != JSD_OK) {
             slot_fail(sl, FATE_RELEASE, "unavailable: %s", why);
+            jsd__relay_nats_trouble(r, why);
             *saw_unavailable = true;
             continue;
         }

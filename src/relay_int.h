@@ -117,6 +117,7 @@ struct jsd_relay {
     int64_t last_gauges_ms;
 
     int64_t last_store_warn_ms; /* under err_mu */
+    int64_t last_nats_warn_ms;  /* under err_mu */
 
     /* The last error: written by the publishing thread and the receipt
      * writer, read by jsd_relay_errmsg, always under err_mu. err_shown is
@@ -154,6 +155,10 @@ jsd_status jsd__relay_err(jsd_relay *r, jsd_status s, const char *fmt, ...) JSD_
 void jsd__relay_store_trouble(jsd_relay *r, const char *what);
 /* The same for an operation on st (the writer's handle). */
 void jsd__relay_store_trouble_on(jsd_relay *r, jsd_store *st, const char *what);
+/* NATS could not answer what a publication needs (a stream lookup: no
+ * responders, a timeout) while connected: recorded, logged at warn at most
+ * every 5 s. Not the effects' failure: they wait, spending no attempt. */
+void jsd__relay_nats_trouble(jsd_relay *r, const char *why);
 
 /* ---- relay_claim.c -------------------------------------------------------------- */
 

@@ -10,8 +10,10 @@
  * the variables it could inherit and points XDG_CONFIG_HOME at the test's
  * folder, so no context of the machine takes part.
  */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -386,6 +388,62 @@ static void js_api_prefix_through_an_import(void **state)
     jsd_fx_nats_stop(&fx);
 }
 
+/* Account B reaches A's JetStream account info ("$JS.API.INFO", imported)
+ * but nothing else: the relay connects, and its stream lookup finds no
+ * responders. The effect waits, spending no attempt, and the relay says so
+ * at warn instead of waiting in silence. */
+static void stream_lookup_without_responders_is_warned(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    char conf[2048], stream[96];
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    ASSERT_EQ(jsd_fx_nats_stop(&fx), 0);
+    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("NORESP"));
+    snprintf(conf, sizeof(conf),
+             "jetstream {\n  store_dir: \"%%s\"\n}\n"
+             "accounts {\n"
+             "  A: { jetstream: enabled, users: [{user: a, password: pa}],\n"
+             "       exports: [{service: \"$JS.API.INFO\"}] }\n"
+             "  B: { users: [{user: b, password: pb}],\n"
+             "       imports: [{service: {account: A, subject: \"$JS.API.INFO\"}}] }\n"
+             "}\n");
+    rewrite_conf(&fx, conf);
+    ASSERT_EQ(jsd_fx_nats_restart(&fx), 0);
+    char out[8192], store[PATH_MAX + 16], log[PATH_MAX + 16];
+    snprintf(store, sizeof(store), "sqlite:%s/noresp.db", jsd_test_dir());
+    snprintf(log, sizeof(log), "%s/relay-noresp.log", jsd_test_dir());
+    ASSERT_EQ(cli(out, sizeof(out), false, "",
+                  "enqueue --store '%s' --subject %s.x --id one < /dev/null", store, stream),
+              0);
+    setenv("JSD_NATS_USER", "b", 1);
+    setenv("JSD_NATS_PASSWORD", "pb", 1);
+    const char *argv_r[] = {
+        jsd_fx_bin("jsdurable"), "relay", "--store", store, "-s", fx.url, "--poll-ms", "200", NULL};
+    pid_t pid = jsd_test_spawn(argv_r, log, true, NULL);
+    unsetenv("JSD_NATS_USER");
+    unsetenv("JSD_NATS_PASSWORD");
+    bool said =
+        WAIT_UNTIL(jsd_test_file_contains(log, "the effects wait (no attempt is spent)"), 20000);
+    kill(pid, SIGTERM);
+    int status = 0;
+    ASSERT_WAIT(waitpid(pid, &status, WNOHANG) == pid, 10000);
+    if (!said) {
+        char dump[8192] = "";
+        FILE *lf = fopen(log, "r");
+        if (lf) {
+            dump[fread(dump, 1, sizeof(dump) - 1, lf)] = '\0';
+            fclose(lf);
+        }
+        fail_msg("the relay did not warn that its effect waits; its log:\n%s", dump);
+    }
+    ASSERT_TRUE(jsd_test_file_contains(log, "WARN relay:"));
+    /* no attempt was spent on the effect */
+    ASSERT_EQ(cli(out, sizeof(out), true, "", "outbox list --store '%s' -j", store), 0);
+    ASSERT_CONTAINS(out, "\"attempts\":0");
+    jsd_fx_nats_stop(&fx);
+}
+
 static void json_on_dlq_provision_gc(void **state)
 {
     (void)state;
@@ -519,4 +577,5 @@ JSD_TEST_MAIN(cmocka_unit_test(short_server_flag_on_relay_status_publish),
               cmocka_unit_test(context_supplies_url_and_token),
               cmocka_unit_test(js_domain_publishes_and_reads),
               cmocka_unit_test(js_api_prefix_through_an_import),
+              cmocka_unit_test(stream_lookup_without_responders_is_warned),
               cmocka_unit_test(json_on_dlq_provision_gc))
