@@ -261,9 +261,16 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
             slot_fail(sl, FATE_DEAD, "cannot be published: %s", e->defect);
             continue;
         }
+        if (!e->msg_id[0]) {
+            /* SQLite fills a NULL msg_id in the claim's transaction and
+             * PostgreSQL's jsd_outbox_fill trigger at insert: only a row
+             * that bypassed both comes here */
+            slot_fail(sl, FATE_DEAD, "cannot be published: its msg_id is empty");
+            continue;
+        }
         jsd_error verr;
         jsd_error_clear(&verr);
-        if (!jsd__subject_valid_exact(e->subject, &verr)) {
+        if (!jsd__subject_valid_publish(e->subject, &verr)) {
             slot_fail(sl, FATE_DEAD, "cannot be published: %s", verr.msg);
             continue;
         }

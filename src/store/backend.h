@@ -16,10 +16,32 @@
 #include "store/store.h"
 
 /* Current schema version (see the migration lists in sqlite.c / postgres.c). */
-#define JSD__SCHEMA_VERSION 4
+#define JSD__SCHEMA_VERSION 5
 
 /* The jsd_meta key of the store id (migration 2). */
 #define JSD__META_STORE_ID "store_id"
+/* The jsd_meta key of the namespace of rows written without a msg_id
+ * (docs/SQL-CONTRACT.md): recorded by the first open with an operator
+ * namespace; absent, the store id is theirs. */
+#define JSD__META_NAMESPACE "namespace"
+
+/* Limits spelled out for the schema's constraints (SQL text), kept equal to
+ * the constants of include/jsdurable/store.h. */
+#define JSD__STR(x)          #x
+#define JSD__XSTR(x)         JSD__STR(x)
+#define JSD__MSG_ID_CHARS    64   /* JSD_MSG_ID_MAX without its NUL */
+#define JSD__HEADERS_OWN_MAX 3840 /* JSD_HEADERS_MAX_BYTES - JSD_HEADERS_RESERVED_BYTES */
+#define JSD__PAYLOAD_CAP_SQL 262144
+_Static_assert(JSD__MSG_ID_CHARS == JSD_MSG_ID_MAX - 1, "msg id length");
+_Static_assert(JSD__HEADERS_OWN_MAX == JSD_HEADERS_MAX_BYTES - JSD_HEADERS_RESERVED_BYTES,
+               "headers an effect may take");
+_Static_assert(JSD__PAYLOAD_CAP_SQL == JSD_PAYLOAD_DEFAULT_CAP, "payload cap");
+
+/* The DDL of every migration in order, for `jsdurable schema --print`
+ * (store.c): NULL-terminated statements of version v (1-based), each with
+ * "@" where the PostgreSQL schema goes; NULL past the last version. */
+const char *const *jsd__sqlite_migration(int v);
+const char *const *jsd__pg_migration(int v);
 
 typedef enum jsd__txop {
     JSD__TX_BEGIN,

@@ -118,7 +118,8 @@ static const char *const sql_text[P__COUNT] = {
     "AND c.published_at IS NULL AND c.dead_lettered_at IS NULL AND c.next_attempt_at <= $3 "       \
     "AND (c.lease_expires IS NULL OR c.lease_expires <= $3) ORDER BY c.id "
 #define CLAIM_COLS                                                                                 \
-    "o.id, o.owner, o.effect_id, o.msg_id, o.subject, o.headers, o.payload, o.attempts, "          \
+    "o.id, o.owner, o.effect_id, o.msg_id, o.subject, "                                            \
+    "coalesce(o.headers, convert_to(o.headers_json::text, 'UTF8')), o.payload, o.attempts, "       \
     "o.order_key, o.created_at, o.not_before, o.duplicate, o.first_attempt_at"
     [P_CLAIM] = "WITH k AS (" CLAIM_SET "c.id = ANY(ARRAY(SELECT min(id) FROM @jsd_outbox "
                 "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key)) " CLAIM_DUE
@@ -292,17 +293,118 @@ static const char *const migration_3[] = {
     "autovacuum_vacuum_threshold = 5000)",
     NULL};
 
-/* The duplicate-window horizon and trace context (both back ends): when an
- * effect's first attempt may have reached the broker (the relay watches it
- * against the stream's window: src/relay_horizon.c), and the W3C trace
+/* 4: the SQL contract (docs/SQL-CONTRACT.md). A foreign writer calls
+ * jsd_emit(...) in its own transaction, or INSERTs (owner, effect_id,
+ * subject, payload) itself: created_at defaults to the insert's clock, and
+ * the BEFORE INSERT trigger jsd_outbox_fill sets not_before, next_attempt_at
+ * and msg_id when the writer left them NULL, the msg id derived as
+ * jsd_effect_msg_id derives it (sha256() over the length-delimited parts)
+ * under the namespace of jsd_msg_id_namespace(). The library's own inserts
+ * set them all, so the trigger's WHEN skips them. headers_json takes JSON
+ * object headers; headers stays the library's encoding. The CHECKs are
+ * named by their rule and NOT VALID: rows from before are not rewritten nor
+ * refused; one that breaks a rule is dead-lettered by the relay when claimed,
+ * as is a row whose writer disabled the checks (jsd__batch_add). */
+#define PG_NOW_MS "(floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
+#define PG_IDENT_OK(col)                                                                           \
+    "octet_length(" col ") <= " JSD__XSTR(JSD_IDENT_MAX) " AND " col " !~ '[\\x01-\\x1f\\x7f]'"
+/* (re)made: a migration re-run over a schema changed by hand still applies */
+#define PG_CHECK(name, expr)                                                                       \
+    "ALTER TABLE @jsd_outbox DROP CONSTRAINT IF EXISTS " name ", ADD CONSTRAINT " name             \
+    " CHECK (" expr ") NOT VALID"
+#define PG_HEADERS_RULE(rule) "@jsd_headers_rule(headers_json) IS DISTINCT FROM '" rule "'"
+/* clang-format off */
+static const char *const migration_4[] = {
+    "ALTER TABLE @jsd_outbox ADD COLUMN IF NOT EXISTS headers_json JSONB",
+    "ALTER TABLE @jsd_outbox ALTER COLUMN owner SET DEFAULT ''",
+    "ALTER TABLE @jsd_outbox ALTER COLUMN created_at SET DEFAULT " PG_NOW_MS,
+    "CREATE OR REPLACE FUNCTION @jsd_ld(t text) RETURNS bytea LANGUAGE sql IMMUTABLE STRICT "
+    "PARALLEL SAFE AS "
+    "$$ SELECT int8send(length(convert_to(t, 'UTF8'))::int8) || convert_to(t, 'UTF8') $$",
+    "CREATE OR REPLACE FUNCTION @jsd_msg_id_namespace() RETURNS text LANGUAGE sql STABLE AS "
+    "$$ SELECT coalesce((SELECT value FROM @jsd_meta WHERE key = '" JSD__META_NAMESPACE "'), "
+    "(SELECT value FROM @jsd_meta WHERE key = '" JSD__META_STORE_ID "')) $$",
+    "CREATE OR REPLACE FUNCTION @jsd_msg_id(owner text, effect_id text) RETURNS text LANGUAGE sql "
+    "STABLE AS "
+    "$$ SELECT encode(sha256(@jsd_ld('jsdurable.effect.v2') || @jsd_ld(@jsd_msg_id_namespace()) "
+    "|| @jsd_ld(coalesce($1, '')) || @jsd_ld($2)), 'hex') $$",
+    "CREATE OR REPLACE FUNCTION @jsd_outbox_fill() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "NEW.created_at := coalesce(NEW.created_at, " PG_NOW_MS "); "
+    "NEW.not_before := coalesce(NEW.not_before, NEW.created_at); "
+    "NEW.next_attempt_at := coalesce(NEW.next_attempt_at, NEW.not_before); "
+    "IF NEW.msg_id IS NULL THEN NEW.msg_id := @jsd_msg_id(NEW.owner, NEW.effect_id); END IF; "
+    "RETURN NEW; END $$",
+    "DROP TRIGGER IF EXISTS jsd_outbox_fill ON @jsd_outbox",
+    "CREATE TRIGGER jsd_outbox_fill BEFORE INSERT ON @jsd_outbox FOR EACH ROW "
+    "WHEN (NEW.msg_id IS NULL OR NEW.not_before IS NULL OR NEW.next_attempt_at IS NULL "
+    "OR NEW.created_at IS NULL) EXECUTE FUNCTION @jsd_outbox_fill()",
+    /* The first header rule h breaks: json, count, name, value, size; NULL
+     * when none. */
+    "CREATE OR REPLACE FUNCTION @jsd_headers_rule(h jsonb) RETURNS text LANGUAGE sql IMMUTABLE "
+    "PARALLEL SAFE AS $$ SELECT CASE WHEN h IS NULL THEN NULL "
+    "WHEN jsonb_typeof(h) <> 'object' THEN 'json' ELSE (SELECT CASE "
+    "WHEN count(*) > " JSD__XSTR(JSD_HEADERS_MAX) " THEN 'count' "
+    "WHEN bool_or(key !~ '^[!-9;-~]{1," JSD__XSTR(JSD_HEADER_NAME_MAX) "}$' "
+    "OR upper(left(key, 5)) = 'NATS-') THEN 'name' "
+    "WHEN bool_or(jsonb_typeof(value) <> 'string' OR octet_length(value #>> '{}') > "
+    JSD__XSTR(JSD_HEADER_VALUE_MAX) " OR (value #>> '{}') ~ '[\\r\\n]') THEN 'value' "
+    "WHEN coalesce(sum(octet_length(key) + octet_length(value #>> '{}') + 4), 0) > "
+    JSD__XSTR(JSD__HEADERS_OWN_MAX) " THEN 'size' END FROM jsonb_each(h)) END $$",
+    PG_CHECK("jsd_outbox_owner", PG_IDENT_OK("owner")),
+    PG_CHECK("jsd_outbox_effect_id", "effect_id <> '' AND " PG_IDENT_OK("effect_id")),
+    PG_CHECK("jsd_outbox_order_key",
+             "order_key IS NULL OR (order_key <> '' AND " PG_IDENT_OK("order_key") ")"),
+    PG_CHECK("jsd_outbox_subject_length",
+             "octet_length(subject) BETWEEN 1 AND " JSD__XSTR(JSD_SUBJECT_MAX)),
+    PG_CHECK("jsd_outbox_subject_exact", "subject ~ '^([A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*)?$'"),
+    PG_CHECK("jsd_outbox_subject_reserved",
+             "subject <> '_INBOX' AND left(subject, 7) <> '_INBOX.'"),
+    PG_CHECK("jsd_outbox_payload", "octet_length(payload) <= " JSD__XSTR(JSD__PAYLOAD_CAP_SQL)),
+    PG_CHECK("jsd_outbox_msg_id",
+             "msg_id IS NULL OR msg_id ~ '^[!-~]{1," JSD__XSTR(JSD__MSG_ID_CHARS) "}$'"),
+    PG_CHECK("jsd_outbox_times", "not_before >= 0"),
+    PG_CHECK("jsd_outbox_headers_json", PG_HEADERS_RULE("json")),
+    PG_CHECK("jsd_outbox_headers_count", PG_HEADERS_RULE("count")),
+    PG_CHECK("jsd_outbox_header_name", PG_HEADERS_RULE("name")),
+    PG_CHECK("jsd_outbox_header_value", PG_HEADERS_RULE("value")),
+    PG_CHECK("jsd_outbox_headers_size", PG_HEADERS_RULE("size")),
+    PG_CHECK("jsd_outbox_headers_one_form", "headers IS NULL OR headers_json IS NULL"),
+    /* An effect from any language, inside the caller's transaction: the
+     * msg id back; a repeated (owner, id) raises unique_violation as
+     * jsd_tx_emit answers JSD_ERR_EXISTS (here the transaction is aborted,
+     * unless the caller wrapped the call in a savepoint). NOTIFY wakes the
+     * relays at commit, as jsd_tx_commit does. */
+    "CREATE OR REPLACE FUNCTION @jsd_emit(owner text, id text, subject text, payload bytea, "
+    "headers jsonb DEFAULT NULL, not_before timestamptz DEFAULT NULL, "
+    "order_key text DEFAULT NULL) RETURNS text LANGUAGE plpgsql AS $$ DECLARE mid text; BEGIN "
+    "INSERT INTO @jsd_outbox AS o (owner, effect_id, subject, payload, headers_json, not_before, "
+    "order_key) VALUES (coalesce(jsd_emit.owner, ''), jsd_emit.id, jsd_emit.subject, "
+    "coalesce(jsd_emit.payload, ''::bytea), jsd_emit.headers, "
+    "(floor(extract(epoch FROM jsd_emit.not_before) * 1000))::bigint, jsd_emit.order_key) "
+    "ON CONFLICT ON CONSTRAINT jsd_outbox_identity DO NOTHING RETURNING o.msg_id INTO mid; "
+    "IF mid IS NULL THEN RAISE EXCEPTION USING ERRCODE = 'unique_violation', "
+    "CONSTRAINT = 'jsd_outbox_identity', MESSAGE = format('jsd_emit: effect (owner %L, id %L) "
+    "already exists: an effect identity is emitted once', coalesce(jsd_emit.owner, ''), "
+    "jsd_emit.id); END IF; PERFORM pg_notify('" JSD__PG_CHANNEL "', ''); RETURN mid; END $$",
+    NULL};
+/* clang-format on */
+
+/* 5: the duplicate-window horizon and trace context (both back ends): when
+ * an effect's first attempt may have reached the broker (the relay watches
+ * it against the stream's window: src/relay_horizon.c), and the W3C trace
  * context of each applied delivery. Nullable columns: no rewrite. */
-static const char *const migration_horizon[] = {
+static const char *const migration_5[] = {
     "ALTER TABLE @jsd_outbox ADD COLUMN first_attempt_at BIGINT",
     "ALTER TABLE @jsd_inbox ADD COLUMN traceparent TEXT",
     "ALTER TABLE @jsd_inbox ADD COLUMN tracestate TEXT", NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
-                                                migration_horizon};
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
+                                                migration_5};
+
+const char *const *jsd__pg_migration(int v)
+{
+    return v >= 1 && v <= (int)JSD_ARRAY_LEN(MIGRATIONS) ? MIGRATIONS[v - 1] : NULL;
+}
 
 /* Type OIDs of the binary array elements we send. */
 #define OID_BOOL  16
@@ -1758,6 +1860,16 @@ static jsd_status migrate(jsd_store *s)
             rc = r ? pg_fail(s, r, "reading the store id")
                    : jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading the store id");
         PQclear(r);
+    }
+    if (rc == JSD_OK && s->ns[0]) {
+        /* the first operator namespace becomes that of rows written without
+         * a msg_id (validated: [A-Za-z0-9._-] only) */
+        char ins[192];
+        jsd__snprintf(ins, sizeof(ins),
+                      "INSERT INTO @jsd_meta (key, value) VALUES ('" JSD__META_NAMESPACE
+                      "', '%s') ON CONFLICT (key) DO NOTHING",
+                      s->ns);
+        rc = run_schema_sql(s, ins, "recording the namespace");
     }
     if (rc == JSD_OK)
         return pg_tx(s, JSD__TX_COMMIT);

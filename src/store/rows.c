@@ -11,6 +11,10 @@
  * Headers column encoding (version 1), NULL when an effect has no headers:
  *   u8 version (1), u8 count, then per header:
  *   u8 name length, name bytes, u16 big-endian value length, value bytes.
+ * The claim hands over either that column or the headers_json one (schema 4,
+ * the form a foreign writer uses: docs/SQL-CONTRACT.md): JSON text never
+ * starts with byte 1, so the first byte tells them apart (one that starts
+ * neither is an undecodable headers column).
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -156,6 +160,37 @@ void jsd__effect_batch_free(jsd__effect_batch *b)
     memset(b, 0, sizeof(*b));
 }
 
+/* A byte JSON text can start with: never the encoding's version byte. */
+static bool json_start(unsigned char c)
+{
+    return c == '{' || c == '[' || c == '"' || c == '-' || (c >= '0' && c <= '9') || c == 't' ||
+           c == 'f' || c == 'n' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* The rules a row written without the library may break (its constraints
+ * absent or bypassed): named in the defect, the relay dead-letters it. The
+ * subject is the relay's own check (relay_claim.c). */
+static void check_claimed(jsd__claimed *c, const jsd__claimed_row *r)
+{
+    jsd_error err;
+    jsd_error_clear(&err);
+    size_t own = r->owner ? r->owner_len : 0;
+    if (strlen(c->owner) != own || strlen(c->effect_id) != r->id_len ||
+        (c->order_key && strlen(c->order_key) != r->order_key_len))
+        jsd__snprintf(c->defect, sizeof(c->defect),
+                      "its owner, effect_id or order_key holds a NUL");
+    else if (jsd__effect_check_ident("id", c->effect_id, true, &err) != JSD_OK ||
+             jsd__effect_check_ident("owner", c->owner, false, &err) != JSD_OK ||
+             jsd__effect_check_ident("order_key", c->order_key, false, &err) != JSD_OK)
+        jsd__snprintf(c->defect, sizeof(c->defect), "%.150s", err.msg);
+    else if (c->order_key && !*c->order_key)
+        jsd__snprintf(c->defect, sizeof(c->defect), "its order_key is empty (NULL is unordered)");
+    else if (r->len > JSD_PAYLOAD_DEFAULT_CAP)
+        jsd__snprintf(c->defect, sizeof(c->defect),
+                      "its payload is %zu bytes; the limit is %d (JSD_PAYLOAD_DEFAULT_CAP)", r->len,
+                      JSD_PAYLOAD_DEFAULT_CAP);
+}
+
 jsd_status jsd__batch_add(jsd__effect_batch *b, const jsd__claimed_row *r)
 {
     if (b->n == b->cap) {
@@ -170,8 +205,23 @@ jsd_status jsd__batch_add(jsd__effect_batch *b, const jsd__claimed_row *r)
         b->arena = blocks;
         b->cap = cap;
     }
+    const unsigned char *henc = r->headers;
+    size_t henc_len = r->headers_len;
+    unsigned char *from_json = NULL;
+    jsd_error jerr;
+    jsd_error_clear(&jerr);
+    bool bad_json = false;
+    if (henc && henc_len && json_start(henc[0])) {
+        jsd_status js = jsd__headers_from_json(henc, henc_len, &from_json, &henc_len, &jerr);
+        if (js == JSD_ERR_NOMEM)
+            return js;
+        bad_json = js != JSD_OK;
+        henc = from_json;
+        if (bad_json)
+            henc_len = 0;
+    }
     size_t nh = 0;
-    size_t hsz = jsd__headers_decoded_size(r->headers, r->headers_len, &nh);
+    size_t hsz = jsd__headers_decoded_size(henc, henc_len, &nh);
     bool bad_headers = hsz == SIZE_MAX;
     if (bad_headers) {
         /* Claimed anyway, without headers and marked: the relay dead-letters
@@ -182,19 +232,24 @@ jsd_status jsd__batch_add(jsd__effect_batch *b, const jsd__claimed_row *r)
     size_t total = hsz + r->owner_len + 1 + r->id_len + 1 + r->subject_len + 1 +
                    (r->order_key ? r->order_key_len + 1 : 0) + r->len;
     char *blk = jsd__malloc(total);
-    if (!blk)
+    if (!blk) {
+        jsd__free(from_json);
         return JSD_ERR_NOMEM;
+    }
     jsd__claimed *c = &b->items[b->n];
     memset(c, 0, sizeof(*c));
     char *p = blk;
     jsd_header *hdrs = (jsd_header *)(void *)p;
     p += nh * sizeof(jsd_header);
     size_t strings = hsz - nh * sizeof(jsd_header);
-    if (nh && !jsd__headers_decode(r->headers, r->headers_len, hdrs, p)) {
+    if (nh && !jsd__headers_decode(henc, henc_len, hdrs, p)) {
         bad_headers = true;
         nh = 0;
     }
-    if (bad_headers)
+    jsd__free(from_json);
+    if (bad_json)
+        jsd__snprintf(c->defect, sizeof(c->defect), "its %.150s", jerr.msg);
+    else if (bad_headers)
         jsd__snprintf(c->defect, sizeof(c->defect),
                       "its headers column (%zu bytes) cannot be decoded", r->headers_len);
     p += strings;
@@ -225,13 +280,16 @@ jsd_status jsd__batch_add(jsd__effect_batch *b, const jsd__claimed_row *r)
     c->maybe_published = r->maybe_published;
     c->first_attempt_ms = r->first_attempt_at;
     if (r->msg_id_len < JSD_MSG_ID_MAX) {
-        memcpy(c->msg_id, r->msg_id, r->msg_id_len);
+        if (r->msg_id_len)
+            memcpy(c->msg_id, r->msg_id, r->msg_id_len);
         c->msg_id[r->msg_id_len] = '\0';
     } else if (!c->defect[0]) {
         jsd__snprintf(c->defect, sizeof(c->defect),
                       "its msg_id column (%zu bytes) exceeds %d bytes", r->msg_id_len,
                       JSD_MSG_ID_MAX - 1);
     }
+    if (!c->defect[0])
+        check_claimed(c, r);
     ((void **)b->arena)[b->n] = blk;
     b->n++;
     return JSD_OK;

@@ -29,7 +29,8 @@ typedef struct jsd__row {
 
 /* One claimed effect as a back end reads it from its result: views into the
  * columns (lengths without NULs), valid only until jsd__batch_add copies them.
- * headers is the encoded column. */
+ * headers is the encoded column, or the headers_json column's text (told
+ * apart by the first byte: see rows.c). */
 typedef struct jsd__claimed_row {
     int64_t row_id;
     const char *owner; /* NULL when none */
@@ -80,6 +81,18 @@ void jsd__headers_encode(const jsd_header *h, size_t n, unsigned char *out);
  * caller sized with jsd__headers_decoded_size). false when malformed. */
 size_t jsd__headers_decoded_size(const unsigned char *enc, size_t len, size_t *n_headers);
 bool jsd__headers_decode(const unsigned char *enc, size_t len, jsd_header *out, char *strings);
+
+/* The effect rules (rules.c), shared by emit (tx.c) and claim (rows.c).
+ * text_ok: valid UTF-8 without control characters. */
+bool jsd__effect_text_ok(const char *s, size_t n);
+jsd_status jsd__effect_check_ident(const char *what, const char *v, bool required, jsd_error *err);
+/* Header i: the name and value rules of jsd_tx_emit (include/jsdurable/store.h). */
+jsd_status jsd__effect_check_header(const char *name, const char *value, size_t i, jsd_error *err);
+/* The headers_json column (a JSON object of string values, len bytes of
+ * text) checked against the header rules and encoded as the headers column
+ * is (*enc allocated, NULL for an empty object). */
+jsd_status jsd__headers_from_json(const unsigned char *text, size_t len, unsigned char **enc,
+                                  size_t *enc_len, jsd_error *err);
 
 /* Append one claimed effect to a batch, copying every field into storage the
  * batch owns. A row whose headers or msg_id column cannot be used is added

@@ -89,9 +89,11 @@ enum {
     S__COUNT
 };
 
+/* headers: the library's encoding or, from a foreign writer, the
+ * headers_json text (rows.c tells them apart). */
 #define OUTBOX_COLS                                                                                \
-    "id, owner, effect_id, msg_id, subject, headers, payload, attempts, order_key, created_at, "   \
-    "not_before, first_attempt_at"
+    "id, owner, effect_id, msg_id, subject, coalesce(headers, headers_json), payload, attempts, "  \
+    "order_key, created_at, not_before, first_attempt_at"
 #define POISON_COLS                                                                                \
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
@@ -245,6 +247,15 @@ static const char *const sql_text[S__COUNT] = {
 };
 
 /* Schema migrations: MIGRATIONS[v - 1] takes the schema from v - 1 to v. */
+/* The outbox's indexes, made by migration 1 and again by 4's rebuild. */
+#define OUTBOX_INDEXES                                                                             \
+    "CREATE INDEX jsd_outbox_ready ON jsd_outbox (id) WHERE order_key IS NULL AND " PENDING,       \
+        "CREATE INDEX jsd_outbox_keyed ON jsd_outbox (order_key, id) "                             \
+        "WHERE order_key IS NOT NULL AND " PENDING,                                                \
+        "CREATE INDEX jsd_outbox_published ON jsd_outbox (published_at) "                          \
+        "WHERE published_at IS NOT NULL",                                                          \
+        "CREATE INDEX jsd_outbox_dead ON jsd_outbox (dead_lettered_at) "                           \
+        "WHERE dead_lettered_at IS NOT NULL"
 static const char *const migration_1[] = {
     "CREATE TABLE jsd_outbox ("
     " id INTEGER PRIMARY KEY,"
@@ -269,13 +280,7 @@ static const char *const migration_1[] = {
     " duplicate INTEGER,"
     " published_at INTEGER,"
     " UNIQUE (owner, effect_id))",
-    "CREATE INDEX jsd_outbox_ready ON jsd_outbox (id) WHERE order_key IS NULL AND " PENDING,
-    "CREATE INDEX jsd_outbox_keyed ON jsd_outbox (order_key, id) "
-    "WHERE order_key IS NOT NULL AND " PENDING,
-    "CREATE INDEX jsd_outbox_published ON jsd_outbox (published_at) "
-    "WHERE published_at IS NOT NULL",
-    "CREATE INDEX jsd_outbox_dead ON jsd_outbox (dead_lettered_at) "
-    "WHERE dead_lettered_at IS NOT NULL",
+    OUTBOX_INDEXES,
     "CREATE TABLE jsd_inbox ("
     " stream TEXT NOT NULL,"
     " consumer TEXT NOT NULL,"
@@ -323,15 +328,130 @@ static const char *const migration_3[] = {"CREATE TABLE jsd_outbox_lease ("
                                           " open INTEGER NOT NULL)",
                                           NULL};
 
-/* The duplicate-window horizon and trace context: see postgres.c's
- * migration_horizon. */
-static const char *const migration_horizon[] = {
+/* 4: the SQL contract (docs/SQL-CONTRACT.md): an application in any language
+ * writes an effect with INSERT INTO jsd_outbox(owner, effect_id, subject,
+ * payload) VALUES (?, ?, ?, ?). SQLite cannot change a column's default or
+ * constraints in place, so the table is rebuilt: every row is copied with its
+ * id and msg_id, the indexes are made again as migration 1 made them. The
+ * new table takes
+ *   - defaults for the timestamps (unix ms from julianday: 3.40 has no
+ *     'subsec'); the AFTER INSERT trigger jsd_outbox_due moves
+ *     next_attempt_at to a writer's own not_before;
+ *   - msg_id NULL: the claim derives it in its transaction and stores it
+ *     (sq_fill_msg_ids);
+ *   - headers_json, JSON object text; headers stays the library's encoding;
+ *   - named CHECK constraints (and, where a rule must read the JSON, the
+ *     BEFORE INSERT trigger jsd_outbox_headers) with the limits of
+ *     include/jsdurable/store.h, so SQLite's message names the rule.
+ * Rows copied from before are not held to the new rules (the copy runs with
+ * ignore_check_constraints): one that breaks them is dead-lettered by the
+ * relay with its reason when claimed (jsd__batch_add), as is any row whose
+ * writer turned the checks off. */
+#define NOW_MS "(CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER))"
+/* a text of control characters, for GLOB '*[...]*' */
+#define CTRL_CLASS                                                                                 \
+    "'*[' || char(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, "     \
+    "22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 127) || ']*'"
+#define IDENT_OK(col)                                                                              \
+    "typeof(" col ") = 'text' AND length(CAST(" col                                                \
+    " AS BLOB)) <= " JSD__XSTR(JSD_IDENT_MAX) " AND " col " NOT GLOB " CTRL_CLASS
+#define OUTBOX_V4_COLS                                                                             \
+    "id, owner, effect_id, msg_id, subject, headers, payload, order_key, created_at, not_before, " \
+    "next_attempt_at, lease_token, lease_expires, attempts, last_error, dead_lettered_at, "        \
+    "dead_reason, stream, stream_seq, duplicate, published_at"
+/* clang-format off */
+static const char *const migration_4[] = {
+    "CREATE TABLE jsd_outbox_v4 ("
+    " id INTEGER PRIMARY KEY,"
+    " owner TEXT NOT NULL DEFAULT '',"
+    " effect_id TEXT NOT NULL,"
+    " msg_id TEXT,"
+    " subject TEXT NOT NULL,"
+    " headers BLOB,"
+    " payload BLOB NOT NULL,"
+    " order_key TEXT,"
+    " created_at INTEGER NOT NULL DEFAULT " NOW_MS ","
+    " not_before INTEGER NOT NULL DEFAULT " NOW_MS ","
+    " next_attempt_at INTEGER NOT NULL DEFAULT " NOW_MS ","
+    " lease_token TEXT,"
+    " lease_expires INTEGER,"
+    " attempts INTEGER NOT NULL DEFAULT 0,"
+    " last_error TEXT,"
+    " dead_lettered_at INTEGER,"
+    " dead_reason TEXT,"
+    " stream TEXT,"
+    " stream_seq INTEGER,"
+    " duplicate INTEGER,"
+    " published_at INTEGER,"
+    " headers_json TEXT,"
+    " UNIQUE (owner, effect_id),"
+    " CONSTRAINT jsd_outbox_owner CHECK (" IDENT_OK("owner") "),"
+    " CONSTRAINT jsd_outbox_effect_id CHECK (effect_id <> '' AND " IDENT_OK("effect_id") "),"
+    " CONSTRAINT jsd_outbox_order_key CHECK (order_key IS NULL OR (order_key <> '' AND "
+    IDENT_OK("order_key") ")),"
+    " CONSTRAINT jsd_outbox_subject_length CHECK (typeof(subject) = 'text' AND "
+    "length(CAST(subject AS BLOB)) BETWEEN 1 AND " JSD__XSTR(JSD_SUBJECT_MAX) "),"
+    " CONSTRAINT jsd_outbox_subject_exact CHECK (subject NOT GLOB '*[^A-Za-z0-9_.-]*' AND "
+    "subject NOT GLOB '.*' AND subject NOT GLOB '*.' AND subject NOT GLOB '*..*'),"
+    " CONSTRAINT jsd_outbox_subject_reserved CHECK (subject <> '_INBOX' AND "
+    "subject NOT GLOB '_INBOX.*'),"
+    " CONSTRAINT jsd_outbox_payload CHECK (typeof(payload) IN ('blob', 'text') AND "
+    "length(CAST(payload AS BLOB)) <= " JSD__XSTR(JSD__PAYLOAD_CAP_SQL) "),"
+    " CONSTRAINT jsd_outbox_msg_id CHECK (msg_id IS NULL OR (typeof(msg_id) = 'text' AND "
+    "length(msg_id) BETWEEN 1 AND " JSD__XSTR(JSD__MSG_ID_CHARS) " AND msg_id NOT GLOB '*[^!-~]*')),"
+    " CONSTRAINT jsd_outbox_times CHECK (typeof(created_at) = 'integer' AND "
+    "typeof(not_before) = 'integer' AND typeof(next_attempt_at) = 'integer' AND "
+    "not_before >= 0),"
+    " CONSTRAINT jsd_outbox_headers_json CHECK (headers_json IS NULL OR "
+    "(typeof(headers_json) = 'text' AND json_valid(headers_json) AND "
+    "json_type(headers_json) = 'object')),"
+    " CONSTRAINT jsd_outbox_headers_one_form CHECK (headers IS NULL OR headers_json IS NULL))",
+    "PRAGMA ignore_check_constraints = ON",
+    "INSERT INTO jsd_outbox_v4 (" OUTBOX_V4_COLS ") SELECT " OUTBOX_V4_COLS " FROM jsd_outbox",
+    "PRAGMA ignore_check_constraints = OFF",
+    "DROP TABLE jsd_outbox",
+    "ALTER TABLE jsd_outbox_v4 RENAME TO jsd_outbox",
+    OUTBOX_INDEXES,
+    "CREATE TRIGGER jsd_outbox_due AFTER INSERT ON jsd_outbox "
+    "WHEN NEW.next_attempt_at < NEW.not_before BEGIN "
+    "UPDATE jsd_outbox SET next_attempt_at = NEW.not_before WHERE id = NEW.id; END",
+    "CREATE TRIGGER jsd_outbox_headers BEFORE INSERT ON jsd_outbox "
+    "WHEN NEW.headers_json IS NOT NULL AND json_valid(NEW.headers_json) "
+    "AND json_type(NEW.headers_json) = 'object' BEGIN "
+    "SELECT RAISE(ABORT, 'jsd_outbox_headers_count: headers_json holds more than "
+    JSD__XSTR(JSD_HEADERS_MAX) " headers') "
+    "WHERE (SELECT count(*) FROM json_each(NEW.headers_json)) > " JSD__XSTR(JSD_HEADERS_MAX) "; "
+    "SELECT RAISE(ABORT, 'jsd_outbox_header_name: a header name is 1.."
+    JSD__XSTR(JSD_HEADER_NAME_MAX) " bytes of printable ASCII without spaces or '':'' and does "
+    "not start with \"Nats-\"') WHERE EXISTS (SELECT 1 FROM json_each(NEW.headers_json) "
+    "WHERE key = '' OR length(CAST(key AS BLOB)) > " JSD__XSTR(JSD_HEADER_NAME_MAX)
+    " OR key GLOB '*[^!-9;-~]*' OR upper(substr(key, 1, 5)) = 'NATS-'); "
+    "SELECT RAISE(ABORT, 'jsd_outbox_header_value: a header value is a JSON string of at most "
+    JSD__XSTR(JSD_HEADER_VALUE_MAX) " bytes without CR or LF') "
+    "WHERE EXISTS (SELECT 1 FROM json_each(NEW.headers_json) WHERE type <> 'text' "
+    "OR length(CAST(value AS BLOB)) > " JSD__XSTR(JSD_HEADER_VALUE_MAX)
+    " OR instr(value, char(13)) > 0 OR instr(value, char(10)) > 0 OR instr(value, char(0)) > 0); "
+    "SELECT RAISE(ABORT, 'jsd_outbox_headers_size: the headers take more than "
+    JSD__XSTR(JSD__HEADERS_OWN_MAX) " bytes as encoded on the wire (name: value CRLF each)') "
+    "WHERE (SELECT sum(length(CAST(key AS BLOB)) + length(CAST(value AS BLOB)) + 4) "
+    "FROM json_each(NEW.headers_json)) > " JSD__XSTR(JSD__HEADERS_OWN_MAX) "; END",
+    NULL};
+/* clang-format on */
+
+/* 5: the duplicate-window horizon and trace context: see postgres.c's
+ * migration_5. */
+static const char *const migration_5[] = {
     "ALTER TABLE jsd_outbox ADD COLUMN first_attempt_at INTEGER",
     "ALTER TABLE jsd_inbox ADD COLUMN traceparent TEXT",
     "ALTER TABLE jsd_inbox ADD COLUMN tracestate TEXT", NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
-                                                migration_horizon};
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
+                                                migration_5};
+
+const char *const *jsd__sqlite_migration(int v)
+{
+    return v >= 1 && v <= (int)JSD_ARRAY_LEN(MIGRATIONS) ? MIGRATIONS[v - 1] : NULL;
+}
 
 /* ---- the wake-up registry ----------------------------------------------------------- */
 
@@ -871,17 +991,79 @@ static jsd_status claim_range(jsd_store *s, int max, int64_t lease_ms, const cha
     return x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "claim: recording the lease");
 }
 
+/* The namespace of rows written without a msg_id (docs/SQL-CONTRACT.md):
+ * jsd_meta's "namespace", else the store id. "" when neither is usable. */
+static void foreign_namespace(jsd_store *s, char ns[JSD_NAMESPACE_MAX + 1])
+{
+    ns[0] = '\0';
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(SQ(s)->db,
+                           "SELECT coalesce((SELECT value FROM jsd_meta WHERE key = "
+                           "'" JSD__META_NAMESPACE "'), (SELECT value FROM jsd_meta WHERE key = "
+                           "'" JSD__META_STORE_ID "'))",
+                           -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_TEXT) {
+        const char *v = (const char *)sqlite3_column_text(st, 0);
+        if (jsd__namespace_valid(v, NULL))
+            jsd__strlcpy(ns, v, JSD_NAMESPACE_MAX + 1);
+    }
+    sqlite3_finalize(st);
+}
+
+/* Claimed rows a foreign writer left without a msg_id get the one
+ * jsd_tx_emit derives (jsd_effect_msg_id under the foreign namespace),
+ * stored back in the claim's transaction so that every retry publishes it
+ * again. Rare (a prepared statement per claim that meets such rows). */
+static jsd_status fill_msg_ids(jsd_store *s, jsd__effect_batch *out, size_t first)
+{
+    char ns[JSD_NAMESPACE_MAX + 1] = "";
+    bool looked = false;
+    sqlite3_stmt *up = NULL;
+    jsd_status rc = JSD_OK;
+    for (size_t i = first; i < out->n && rc == JSD_OK; i++) {
+        jsd__claimed *c = &out->items[i];
+        if (c->msg_id[0] || c->defect[0])
+            continue;
+        if (!looked) {
+            foreign_namespace(s, ns);
+            looked = true;
+        }
+        if (!ns[0] || jsd_effect_msg_id(ns, c->owner, c->effect_id, c->msg_id) != JSD_OK) {
+            c->msg_id[0] = '\0'; /* dead-lettered: "its msg_id is empty" */
+            continue;
+        }
+        int x = up ? SQLITE_OK
+                   : sqlite3_prepare_v2(SQ(s)->db,
+                                        "UPDATE jsd_outbox SET msg_id = ?2 WHERE id = ?1 AND "
+                                        "(msg_id IS NULL OR msg_id = '')",
+                                        -1, &up, NULL);
+        if (x == SQLITE_OK) {
+            sqlite3_bind_int64(up, 1, c->row_id);
+            bind_text(up, 2, c->msg_id);
+            x = sqlite3_step(up);
+            sqlite3_reset(up);
+        }
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, "claim: storing a derived msg_id");
+    }
+    sqlite3_finalize(up);
+    return rc;
+}
+
 static jsd_status sq_claim_tx(jsd_store *s, int max, int64_t lease_ms, const char *token,
                               int64_t now, jsd__effect_batch *out)
 {
     jsd_status rc = own_begin(s, "claim");
     if (rc != JSD_OK)
         return rc;
+    size_t first = out->n;
     /* Keyed heads take at most half a batch when unordered effects wait too. */
     rc = claim_keyed(s, max > 1 ? max / 2 : 1, lease_ms, token, now, out);
     int left = max - (int)out->n;
     if (rc == JSD_OK && left > 0)
         rc = claim_range(s, left, lease_ms, token, now, out);
+    if (rc == JSD_OK)
+        rc = fill_msg_ids(s, out, first);
     return own_end(s, rc, "claim");
 }
 
@@ -1873,6 +2055,16 @@ static jsd_status migrate(jsd_store *s)
         else
             rc = sq_fail(s, x, "reading the store id");
         sqlite3_finalize(st);
+    }
+    if (rc == JSD_OK && s->ns[0]) {
+        /* the first operator namespace becomes that of rows written without
+         * a msg_id (validated: [A-Za-z0-9._-] only) */
+        char ins[192];
+        jsd__snprintf(ins, sizeof(ins),
+                      "INSERT INTO jsd_meta (key, value) VALUES ('" JSD__META_NAMESPACE
+                      "', '%s') ON CONFLICT (key) DO NOTHING",
+                      s->ns);
+        rc = exec_sql(s, ins, "recording the namespace");
     }
     if (rc == JSD_OK)
         return exec_sql(s, "COMMIT", "committing the schema migration");

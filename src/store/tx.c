@@ -34,105 +34,6 @@ jsd_status jsd__store_check_subject(const char *subject, jsd_error *err)
     return JSD_OK;
 }
 
-/* Valid UTF-8 without control characters. */
-static bool text_ok(const char *s, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = p[i];
-        if (c < 0x20 || c == 0x7f)
-            return false;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned int cp;
-        if ((c & 0xe0) == 0xc0) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (i + len > n)
-            return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (p[i + k] & 0x3f);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += len;
-    }
-    return true;
-}
-
-static jsd_status check_ident(const char *what, const char *v, bool required, jsd_error *err)
-{
-    if (!v) {
-        if (required)
-            return jsd__err(err, JSD_ERR_INVALID, "effect %s is required", what);
-        return JSD_OK;
-    }
-    size_t n = strlen(v);
-    if (n == 0 && required)
-        return jsd__err(err, JSD_ERR_INVALID, "effect %s is empty", what);
-    if (n > JSD_IDENT_MAX)
-        return jsd__err(err, JSD_ERR_LIMIT, "effect %s is %zu bytes; the limit is %d", what, n,
-                        JSD_IDENT_MAX);
-    if (!text_ok(v, n))
-        return jsd__err(err, JSD_ERR_INVALID,
-                        "effect %s is not valid UTF-8 text (control characters are refused)", what);
-    return JSD_OK;
-}
-
-static jsd_status check_header(const jsd_header *h, size_t i, jsd_error *err)
-{
-    if (!h->name || !h->value)
-        return jsd__err(err, JSD_ERR_INVALID, "header %zu has no name or no value", i);
-    size_t nl = strlen(h->name), vl = strlen(h->value);
-    if (nl == 0)
-        return jsd__err(err, JSD_ERR_INVALID, "header %zu has an empty name", i);
-    if (nl > JSD_HEADER_NAME_MAX)
-        return jsd__err(err, JSD_ERR_LIMIT,
-                        "header name \"%.32s...\" is %zu bytes; the limit is %d", h->name, nl,
-                        JSD_HEADER_NAME_MAX);
-    for (size_t k = 0; k < nl; k++) {
-        unsigned char c = (unsigned char)h->name[k];
-        if (c <= 0x20 || c >= 0x7f || c == ':')
-            return jsd__err(err, JSD_ERR_INVALID,
-                            "header %zu name has a byte 0x%02x at %zu: names are printable ASCII "
-                            "without spaces or ':'",
-                            i, c, k);
-    }
-    if (strncasecmp(h->name, "Nats-", 5) == 0)
-        return jsd__err(err, JSD_ERR_INVALID,
-                        "header name \"%s\" is reserved: names starting with \"Nats-\" are set by "
-                        "jsdurable and the server",
-                        h->name);
-    if (jsd__trace_header(h->name)) /* trace context: its own rule (and tracestate's limit) */
-        return jsd__trace_value_valid(h->name, h->value, err) ? JSD_OK : err->status;
-    if (vl > JSD_HEADER_VALUE_MAX)
-        return jsd__err(err, JSD_ERR_LIMIT, "header \"%s\" value is %zu bytes; the limit is %d",
-                        h->name, vl, JSD_HEADER_VALUE_MAX);
-    for (size_t k = 0; k < vl; k++) {
-        char c = h->value[k];
-        if (c == '\r' || c == '\n')
-            return jsd__err(err, JSD_ERR_INVALID, "header \"%s\" value holds CR or LF at byte %zu",
-                            h->name, k);
-    }
-    return JSD_OK;
-}
-
 /* ---- transactions ------------------------------------------------------------------- */
 
 static jsd_status need_tx(jsd_tx *tx, const char *what)
@@ -191,9 +92,9 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     *enc = NULL;
     if (!e)
         return jsd__store_err(s, JSD_ERR_INVALID, "effect is NULL");
-    if ((rc = check_ident("id", e->id, true, &err)) != JSD_OK ||
-        (rc = check_ident("owner", e->owner, false, &err)) != JSD_OK ||
-        (rc = check_ident("order_key", e->order_key, false, &err)) != JSD_OK ||
+    if ((rc = jsd__effect_check_ident("id", e->id, true, &err)) != JSD_OK ||
+        (rc = jsd__effect_check_ident("owner", e->owner, false, &err)) != JSD_OK ||
+        (rc = jsd__effect_check_ident("order_key", e->order_key, false, &err)) != JSD_OK ||
         (rc = jsd__store_check_subject(e->subject, &err)) != JSD_OK)
         return front_err(s, rc, &err);
     if (e->order_key && !*e->order_key)
@@ -222,7 +123,7 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     }
     size_t wire = JSD_HEADERS_RESERVED_BYTES;
     for (size_t i = 0; i < nh; i++) {
-        if ((rc = check_header(&hdrs[i], i, &err)) != JSD_OK)
+        if ((rc = jsd__effect_check_header(hdrs[i].name, hdrs[i].value, i, &err)) != JSD_OK)
             return front_err(s, rc, &err);
         for (size_t j = 0; j < i && i >= e->n_headers; j++)
             if (strcasecmp(hdrs[j].name, hdrs[i].name) == 0)
@@ -468,7 +369,8 @@ static jsd_status check_delivery(jsd_store *s, const char *stream, const char *c
     if (seq == 0 || seq > (uint64_t)INT64_MAX)
         return jsd__store_err(s, JSD_ERR_INVALID, "delivery stream sequence %llu is out of range",
                               (unsigned long long)seq);
-    if (!text_ok(stream, strlen(stream)) || !text_ok(consumer, strlen(consumer)))
+    if (!jsd__effect_text_ok(stream, strlen(stream)) ||
+        !jsd__effect_text_ok(consumer, strlen(consumer)))
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "delivery stream or consumer is not printable UTF-8");
     return JSD_OK;
@@ -476,7 +378,7 @@ static jsd_status check_delivery(jsd_store *s, const char *stream, const char *c
 
 static jsd_status check_msg_id(jsd_store *s, const char *msg_id)
 {
-    if (msg_id && (strlen(msg_id) > JSD_IDENT_MAX || !text_ok(msg_id, strlen(msg_id))))
+    if (msg_id && (strlen(msg_id) > JSD_IDENT_MAX || !jsd__effect_text_ok(msg_id, strlen(msg_id))))
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "message id is over 256 bytes or not printable UTF-8");
     return JSD_OK;
@@ -590,7 +492,8 @@ static jsd_status check_poison(jsd_store *s, const jsd__poison *p)
     jsd_status rc = check_delivery(s, p->stream, p->consumer, p->stream_seq);
     if (rc != JSD_OK || (rc = check_msg_id(s, p->msg_id)) != JSD_OK)
         return rc;
-    if (!p->subject || strlen(p->subject) > 1024 || !text_ok(p->subject, strlen(p->subject)))
+    if (!p->subject || strlen(p->subject) > 1024 ||
+        !jsd__effect_text_ok(p->subject, strlen(p->subject)))
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "poison record subject is missing, over 1024 bytes or unprintable");
     if ((p->len && !p->payload) || (p->headers_len && !p->headers))
