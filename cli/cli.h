@@ -54,6 +54,8 @@ int cli_doctor_gate(const char *cmd, jsd_store *store, jsd_conn *conn, const jsd
  * else CLI_USAGE after a message naming the unknown one. A non-empty list is
  * announced as a loud warning (once per start). */
 int cli_doctor_allow_check(const char *cmd, const char *allow);
+int cmd_migrate(int argc, char **argv);
+int cmd_schema(int argc, char **argv);
 
 /* ---- connection flags ----------------------------------------------------------
  * Add CLI_CONN_LONGOPTS to a getopt_long table, and pass every option value

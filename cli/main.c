@@ -27,6 +27,8 @@ static const struct {
     {"outbox", cmd_outbox, "list, show or requeue pending and dead-lettered outbox effects"},
     {"verify", cmd_verify, "audit every receipt against its stream message; --repair lost ones"},
     {"doctor", cmd_doctor, "check a deployment's settings for loss or doubling (exit 78 on error)"},
+    {"migrate", cmd_migrate, "create or upgrade a store's tables, print the schema version"},
+    {"schema", cmd_schema, "print the store's DDL (--print) for a DBA's own migration tool"},
 };
 
 static void usage(FILE *f)

@@ -9,6 +9,8 @@
 #ifndef JSDURABLE_STORE_H
 #define JSDURABLE_STORE_H
 
+#include <stdio.h>
+
 #include "status.h"
 
 #ifdef __cplusplus
@@ -111,6 +113,24 @@ JSD_EXTERN const char *jsd_store_url(const jsd_store *s);
  * while the store is open; "" for NULL. */
 JSD_EXTERN const char *jsd_store_namespace(const jsd_store *s);
 JSD_EXTERN const char *jsd_store_id(const jsd_store *s);
+
+/* ---- the schema (docs/SQL-CONTRACT.md) --------------------------------------- */
+/* The schema version this library makes: opening a store migrates it to this
+ * version. */
+#define JSD_STORE_SCHEMA_VERSION 5
+/* The version the store had before this handle's open migrated it: 0 when the
+ * open created the tables, JSD_STORE_SCHEMA_VERSION when nothing was to do;
+ * -1 for NULL. */
+int jsd_store_schema_found(const jsd_store *s);
+/* Write to f the whole DDL of JSD_STORE_SCHEMA_VERSION for backend (tables,
+ * indexes, constraints, triggers, functions, the version rows and a store id
+ * drawn by the database): the statements the library's own migrations run,
+ * as one script a DBA can review or apply with sqlite3 / psql to an empty
+ * database. pg_schema (PostgreSQL; NULL: "public") is the schema the tables
+ * go into, validated as jsd_store_opts.pg_schema is. JSD_ERR_INVALID for a bad
+ * backend or schema name, JSD_ERR_IO when f fails. */
+jsd_status jsd_store_schema_write(FILE *f, jsd_store_backend backend, const char *pg_schema,
+                                  jsd_error *err);
 
 /* ---- application transactions ------------------------------------------------ */
 typedef struct jsd_header {

@@ -16,10 +16,15 @@
 #include "store/store.h"
 
 /* Current schema version (see the migration lists in sqlite.c / postgres.c). */
-#define JSD__SCHEMA_VERSION 5
+#define JSD__SCHEMA_VERSION JSD_STORE_SCHEMA_VERSION
 
 /* The jsd_meta key of the store id (migration 2). */
 #define JSD__META_STORE_ID "store_id"
+/* Unix milliseconds now, as SQL (timestamp defaults, version rows). SQLite
+ * 3.40 has no 'subsec' modifier: julianday carries the milliseconds. */
+#define JSD__SQLITE_NOW_MS "(CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER))"
+#define JSD__PG_NOW_MS     "(floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
+
 /* The jsd_meta key of the namespace of rows written without a msg_id
  * (docs/SQL-CONTRACT.md): recorded by the first open with an operator
  * namespace; absent, the store id is theirs. */
@@ -37,9 +42,10 @@ _Static_assert(JSD__HEADERS_OWN_MAX == JSD_HEADERS_MAX_BYTES - JSD_HEADERS_RESER
                "headers an effect may take");
 _Static_assert(JSD__PAYLOAD_CAP_SQL == JSD_PAYLOAD_DEFAULT_CAP, "payload cap");
 
-/* The DDL of every migration in order, for `jsdurable schema --print`
- * (store.c): NULL-terminated statements of version v (1-based), each with
- * "@" where the PostgreSQL schema goes; NULL past the last version. */
+/* The DDL of every migration in order, for jsd_store_schema_write
+ * (schema.c): NULL-terminated statements of version v (1-based), each with
+ * "@" where the PostgreSQL schema goes; NULL past the last version. v 0: the
+ * jsd_schema_version table every migration records itself in. */
 const char *const *jsd__sqlite_migration(int v);
 const char *const *jsd__pg_migration(int v);
 
@@ -136,6 +142,7 @@ struct jsd_store {
     size_t payload_max;
     int busy_timeout_ms;
     char store_id[33]; /* jsd_meta store_id, read at open */
+    int schema_found;  /* the version before the open's migration */
     /* The jsd_meta store_id row as the back end read it while migrating, for
      * the front to judge after the open (a longer value is cut to 64 bytes,
      * which still reads as not 32 hex digits). */

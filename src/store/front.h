@@ -13,4 +13,8 @@
  * the operation for the message. */
 jsd_status jsd__store_need_idle(jsd_store *s, const char *what);
 
+/* A PostgreSQL schema name the store takes: 1..63 of [A-Za-z0-9_], not
+ * starting with a digit. */
+bool jsd__pg_schema_name_valid(const char *s);
+
 #endif

@@ -217,6 +217,12 @@ static const char *const sql_text[P__COUNT] = {
     [P_BACKLOG] = BACKLOG,
 };
 
+/* Every migration records itself here. */
+static const char *const VERSION_TABLE[] = {
+    "CREATE TABLE IF NOT EXISTS @jsd_schema_version ("
+    " version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+    NULL};
+
 static const char *const migration_1[] = {
     "CREATE TABLE @jsd_outbox ("
     " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
@@ -305,7 +311,7 @@ static const char *const migration_3[] = {
  * named by their rule and NOT VALID: rows from before are not rewritten nor
  * refused; one that breaks a rule is dead-lettered by the relay when claimed,
  * as is a row whose writer disabled the checks (jsd__batch_add). */
-#define PG_NOW_MS "(floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
+#define PG_NOW_MS JSD__PG_NOW_MS
 #define PG_IDENT_OK(col)                                                                           \
     "octet_length(" col ") <= " JSD__XSTR(JSD_IDENT_MAX) " AND " col " !~ '[\\x01-\\x1f\\x7f]'"
 /* (re)made: a migration re-run over a schema changed by hand still applies */
@@ -315,6 +321,8 @@ static const char *const migration_3[] = {
 #define PG_HEADERS_RULE(rule) "@jsd_headers_rule(headers_json) IS DISTINCT FROM '" rule "'"
 /* clang-format off */
 static const char *const migration_4[] = {
+    /* the IF EXISTS of a first run says "skipping" at NOTICE: not worth a log line */
+    "SET LOCAL client_min_messages = warning",
     "ALTER TABLE @jsd_outbox ADD COLUMN IF NOT EXISTS headers_json JSONB",
     "ALTER TABLE @jsd_outbox ALTER COLUMN owner SET DEFAULT ''",
     "ALTER TABLE @jsd_outbox ALTER COLUMN created_at SET DEFAULT " PG_NOW_MS,
@@ -403,6 +411,8 @@ static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migrat
 
 const char *const *jsd__pg_migration(int v)
 {
+    if (v == 0)
+        return VERSION_TABLE;
     return v >= 1 && v <= (int)JSD_ARRAY_LEN(MIGRATIONS) ? MIGRATIONS[v - 1] : NULL;
 }
 
@@ -1797,10 +1807,7 @@ static jsd_status migrate(jsd_store *s)
         }
     }
     if (rc == JSD_OK)
-        rc = run_schema_sql(s,
-                            "CREATE TABLE IF NOT EXISTS @jsd_schema_version ("
-                            " version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
-                            "creating jsd_schema_version");
+        rc = run_schema_sql(s, VERSION_TABLE[0], "creating jsd_schema_version");
     int64_t cur = 0;
     if (rc == JSD_OK) {
         char *q = with_schema(s, "SELECT coalesce(max(version), 0)::int8 FROM @jsd_schema_version");
@@ -1824,6 +1831,7 @@ static jsd_status migrate(jsd_store *s)
                             "the jsd_schema_version table was changed by hand",
                             s->url_safe, (long long)cur);
     _Static_assert(JSD_ARRAY_LEN(MIGRATIONS) == JSD__SCHEMA_VERSION, "one migration per version");
+    s->schema_found = (int)cur;
     for (size_t m = cur > 0 ? (size_t)cur : 0; rc == JSD_OK && m < JSD_ARRAY_LEN(MIGRATIONS); m++) {
         int64_t v = (int64_t)m + 1;
         for (const char *const *q = MIGRATIONS[m]; *q && rc == JSD_OK; q++)

@@ -246,7 +246,12 @@ static const char *const sql_text[S__COUNT] = {
     [S_DATA_VERSION] = "PRAGMA data_version",
 };
 
-/* Schema migrations: MIGRATIONS[v - 1] takes the schema from v - 1 to v. */
+/* Schema migrations: MIGRATIONS[v - 1] takes the schema from v - 1 to v;
+ * each records itself in VERSION_TABLE. */
+static const char *const VERSION_TABLE[] = {
+    "CREATE TABLE IF NOT EXISTS jsd_schema_version ("
+    " version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    NULL};
 /* The outbox's indexes, made by migration 1 and again by 4's rebuild. */
 #define OUTBOX_INDEXES                                                                             \
     "CREATE INDEX jsd_outbox_ready ON jsd_outbox (id) WHERE order_key IS NULL AND " PENDING,       \
@@ -347,7 +352,7 @@ static const char *const migration_3[] = {"CREATE TABLE jsd_outbox_lease ("
  * ignore_check_constraints): one that breaks them is dead-lettered by the
  * relay with its reason when claimed (jsd__batch_add), as is any row whose
  * writer turned the checks off. */
-#define NOW_MS "(CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER))"
+#define NOW_MS JSD__SQLITE_NOW_MS
 /* a text of control characters, for GLOB '*[...]*' */
 #define CTRL_CLASS                                                                                 \
     "'*[' || char(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, "     \
@@ -450,6 +455,8 @@ static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migrat
 
 const char *const *jsd__sqlite_migration(int v)
 {
+    if (v == 0)
+        return VERSION_TABLE;
     return v >= 1 && v <= (int)JSD_ARRAY_LEN(MIGRATIONS) ? MIGRATIONS[v - 1] : NULL;
 }
 
@@ -1992,10 +1999,7 @@ static jsd_status migrate(jsd_store *s)
     jsd_status rc = exec_sql(s, "BEGIN IMMEDIATE", "opening the store (migration)");
     if (rc != JSD_OK)
         return rc;
-    rc = exec_sql(s,
-                  "CREATE TABLE IF NOT EXISTS jsd_schema_version ("
-                  " version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-                  "creating jsd_schema_version");
+    rc = exec_sql(s, VERSION_TABLE[0], "creating jsd_schema_version");
     int64_t cur = 0;
     if (rc == JSD_OK) {
         sqlite3_stmt *st = NULL;
@@ -2018,6 +2022,7 @@ static jsd_status migrate(jsd_store *s)
                             "the jsd_schema_version table was changed by hand",
                             s->url_safe, (long long)cur);
     _Static_assert(JSD_ARRAY_LEN(MIGRATIONS) == JSD__SCHEMA_VERSION, "one migration per version");
+    s->schema_found = (int)cur;
     for (size_t m = cur > 0 ? (size_t)cur : 0; rc == JSD_OK && m < JSD_ARRAY_LEN(MIGRATIONS); m++) {
         int64_t v = (int64_t)m + 1;
         for (const char *const *q = MIGRATIONS[m]; *q && rc == JSD_OK; q++)

@@ -123,7 +123,7 @@ void jsd__store_redact_url(const char *url, char *out, size_t cap)
 #undef PUT
 }
 
-static bool schema_name_valid(const char *s)
+bool jsd__pg_schema_name_valid(const char *s)
 {
     size_t n = s ? strlen(s) : 0;
     if (n == 0 || n > 63)
@@ -260,6 +260,11 @@ const char *jsd_store_id(const jsd_store *s)
     return s ? s->store_id : "";
 }
 
+int jsd_store_schema_found(const jsd_store *s)
+{
+    return s ? s->schema_found : -1;
+}
+
 void jsd_store_opts_init(jsd_store_opts *o)
 {
     if (!o)
@@ -352,7 +357,7 @@ jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_err
         const char *sch = o->pg_schema && *o->pg_schema ? o->pg_schema : schema;
         if (!sch || !*sch)
             sch = "public";
-        if (!schema_name_valid(sch)) {
+        if (!jsd__pg_schema_name_valid(sch)) {
             rc = jsd__err(err, JSD_ERR_CONFIG,
                           "PostgreSQL schema name \"%.64s\" is not valid: use 1..63 of "
                           "[A-Za-z0-9_], not starting with a digit",
