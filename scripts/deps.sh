@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(gcc make pkg-config libc6-dev
       libnats-dev libsqlite3-dev libpq-dev libjansson-dev libssl-dev libmicrohttpd-dev libcurl4-openssl-dev libcmocka-dev libsystemd-dev
-      nats-server postgresql sqlite3 openssl procps util-linux psmisc help2man man-db)
+      nats-server postgresql sqlite3 openssl procps util-linux psmisc help2man man-db
+      python3-psycopg2)
 [ "${JSD_DEPS_VALGRIND:-0}" = 1 ] && PKGS+=(valgrind)
 
 missing=()
