@@ -167,6 +167,14 @@ static bool json_start(unsigned char c)
            c == 'f' || c == 'n' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+static bool msg_id_printable(const char *m)
+{
+    for (; *m; m++)
+        if ((unsigned char)*m <= 0x20 || (unsigned char)*m >= 0x7f)
+            return false;
+    return true;
+}
+
 /* The rules a row written without the library may break (its constraints
  * absent or bypassed): named in the defect, the relay dead-letters it. The
  * subject is the relay's own check (relay_claim.c). */
@@ -185,6 +193,9 @@ static void check_claimed(jsd__claimed *c, const jsd__claimed_row *r)
         jsd__snprintf(c->defect, sizeof(c->defect), "%.150s", err.msg);
     else if (c->order_key && !*c->order_key)
         jsd__snprintf(c->defect, sizeof(c->defect), "its order_key is empty (NULL is unordered)");
+    else if (!msg_id_printable(c->msg_id))
+        jsd__snprintf(c->defect, sizeof(c->defect),
+                      "its msg_id holds a byte outside printable ASCII (or a space)");
     else if (r->len > JSD_PAYLOAD_DEFAULT_CAP)
         jsd__snprintf(c->defect, sizeof(c->defect),
                       "its payload is %zu bytes; the limit is %d (JSD_PAYLOAD_DEFAULT_CAP)", r->len,

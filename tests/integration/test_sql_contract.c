@@ -171,7 +171,6 @@ static void refused(rt_backend kind)
         {.rule = "jsd_outbox_effect_id", .id = "a\nb"},
         {.rule = "jsd_outbox_order_key", .order_key = ""},
         {.rule = "jsd_outbox_order_key", .order_key = long_ident},
-        {.rule = "jsd_outbox_msg_id", .msg_id = "has space"},
         {.rule = "jsd_outbox_msg_id", .msg_id = long_ident},
         {.rule = "jsd_outbox_payload",
          .payload_sqlite = "zeroblob(262145)",
@@ -201,6 +200,12 @@ static void refused(rt_backend kind)
     foreign_ok(&e, sql);
     for (size_t i = 0; i < JSD_ARRAY_LEN(cases); i++) {
         const refusal *c = &cases[i];
+        /* SQLite's CHECK cannot read the members of the JSON (json_each), and
+         * an INSERT trigger would slow every insert: these are the relay's
+         * there (slipped_past) */
+        if (kind == RT_SQLITE && (strstr(c->rule, "_header_") || strstr(c->rule, "headers_count") ||
+                                  strstr(c->rule, "headers_size")))
+            continue;
         char id[300], nb[64] = "";
         snprintf(id, sizeof(id), "%s", c->id ? c->id : "");
         if (!c->id)
@@ -225,6 +230,16 @@ static void refused(rt_backend kind)
             fail_msg("case %zu (%s) was accepted: %.400s", i, c->rule, sql);
         if (!strstr(why, c->rule))
             fail_msg("case %zu: refused as \"%s\", not by %s", i, why, c->rule);
+    }
+    if (kind == RT_PG) {
+        /* SQLite checks a given msg id's length only (rows with a msg id are
+         * the library's: FOREIGN_ONLY in sqlite.c); the relay the rest */
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO jsd_outbox(owner, effect_id, subject, payload, msg_id) VALUES "
+                 "('o', 'spaced', '%s', %s, 'has space')",
+                 e.subject, blob(&e, "00", pay, sizeof(pay)));
+        ASSERT_EQ(foreign(&e, sql, why, sizeof(why)), -1);
+        ASSERT_CONTAINS(why, "jsd_outbox_msg_id");
     }
     /* both forms of headers in one row are refused */
     snprintf(sql, sizeof(sql),
@@ -320,6 +335,12 @@ static void foreign_rows_publish(rt_backend kind)
              "VALUES ('o', 'hdr', '%s', %s, '{\"X-Trace\": \"abc\"}'); COMMIT",
              e.subject, blob(&e, "00ff10", pay, sizeof(pay)));
     foreign_ok(&e, sql);
+    /* a durable timer an hour away: not published by this run */
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO jsd_outbox(owner, effect_id, subject, payload, not_before) VALUES ('o', "
+             "'later', '%s', %s, %lld)",
+             e.subject, blob(&e, "00", pay, sizeof(pay)), (long long)jsd__now_ms() + 3600000);
+    foreign_ok(&e, sql);
     /* rolled back: never published */
     snprintf(sql, sizeof(sql),
              "BEGIN; INSERT INTO jsd_outbox(owner, effect_id, subject, payload) VALUES ('o', "
@@ -341,6 +362,9 @@ static void foreign_rows_publish(rt_backend kind)
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), n);
     ASSERT_EQ(rt_published(&e.st), n);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'later' AND "
+                          "published_at IS NULL AND attempts = 0"),
+              1);
     assert_msg(&e, ns, "lib", "\x00\xff\x10", 3, "abc");
     assert_msg(&e, ns, "min", "\x00\xff\x10", 3, NULL);
     assert_msg(&e, ns, "hdr", "\x00\xff\x10", 3, "abc");
@@ -447,13 +471,13 @@ static void slipped_past(rt_backend kind)
     char sql[4096], pay[64];
     /* a writer that turned the checks off */
     if (kind == RT_SQLITE)
-        foreign_ok(&e, "PRAGMA ignore_check_constraints = ON; DROP TRIGGER jsd_outbox_headers");
+        foreign_ok(&e, "PRAGMA ignore_check_constraints = ON");
     else
         foreign_ok(&e,
                    "ALTER TABLE jsd_outbox DROP CONSTRAINT jsd_outbox_headers_json, "
-                   "DROP CONSTRAINT jsd_outbox_header_name, DROP CONSTRAINT "
-                   "jsd_outbox_header_value, DROP CONSTRAINT jsd_outbox_owner, DROP "
-                   "CONSTRAINT jsd_outbox_payload, DROP CONSTRAINT jsd_outbox_subject_reserved");
+                   "DROP CONSTRAINT jsd_outbox_owner, DROP "
+                   "CONSTRAINT jsd_outbox_payload, DROP CONSTRAINT jsd_outbox_subject_reserved, "
+                   "DROP CONSTRAINT jsd_outbox_msg_id");
     for (int i = 0; i < 5; i++) {
         snprintf(sql, sizeof(sql),
                  "INSERT INTO jsd_outbox(owner, effect_id, subject, payload) VALUES ('o', 'g%d', "
@@ -471,6 +495,8 @@ static void slipped_past(rt_backend kind)
         {"control", "a\x01z", NULL, NULL, "owner is not valid UTF-8 text", false},
         {"inbox", "o", NULL, "_INBOX.steal", "_INBOX", false},
         {"big", "o", NULL, NULL, "payload is 262145 bytes", true},
+        {"colon", "o", "{\"a:b\": \"x\"}", NULL, "names are printable ASCII", false},
+        {"crlf", "o", "{\"a\": \"x\\ny\"}", NULL, "holds CR or LF", false},
     };
     for (size_t i = 0; i < JSD_ARRAY_LEN(bad); i++) {
         char hdr[200] = "NULL", subj[200];
@@ -480,12 +506,24 @@ static void slipped_past(rt_backend kind)
         const char *payload = !bad[i].big         ? blob(&e, "78", pay, sizeof(pay))
                               : kind == RT_SQLITE ? "zeroblob(262145)"
                                                   : "decode(repeat('00', 262145), 'hex')";
+        /* PostgreSQL: its header rules are in the trigger that derives msg
+         * ids, so such a writer gives its own id */
+        if (kind == RT_PG)
+            foreign_ok(&e, "ALTER TABLE jsd_outbox DISABLE TRIGGER jsd_outbox_fill");
         snprintf(sql, sizeof(sql),
-                 "INSERT INTO jsd_outbox(owner, effect_id, subject, payload, headers_json) "
-                 "VALUES ('%s', '%s', '%s', %s, %s)",
-                 bad[i].owner, bad[i].id, subj, payload, hdr);
+                 "INSERT INTO jsd_outbox(owner, effect_id, subject, payload, headers_json, "
+                 "msg_id, next_attempt_at, not_before) VALUES ('%s', '%s', '%s', %s, %s, 'm-%s', "
+                 "0, 0)",
+                 bad[i].owner, bad[i].id, subj, payload, hdr, bad[i].id);
         foreign_ok(&e, sql);
+        if (kind == RT_PG)
+            foreign_ok(&e, "ALTER TABLE jsd_outbox ENABLE TRIGGER jsd_outbox_fill");
     }
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO jsd_outbox(owner, effect_id, subject, payload, msg_id) VALUES ('o', "
+             "'spaced', '%s', %s, 'has space')",
+             e.subject, blob(&e, "78", pay, sizeof(pay)));
+    foreign_ok(&e, sql);
     for (int i = 5; i < 8; i++) {
         snprintf(sql, sizeof(sql),
                  "INSERT INTO jsd_outbox(owner, effect_id, subject, payload) VALUES ('o', 'g%d', "
@@ -496,7 +534,11 @@ static void slipped_past(rt_backend kind)
     relay_until_idle(&e);
     ASSERT_EQ(rt_published(&e.st), 8);
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 8);
-    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), (long long)JSD_ARRAY_LEN(bad));
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), (long long)JSD_ARRAY_LEN(bad) + 1);
+    char spaced[1200];
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox WHERE effect_id = 'spaced'", spaced,
+          sizeof(spaced));
+    ASSERT_CONTAINS(spaced, "msg_id holds a byte outside printable ASCII");
     for (size_t i = 0; i < JSD_ARRAY_LEN(bad); i++) {
         char reason[1200];
         snprintf(sql, sizeof(sql), "SELECT dead_reason FROM jsd_outbox WHERE effect_id = '%s'",
