@@ -1295,6 +1295,11 @@ static jsd_status pg_wait(jsd_store *s, int timeout_ms, bool *woken)
         if ((rc = simple(s, "LISTEN " JSD__PG_CHANNEL, "LISTEN")) != JSD_OK)
             return rc;
         p->listening = true;
+        /* A commit between the caller's last claim and this LISTEN sent its
+         * NOTIFY to nobody: answer "woken" once, so the caller claims again
+         * now that every later commit reaches this session. */
+        *woken = true;
+        return JSD_OK;
     }
     int64_t end = jsd__mono_ms() + timeout_ms;
     for (;;) {
