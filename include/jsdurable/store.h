@@ -121,7 +121,7 @@ JSD_EXTERN const char *jsd_store_id(const jsd_store *s);
 /* The version the store had before this handle's open migrated it: 0 when the
  * open created the tables, JSD_STORE_SCHEMA_VERSION when nothing was to do;
  * -1 for NULL. */
-int jsd_store_schema_found(const jsd_store *s);
+JSD_EXTERN int jsd_store_schema_found(const jsd_store *s);
 /* Write to f the whole DDL of JSD_STORE_SCHEMA_VERSION for backend (tables,
  * indexes, constraints, triggers, functions, the version rows and a store id
  * drawn by the database): the statements the library's own migrations run,
@@ -129,8 +129,8 @@ int jsd_store_schema_found(const jsd_store *s);
  * database. pg_schema (PostgreSQL; NULL: "public") is the schema the tables
  * go into, validated as jsd_store_opts.pg_schema is. JSD_ERR_INVALID for a bad
  * backend or schema name, JSD_ERR_IO when f fails. */
-jsd_status jsd_store_schema_write(FILE *f, jsd_store_backend backend, const char *pg_schema,
-                                  jsd_error *err);
+JSD_EXTERN jsd_status jsd_store_schema_write(FILE *f, jsd_store_backend backend,
+                                             const char *pg_schema, jsd_error *err);
 
 /* ---- application transactions ------------------------------------------------ */
 typedef struct jsd_header {
