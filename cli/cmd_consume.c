@@ -21,9 +21,8 @@
 #include "service.h"
 
 #define N_PARAMS 7
-static const char *const param_names[N_PARAMS] = {"subject",    "payload",     "msg_id",
-                                                  "stream_seq", "deliveries",  "traceparent",
-                                                  "tracestate"};
+static const char *const param_names[N_PARAMS] = {
+    "subject", "payload", "msg_id", "stream_seq", "deliveries", "traceparent", "tracestate"};
 #define KNOWN_PARAMS ":subject :payload :msg_id :stream_seq :deliveries :traceparent :tracestate"
 #define PG_STMT_NAME "jsd_consume_sql"
 
@@ -128,8 +127,7 @@ static bool pg_translate(sink *k, char *why, size_t cap)
                 j++;
             int idx = name_index(s + i + 1, j - i - 1);
             if (idx < 0) {
-                snprintf(why, cap,
-                         "unknown parameter :%.*s (known: " KNOWN_PARAMS ")",
+                snprintf(why, cap, "unknown parameter :%.*s (known: " KNOWN_PARAMS ")",
                          (int)(j - i - 1 > 64 ? 64 : j - i - 1), s + i + 1);
                 free(out);
                 return false;
@@ -178,9 +176,7 @@ static bool sqlite_prepare(sink *k, sqlite3 *db, char *why, size_t cap)
         const char *nm = sqlite3_bind_parameter_name(k->stmt, p);
         int idx = nm && nm[0] == ':' ? name_index(nm + 1, strlen(nm + 1)) : -1;
         if (idx < 0) {
-            snprintf(why, cap,
-                     "unknown parameter %s (known: " KNOWN_PARAMS ")",
-                     nm ? nm : "?");
+            snprintf(why, cap, "unknown parameter %s (known: " KNOWN_PARAMS ")", nm ? nm : "?");
             return false;
         }
         k->sq_index[idx] = p;
@@ -530,6 +526,17 @@ enum {
     O_HELP
 };
 
+/* /readyz: NATS is checked by the server itself; this adds the store. */
+static bool consume_ready(void *user, char *why, size_t cap)
+{
+    jsd_consumer_stats st;
+    jsd_consumer_stats_get(user, &st);
+    if (st.held == 0)
+        return true;
+    snprintf(why, cap, "store: not answering (%llu deliveries held)", (unsigned long long)st.held);
+    return false;
+}
+
 int cmd_consume(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -748,7 +755,7 @@ int cmd_consume(int argc, char **argv)
         goto out;
     }
     if (created)
-        fprintf(stderr, "jsdurable consume: created durable %s on stream %s\n", durable, stream);
+        cli_say("consume", "info", "created durable %s on stream %s", durable, stream);
     ddu.ack_wait_ms = created ? ack_wait_ms : 0; /* what was asked for, when known */
     dop.checks = JSD_DOCTOR_CHECK_DURABLES;
     if ((rc = cli_doctor_gate("consume", store, conn, &dop, allow)) != 0)
@@ -761,7 +768,7 @@ int cmd_consume(int argc, char **argv)
             rc = cli_exit_for(st);
             goto out;
         }
-        fprintf(stderr, "jsdurable consume: metrics on http://%s/metrics (port %d)\n", metrics,
+        cli_say("consume", "info", "metrics on http://%s/metrics (port %d)", metrics,
                 jsd_metrics_server_port(msrv));
     }
 
@@ -771,22 +778,24 @@ int cmd_consume(int argc, char **argv)
         rc = st == JSD_ERR_NOT_FOUND ? CLI_CONFIG : cli_exit_for(st);
         goto out;
     }
+    if (msrv)
+        jsd_metrics_server_set_ready(msrv, consume_ready, cons);
 
     cli_service_ready(stop_consumer, cons);
     st = jsd_consumer_run_batch(cons, handle_batch, &k, until_idle);
     cli_service_stopping();
     jsd_consumer_stats s;
     jsd_consumer_stats_get(cons, &s);
-    fprintf(stderr,
-            "jsdurable consume: %llu fetched, %llu committed, %llu duplicates, %llu retried, "
-            "%llu poisoned, %llu parked\n",
+    cli_say("consume", "info",
+            "%llu fetched, %llu committed, %llu duplicates, %llu retried, "
+            "%llu poisoned, %llu parked",
             (unsigned long long)s.fetched, (unsigned long long)s.committed,
             (unsigned long long)s.duplicates, (unsigned long long)s.retried,
             (unsigned long long)s.poisoned, (unsigned long long)s.parked);
     if (s.store_outages || s.dlq_deferred || s.poison_unpublished)
-        fprintf(stderr,
-                "jsdurable consume: %llu store outages waited out, %llu dead letters deferred, "
-                "%llu poison records not yet in the dead-letter stream\n",
+        cli_say("consume", "warn",
+                "%llu store outages waited out, %llu dead letters deferred, "
+                "%llu poison records not yet in the dead-letter stream",
                 (unsigned long long)s.store_outages, (unsigned long long)s.dlq_deferred,
                 (unsigned long long)s.poison_unpublished);
     if (st != JSD_OK) {

@@ -99,6 +99,17 @@ enum {
 
 #define RELAY_STREAMS_MAX 64
 
+/* /readyz: NATS is checked by the server itself; this adds the store. */
+static bool relay_ready(void *user, char *why, size_t cap)
+{
+    jsd_relay_stats st;
+    jsd_relay_stats_get(user, &st);
+    if (!st.store_down)
+        return true;
+    snprintf(why, cap, "store: not answering (claims paused, receipts held)");
+    return false;
+}
+
 int cmd_relay(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -279,7 +290,7 @@ int cmd_relay(int argc, char **argv)
             goto out;
         }
         ro.metrics = metrics;
-        fprintf(stderr, "jsdurable relay: metrics on http://%s/metrics (port %d)\n", metrics_addr,
+        cli_say("relay", "info", "metrics on http://%s/metrics (port %d)", metrics_addr,
                 jsd_metrics_server_port(msrv));
     }
     s = jsd_relay_create(&relay, store, conn, &ro, &err);
@@ -288,6 +299,8 @@ int cmd_relay(int argc, char **argv)
         rc = cli_exit_for(s);
         goto out;
     }
+    if (msrv)
+        jsd_metrics_server_set_ready(msrv, relay_ready, relay);
 
     signal(SIGPIPE, SIG_IGN);
     cli_service_ready(stop_relay, relay);
@@ -304,9 +317,9 @@ int cmd_relay(int argc, char **argv)
             rc = CLI_FAILED;
         else if (st.left_failing != 0) /* > 0, or -1: could not be counted */
             rc = CLI_TEMPFAIL;
-        fprintf(stderr,
-                "jsdurable relay: %s: published %llu, dead-lettered %llu by this run; left "
-                "unpublished after failures: %lld; dead-lettered in the store: %lld\n",
+        cli_say("relay", rc == CLI_OK ? "info" : "warn",
+                "%s: published %llu, dead-lettered %llu by this run; left "
+                "unpublished after failures: %lld; dead-lettered in the store: %lld",
                 rc == CLI_OK ? "done" : "not everything was published",
                 (unsigned long long)st.published, (unsigned long long)st.dead_lettered,
                 (long long)st.left_failing, (long long)st.left_dead_lettered);

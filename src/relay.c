@@ -441,6 +441,7 @@ void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out)
     out->first_attempt_duplicates = atomic_load(&r->n_first_dup);
     out->horizon_at_risk = atomic_load(&r->n_horizon_at_risk);
     out->horizon_passed = atomic_load(&r->n_horizon_passed);
+    out->store_down = atomic_load(&r->store_down);
     out->left_failing = atomic_load(&r->left_failing);
     out->left_dead_lettered = atomic_load(&r->left_dead);
 }
@@ -465,6 +466,7 @@ jsd_status jsd_outbox_trouble_get(jsd_store *s, jsd_outbox_trouble *out)
 void jsd__relay_store_trouble_on(jsd_relay *r, jsd_store *st, const char *what)
 {
     jsd__relay_count(r, RC_STORE_ERRORS, 1);
+    atomic_store(&r->store_down, 1);
     int64_t now = jsd__mono_ms();
     pthread_mutex_lock(&r->err_mu);
     jsd__err(&r->err, JSD_ERR_STORE, "%s: %s", what, jsd_store_errmsg(st));

@@ -233,6 +233,7 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
         jsd__relay_batch_recycle(r, b);
         return -1;
     }
+    atomic_store(&r->store_down, 0);
     if (b->eb.n == 0) {
         jsd__relay_batch_recycle(r, b);
         return 0;

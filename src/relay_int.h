@@ -99,6 +99,7 @@ struct jsd_relay {
      * or this relay would take its own expired leases over and publish those
      * effects again before their receipts are in. */
     atomic_bool receipts_held;
+    atomic_int store_down; /* the store's last answer was an error */
     bool sync_init;
 
     atomic_int stop;

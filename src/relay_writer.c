@@ -86,6 +86,7 @@ static void finish_batch(jsd_relay *r, rbatch *b)
         }
         atomic_store(&r->receipts_held, false);
         if (s == JSD_OK) {
+            atomic_store(&r->store_down, 0);
             JSD_CRASH_POINT("relay.after_receipt_commit");
             size_t dups = 0;
             for (size_t i = 0; i < nr; i++)

@@ -158,6 +158,10 @@ typedef struct jsd_relay_stats {
      * logged at warn. */
     uint64_t horizon_at_risk;
     uint64_t horizon_passed;
+    /* 1 while the store's last answer to this relay was an error (an outage:
+     * claims paused, receipts held), 0 once it answers again: what /readyz
+     * reports. */
+    int store_down;
     /* Set when a jsd_relay_run_until_idle returns (-1 before, or when the
      * store could not be read): effects left unpublished that failed at least
      * once and wait for a retry, and every dead-lettered effect of the store. */

@@ -151,8 +151,16 @@ static int metrics_port(const char *log)
     return port;
 }
 
+static const char *get(int port, const char *path);
+
 /* GET /metrics: the response (headers and body), or NULL. */
 static const char *scrape(int port)
+{
+    return get(port, "/metrics");
+}
+
+/* GET path: the response (headers and body), or NULL. */
+static const char *get(int port, const char *path)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET,
@@ -166,8 +174,9 @@ static const char *scrape(int port)
             close(fd);
         return NULL;
     }
-    static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
-    if (write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+    char req[256];
+    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    if (write(fd, req, (size_t)rl) != (ssize_t)rl) {
         close(fd);
         return NULL;
     }
@@ -476,7 +485,42 @@ static void consume_sigterm_broker_stopped(void **state)
     ASSERT_EQ(sqlite_count(db, "SELECT count(*) FROM jsd_inbox"), 10);
 }
 
+/* ---- /readyz follows the store -------------------------------------------------- */
+
+static bool readyz_says(int port, const char *status, const char *text)
+{
+    const char *r = get(port, "/readyz");
+    return r && strstr(r, status) && (!text || strstr(r, text));
+}
+
+/* The relay's /readyz says 503 with "store: not answering" while its
+ * PostgreSQL is stopped, and 200 again once it is back. */
+static void relay_readyz_follows_the_store(void **state)
+{
+    (void)state;
+    jsd_fx_pg pg;
+    ASSERT_EQ(jsd_fx_pg_start(&pg), 0);
+    char store[600], log[PATH_MAX];
+    ASSERT_EQ(jsd_fx_pg_database_on(pg.url, store, sizeof(store)), 0);
+    snprintf(log, sizeof(log), "%s/readyz-relay.log", jsd_test_dir());
+    pid_t pid = start_relay(store, jsd_fx_shared_nats_url(), log);
+    ASSERT_WAIT(metrics_port(log) > 0, 15000);
+    int port = metrics_port(log);
+    ASSERT_WAIT(readyz_says(port, " 200 ", "ready"), 10000);
+    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
+    ASSERT_WAIT(readyz_says(port, " 503 ", "store: not answering"), 15000);
+    ASSERT_TRUE(alive(pid));
+    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
+    ASSERT_WAIT(readyz_says(port, " 200 ", "ready"), 20000);
+    kill(pid, SIGTERM);
+    int64_t took = 0;
+    int st = wait_exit(pid, 10000, &took);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(notify_ready_watchdog_stopping),
+              cmocka_unit_test(relay_readyz_follows_the_store),
               cmocka_unit_test(sighup_keeps_running_and_reopens_log),
               cmocka_unit_test(relay_metrics_commit_to_puback),
               cmocka_unit_test(relay_sigterm_broker_stopped),
