@@ -172,6 +172,13 @@ void cli_say(const char *cmd, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* --metrics ADDR: serve reg over HTTP (with conn for /readyz) and say where.
+ * With *reg NULL a registry of the command's own is made into *reg; give
+ * jsd_metrics_default() to serve that one. 0, or the exit code after an
+ * error naming the flag. */
+int cli_metrics_start(const char *cmd, const char *addr, jsd_conn *conn, jsd_metrics **reg,
+                      jsd_metrics_server **srv);
+
 /* JSON output (-j/--json): a string value that is never NULL (invalid UTF-8
  * becomes "?" per byte, NULL becomes null), the bytes as "payload" when
  * they are UTF-8 else as "payload_base64", and one document on stdout

@@ -762,14 +762,9 @@ int cmd_consume(int argc, char **argv)
         goto out;
 
     if (metrics) {
-        st = jsd_metrics_serve(&msrv, jsd_metrics_default(), conn, metrics, &err);
-        if (st != JSD_OK) {
-            cli_err("consume", "--metrics %s: %s", metrics, err.msg);
-            rc = cli_exit_for(st);
+        jsd_metrics *reg = jsd_metrics_default();
+        if ((rc = cli_metrics_start("consume", metrics, conn, &reg, &msrv)) != 0)
             goto out;
-        }
-        cli_say("consume", "info", "metrics on http://%s/metrics (port %d)", metrics,
-                jsd_metrics_server_port(msrv));
     }
 
     st = jsd_consumer_create(&cons, store, conn, &co, &err);

@@ -280,18 +280,9 @@ int cmd_relay(int argc, char **argv)
     if ((rc = cli_doctor_gate("relay", store, conn, &dop, allow)) != 0)
         goto out;
     if (metrics_addr) {
-        s = jsd_metrics_create(&metrics, &err);
-        if (s == JSD_OK)
-            s = jsd_metrics_serve(&msrv, metrics, conn, metrics_addr, &err);
-        if (s != JSD_OK) {
-            cli_err("relay", "--metrics %s: %s", metrics_addr,
-                    err.msg[0] ? err.msg : jsd_status_str(s));
-            rc = cli_exit_for(s);
+        if ((rc = cli_metrics_start("relay", metrics_addr, conn, &metrics, &msrv)) != 0)
             goto out;
-        }
         ro.metrics = metrics;
-        cli_say("relay", "info", "metrics on http://%s/metrics (port %d)", metrics_addr,
-                jsd_metrics_server_port(msrv));
     }
     s = jsd_relay_create(&relay, store, conn, &ro, &err);
     if (s != JSD_OK) {

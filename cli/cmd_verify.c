@@ -240,18 +240,9 @@ int cmd_verify(int argc, char **argv)
     if ((rc = cli_conn_open(&cc, &conn)) != 0)
         goto out;
     if (metrics_addr) {
-        s = jsd_metrics_create(&metrics, &err);
-        if (s == JSD_OK)
-            s = jsd_metrics_serve(&msrv, metrics, conn, metrics_addr, &err);
-        if (s != JSD_OK) {
-            cli_err("verify", "--metrics %s: %s", metrics_addr,
-                    err.msg[0] ? err.msg : jsd_status_str(s));
-            rc = cli_exit_for(s);
+        if ((rc = cli_metrics_start("verify", metrics_addr, conn, &metrics, &msrv)) != 0)
             goto out;
-        }
         vo.metrics = metrics;
-        cli_say("verify", "info", "metrics on http://%s/metrics (port %d)", metrics_addr,
-                jsd_metrics_server_port(msrv));
     }
     vo.batch = (size_t)batch;
     vo.on_finding = on_finding;

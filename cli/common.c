@@ -542,3 +542,20 @@ void cli_json_print(json_t *o)
     free(text);
     json_decref(o);
 }
+
+int cli_metrics_start(const char *cmd, const char *addr, jsd_conn *conn, jsd_metrics **reg,
+                      jsd_metrics_server **srv)
+{
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status s = *reg ? JSD_OK : jsd_metrics_create(reg, &err);
+    if (s == JSD_OK)
+        s = jsd_metrics_serve(srv, *reg, conn, addr, &err);
+    if (s != JSD_OK) {
+        cli_err(cmd, "--metrics %s: %s", addr, err.msg[0] ? err.msg : jsd_status_str(s));
+        return cli_exit_for(s);
+    }
+    cli_say(cmd, "info", "metrics on http://%s/metrics (port %d)", addr,
+            jsd_metrics_server_port(*srv));
+    return 0;
+}

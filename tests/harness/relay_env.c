@@ -225,6 +225,12 @@ void rt_nats_close(rt_nats *n)
  * duplicate window. */
 void rt_stream_add(rt_nats *n, const char *name, const char *subject)
 {
+    rt_stream_add_with(n, name, subject, 600000, 0);
+}
+
+void rt_stream_add_with(rt_nats *n, const char *name, const char *subject, int64_t window_ms,
+                        int32_t max_msg_size)
+{
     jsStreamConfig c;
     jsStreamConfig_Init(&c);
     const char *subjects[1] = {subject};
@@ -233,7 +239,9 @@ void rt_stream_add(rt_nats *n, const char *name, const char *subject)
     c.SubjectsLen = 1;
     c.Storage = js_FileStorage;
     c.Retention = js_LimitsPolicy;
-    c.Duplicates = (int64_t)600 * 1000 * 1000 * 1000;
+    c.Duplicates = window_ms * 1000000;
+    if (max_msg_size > 0)
+        c.MaxMsgSize = max_msg_size;
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
     natsStatus s = js_AddStream(&si, n->js, &c, NULL, &jerr);

@@ -96,6 +96,9 @@ void rt_nats_close(rt_nats *n);
 /* A file-storage, limits-retention stream on subjects with a 10-minute
  * duplicate window. */
 void rt_stream_add(rt_nats *n, const char *name, const char *subject);
+/* The same with the given duplicate window and max_msg_size (0: unlimited). */
+void rt_stream_add_with(rt_nats *n, const char *name, const char *subject, int64_t window_ms,
+                        int32_t max_msg_size);
 uint64_t rt_stream_count(rt_nats *n, const char *name);
 
 /* One stored message, as read back. */

@@ -23,29 +23,6 @@ typedef struct fx_env {
     char subject[100];
 } fx_env;
 
-/* A stream on <root>.> with the given duplicate window and max_msg_size (0:
- * unlimited). */
-static void add_stream(rt_nats *n, const char *name, const char *filter, int64_t window_ms,
-                       int32_t max_msg_size)
-{
-    jsStreamConfig c;
-    jsStreamConfig_Init(&c);
-    const char *subjects[1] = {filter};
-    c.Name = name;
-    c.Subjects = subjects;
-    c.SubjectsLen = 1;
-    c.Storage = js_FileStorage;
-    c.Duplicates = window_ms * 1000000;
-    if (max_msg_size > 0)
-        c.MaxMsgSize = max_msg_size;
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s = js_AddStream(&si, n->js, &c, NULL, &jerr);
-    if (s != NATS_OK)
-        fail_msg("js_AddStream %s: %s (%d)", name, natsStatus_GetText(s), (int)jerr);
-    jsStreamInfo_Destroy(si);
-}
-
 static void env_up(fx_env *e, rt_backend kind, int64_t window_ms, int32_t max_msg_size)
 {
     memset(e, 0, sizeof(*e));
@@ -56,7 +33,7 @@ static void env_up(fx_env *e, rt_backend kind, int64_t window_ms, int32_t max_ms
     snprintf(e->filter, sizeof(e->filter), "%s.>", e->root);
     snprintf(e->subject, sizeof(e->subject), "%s.a", e->root);
     rt_nats_open(&e->nt, e->nats_url);
-    add_stream(&e->nt, e->stream, e->filter, window_ms, max_msg_size);
+    rt_stream_add_with(&e->nt, e->stream, e->filter, window_ms, max_msg_size);
 }
 
 static void env_down(fx_env *e)

@@ -22,19 +22,6 @@ static int url_port(const char *url)
     return colon ? (int)strtol(colon + 1, NULL, 10) : 0;
 }
 
-static void add_stream(rt_nats *n, const char *name, const char *filter, int64_t window_ms)
-{
-    jsStreamConfig c;
-    jsStreamConfig_Init(&c);
-    const char *subjects[1] = {filter};
-    c.Name = name;
-    c.Subjects = subjects;
-    c.SubjectsLen = 1;
-    c.Storage = js_FileStorage;
-    c.Duplicates = window_ms * 1000000;
-    jsErrCode jerr = 0;
-    ASSERT_EQ(js_AddStream(NULL, n->js, &c, NULL, &jerr), NATS_OK);
-}
 
 /* The warn lines of the relay, kept for the test to look at. */
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -81,7 +68,7 @@ static void withheld_acks(rt_backend kind)
     snprintf(root, sizeof(root), "%s", jsd_test_unique("hzn"));
     snprintf(filter, sizeof(filter), "%s.>", root);
     snprintf(subject, sizeof(subject), "%s.a", root);
-    add_stream(&nt, stream, filter, WINDOW_MS);
+    rt_stream_add_with(&nt, stream, filter, WINDOW_MS, 0);
     jsd_fx_proxy px;
     ASSERT_EQ(jsd_fx_proxy_start(url_port(url), "withhold-acks", &px), 0);
     jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, log_sink, NULL);
@@ -163,7 +150,7 @@ static void receipts_held_through_store_outage(void **state)
     snprintf(root, sizeof(root), "%s", jsd_test_unique("hzh"));
     snprintf(filter, sizeof(filter), "%s.>", root);
     snprintf(subject, sizeof(subject), "%s.a", root);
-    add_stream(&nt, stream, filter, 120000);
+    rt_stream_add_with(&nt, stream, filter, 120000, 0);
     jsd_fx_proxy px;
     ASSERT_EQ(jsd_fx_proxy_start(url_port(url), NULL, &px), 0);
 
