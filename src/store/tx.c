@@ -113,7 +113,8 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
                               JSD_HEADERS_MAX);
     const jsd_header *hdrs = e->headers;
     if (nh > e->n_headers) {
-        memcpy(all, e->headers, e->n_headers * sizeof(*all));
+        if (e->n_headers)
+            memcpy(all, e->headers, e->n_headers * sizeof(*all));
         size_t k = e->n_headers;
         if (e->traceparent)
             all[k++] = (jsd_header){.name = "traceparent", .value = e->traceparent};
