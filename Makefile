@@ -171,13 +171,15 @@ check-unit: deps
 check-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g" \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" tests
-	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	@BUILD=build-asan JSD_APP_CFLAGS="-fsanitize=address,undefined" \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
 
 check-tsan: deps
 	@$(MAKE) --no-print-directory BUILD=build-tsan CFLAGS="-O1 -g" SAN="-fsanitize=thread" tests
-	@BUILD=build-tsan TSAN_OPTIONS=suppressions=$(CURDIR)/tests/tsan.supp bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
+	@BUILD=build-tsan JSD_APP_CFLAGS="-fsanitize=thread" \
+	  TSAN_OPTIONS=suppressions=$(CURDIR)/tests/tsan.supp bash scripts/run-tests.sh $(JSD_TEST_GROUPS)
 
 check-valgrind:
 	@JSD_DEPS_VALGRIND=1 bash scripts/deps.sh

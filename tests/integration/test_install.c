@@ -96,10 +96,13 @@ static void install_and_link(void **state)
     /* Outside the tree: only the installed header, library and .pc. */
     snprintf(app, sizeof(app), "%s/app.c", dir);
     write_file(app, app_src);
+    /* A sanitized build (make check-asan / check-tsan) installs a library
+     * that needs its sanitizer's runtime: the application links it too. */
+    const char *app_cflags = getenv("JSD_APP_CFLAGS") ? getenv("JSD_APP_CFLAGS") : "";
     snprintf(cmd, sizeof(cmd),
-             "cd '%s' && %s sh -c 'cc -std=c11 -Wall -Werror -o app app.c "
+             "cd '%s' && %s sh -c 'cc -std=c11 -Wall -Werror %s -o app app.c "
              "$(pkg-config --cflags --libs jsdurable)'",
-             dir, pcenv);
+             dir, pcenv, app_cflags);
     run_ok(cmd);
     snprintf(cmd, sizeof(cmd), "readelf -d '%s/app'", dir);
     run_ok(cmd);
@@ -125,9 +128,9 @@ static void install_and_link(void **state)
     snprintf(cmd, sizeof(cmd), "%s/internal.c", dir);
     write_file(cmd, internal_src);
     snprintf(cmd, sizeof(cmd),
-             "cd '%s' && %s sh -c 'cc -o internal internal.c "
+             "cd '%s' && %s sh -c 'cc %s -o internal internal.c "
              "$(pkg-config --cflags --libs jsdurable)'",
-             dir, pcenv);
+             dir, pcenv, app_cflags);
     ASSERT_NE(jsd_test_run(cmd, out, sizeof(out)), 0);
     ASSERT_CONTAINS(out, "jsd__wipe");
 
