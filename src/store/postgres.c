@@ -78,8 +78,8 @@ enum {
     "min(not_before) FILTER (WHERE next_attempt_at <= $1) AS m FROM @jsd_outbox "                  \
     "WHERE order_key " key " AND " PENDING
 #define BACKLOG                                                                                    \
-    "SELECT sum(n)::int8 AS n, sum(d)::int8 AS d, min(m) AS m FROM (" BACKLOG_PART("IS NULL")      \
-    " UNION ALL " BACKLOG_PART("IS NOT NULL") ") u"
+    "SELECT sum(n)::int8 AS n, sum(d)::int8 AS d, min(m) AS m FROM (" BACKLOG_PART(                \
+        "IS NULL") " UNION ALL " BACKLOG_PART("IS NOT NULL") ") u"
 
 static const char *const sql_text[P__COUNT] = {
     [P_INSERT1] = "INSERT INTO @jsd_outbox (owner, effect_id, msg_id, subject, headers, payload, "

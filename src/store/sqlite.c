@@ -213,9 +213,10 @@ static const char *const sql_text[S__COUNT] = {
     [S_INBOX_GET_MSG] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM jsd_inbox "
                         "WHERE stream = ?1 AND consumer = ?2 AND msg_id = ?3 "
                         "ORDER BY created_at, stream_seq LIMIT 1",
-    [S_INBOX_INS] = "INSERT INTO jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, detail, "
-                    "created_at, traceparent, tracestate) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
-                    "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
+    [S_INBOX_INS] =
+        "INSERT INTO jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, detail, "
+        "created_at, traceparent, tracestate) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+        "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
     /* The batch insert's msg id test. One INSERT ... SELECT ... WHERE NOT
      * EXISTS (on jsd_inbox itself) would do both in one statement, but SQLite
      * then stages each row in a temporary table (the SELECT reads the table
@@ -238,8 +239,8 @@ static const char *const sql_text[S__COUNT] = {
                  "ORDER BY published_at LIMIT ?2)",
     [S_GC_IN] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
                 "WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
-    [S_STATS_PENDING] = "SELECT sum(n), sum(d), min(m) FROM (" STATS_PENDING_PART("IS NULL")
-                        " UNION ALL " STATS_PENDING_PART("IS NOT NULL") ")",
+    [S_STATS_PENDING] = "SELECT sum(n), sum(d), min(m) FROM (" STATS_PENDING_PART(
+        "IS NULL") " UNION ALL " STATS_PENDING_PART("IS NOT NULL") ")",
     [S_STATS_DEAD] = "SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL",
     [S_STATS_PUBLISHED] = "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL",
     [S_STATS_INBOX] = "SELECT count(*) FROM jsd_inbox",

@@ -109,8 +109,7 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     size_t nh = e->n_headers + (e->traceparent != NULL) + (e->tracestate != NULL);
     if (nh > JSD_HEADERS_MAX)
         return jsd__store_err(s, JSD_ERR_LIMIT, "effect has %zu headers%s; the limit is %d", nh,
-                              nh > e->n_headers ? " with its trace context" : "",
-                              JSD_HEADERS_MAX);
+                              nh > e->n_headers ? " with its trace context" : "", JSD_HEADERS_MAX);
     const jsd_header *hdrs = e->headers;
     if (nh > e->n_headers) {
         if (e->n_headers)

@@ -22,7 +22,6 @@ static int url_port(const char *url)
     return colon ? (int)strtol(colon + 1, NULL, 10) : 0;
 }
 
-
 /* The warn lines of the relay, kept for the test to look at. */
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char log_text[1 << 16];
@@ -165,13 +164,15 @@ static void receipts_held_through_store_outage(void **state)
     rt_relay t;
     rt_relay_make(&t, &st, px.url, &o);
     rt_relay_start(&t, false);
-    rt_enqueue(s, &(rt_enqueue_opts){.owner = "o", .id_prefix = "first", .subject = subject, .n = 1});
+    rt_enqueue(s,
+               &(rt_enqueue_opts){.owner = "o", .id_prefix = "first", .subject = subject, .n = 1});
     ASSERT_WAIT(rt_published(&st) == 1, 10000);
 
     /* Hold the next publications in the proxy, stop the store, then let the
      * broker store them and answer. */
     ASSERT_EQ(jsd_fx_proxy_mode(&px, "pause"), 0);
-    rt_enqueue(s, &(rt_enqueue_opts){.owner = "o", .id_prefix = "held", .subject = subject, .n = 3});
+    rt_enqueue(s,
+               &(rt_enqueue_opts){.owner = "o", .id_prefix = "held", .subject = subject, .n = 3});
     jsd_relay_stats rs;
     ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 3), 10000);
     jsd_store_close(s);

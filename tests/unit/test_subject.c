@@ -172,10 +172,10 @@ static void trace_context_values(void **state)
             fail_msg("refused %s: %s", good[i], e.msg);
     const char *bad[] = {
         "",
-        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", /* uppercase */
-        "00-00000000000000000000000000000000-00f067aa0ba902b7-01", /* zero trace id */
-        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", /* zero parent id */
-        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", /* version ff */
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",   /* uppercase */
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",   /* zero trace id */
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",   /* zero parent id */
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",   /* version ff */
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", /* 00 is 55 bytes */
         "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",  /* no '-' after 55 */
         "00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01",   /* misplaced dash */
@@ -342,7 +342,7 @@ static void digest_failure_is_an_error(void **state)
 JSD_TEST_MAIN(cmocka_unit_test(stream_names), cmocka_unit_test(exact_subjects),
               cmocka_unit_test(tenant_subjects), cmocka_unit_test(filters_and_matching),
               cmocka_unit_test(pattern_capture), cmocka_unit_test(header_names_and_values),
-              cmocka_unit_test(trace_context_values),
-              cmocka_unit_test(idempotency_ids), cmocka_unit_test(effect_msg_id_vectors),
+              cmocka_unit_test(trace_context_values), cmocka_unit_test(idempotency_ids),
+              cmocka_unit_test(effect_msg_id_vectors),
               cmocka_unit_test(publish_subjects_and_header_sizes),
               cmocka_unit_test(digest_oom_child), cmocka_unit_test(digest_failure_is_an_error))
