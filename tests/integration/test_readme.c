@@ -11,6 +11,7 @@
  * from the scratch store the
  * block created, that the sink holds the two messages of ORDERS.
  */
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,8 +89,8 @@ static void walkthrough_runs_as_written(void **state)
     char *script = with_port(block, free_port());
     const char *build = getenv("BUILD");
     if (build && *build && strcmp(build, "build") != 0) {
-        char from[] = "$PWD/build:", to[300];
-        snprintf(to, sizeof(to), "$PWD/%s:", build);
+        char from[] = "$PWD/build:", to[PATH_MAX + 8];
+        snprintf(to, sizeof(to), "%s%s:", build[0] == '/' ? "" : "$PWD/", build);
         char *p = strstr(script, from);
         if (p) {
             size_t head = (size_t)(p - script), tail = strlen(p + strlen(from));
