@@ -154,6 +154,9 @@ char *cli_strdup(const char *s);
 void cli_wipe_free(char *s);
 /* Open; on failure prints the error and returns the exit code. */
 int cli_conn_open(cli_conn *c, jsd_conn **out);
+/* jsd_store_open(url): 0, or the exit code after printing the store's error
+ * as cmd's. */
+int cli_store_open(const char *cmd, const char *url, jsd_store **out);
 void cli_conn_free(cli_conn *c);
 
 /* --store URL or $JSD_STORE, with "namespace=$JSD_STORE_NAMESPACE" added when

@@ -68,12 +68,9 @@ int cmd_migrate(int argc, char **argv)
         return CLI_USAGE;
     }
     jsd_store *s = NULL;
-    jsd_error err;
-    jsd_status st = jsd_store_open(&s, url, &err);
-    if (st != JSD_OK) {
-        cli_err("migrate", "%s", err.msg[0] ? err.msg : jsd_status_str(st));
-        return cli_exit_for(st);
-    }
+    int rc = cli_store_open("migrate", url, &s);
+    if (rc != 0)
+        return rc;
     int from = jsd_store_schema_found(s);
     const char *backend = jsd_store_backend_of(s) == JSD_STORE_POSTGRES ? "postgres" : "sqlite";
     if (as_json) {

@@ -332,13 +332,9 @@ int cmd_outbox(int argc, char **argv)
         return CLI_USAGE;
     }
     jsd_store *s = NULL;
-    jsd_error err;
-    jsd_status st = jsd_store_open(&s, url, &err);
-    if (st != JSD_OK) {
-        cli_err("outbox", "%s", err.msg[0] ? err.msg : jsd_status_str(st));
-        return cli_exit_for(st);
-    }
-    int rc;
+    int rc = cli_store_open("outbox", url, &s);
+    if (rc != 0)
+        return rc;
     if (!strcmp(action, "list"))
         rc = do_list(s, dead, subject, limit, json);
     else if (!strcmp(action, "show"))

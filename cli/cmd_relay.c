@@ -259,12 +259,8 @@ int cmd_relay(int argc, char **argv)
         return rc;
     }
     /* The relay owns this store handle: nobody else uses it. */
-    jsd_status s = jsd_store_open(&store, url, &err);
-    if (s != JSD_OK) {
-        cli_err("relay", "%s", err.msg[0] ? err.msg : jsd_status_str(s));
-        rc = cli_exit_for(s);
+    if ((rc = cli_store_open("relay", url, &store)) != 0)
         goto out;
-    }
     if ((rc = cli_conn_open(&cc, &conn)) != 0)
         goto out;
     /* The start-up checks: what would make this relay lose or double. */
@@ -284,7 +280,7 @@ int cmd_relay(int argc, char **argv)
             goto out;
         ro.metrics = metrics;
     }
-    s = jsd_relay_create(&relay, store, conn, &ro, &err);
+    jsd_status s = jsd_relay_create(&relay, store, conn, &ro, &err);
     if (s != JSD_OK) {
         cli_err("relay", "%s", err.msg[0] ? err.msg : jsd_status_str(s));
         rc = cli_exit_for(s);

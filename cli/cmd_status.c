@@ -214,13 +214,11 @@ int cmd_status(int argc, char **argv)
     jsd_outbox_reason reasons[5];
     size_t n_reasons = 0;
     if (url) {
-        jsd_error err;
-        jsd_status st = jsd_store_open(&s, url, &err);
-        if (st != JSD_OK) {
-            cli_err("status", "%s", err.msg[0] ? err.msg : jsd_status_str(st));
+        if ((rc = cli_store_open("status", url, &s)) != 0) {
             jsd_stream_states_free(states, n_states);
-            return cli_exit_for(st);
+            return rc;
         }
+        jsd_status st;
         if ((st = jsd_store_stats_get(s, &x)) != JSD_OK ||
             (st = jsd_outbox_trouble_get(s, &trouble)) != JSD_OK ||
             (st = jsd_outbox_dead_reasons(s, reasons, 5, &n_reasons)) != JSD_OK) {

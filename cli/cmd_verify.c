@@ -231,12 +231,8 @@ int cmd_verify(int argc, char **argv)
     }
     if ((rc = cli_conn_finish(&cc, "verify")) != 0)
         goto out;
-    jsd_status s = jsd_store_open(&store, url, &err);
-    if (s != JSD_OK) {
-        cli_err("verify", "%s", err.msg[0] ? err.msg : jsd_status_str(s));
-        rc = cli_exit_for(s);
+    if ((rc = cli_store_open("verify", url, &store)) != 0)
         goto out;
-    }
     if ((rc = cli_conn_open(&cc, &conn)) != 0)
         goto out;
     if (metrics_addr) {
@@ -249,7 +245,7 @@ int cmd_verify(int argc, char **argv)
     vo.on_progress = on_progress;
     vo.user = ctx;
     jsd_verify_report rep;
-    s = jsd_verify_run(store, conn, &vo, &rep, &err);
+    jsd_status s = jsd_verify_run(store, conn, &vo, &rep, &err);
     summary(ctx, &rep, vo.repair);
     if (s != JSD_OK) {
         cli_err("verify", "%s", err.msg[0] ? err.msg : jsd_status_str(s));

@@ -559,3 +559,14 @@ int cli_metrics_start(const char *cmd, const char *addr, jsd_conn *conn, jsd_met
             jsd_metrics_server_port(*srv));
     return 0;
 }
+
+int cli_store_open(const char *cmd, const char *url, jsd_store **out)
+{
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status s = jsd_store_open(out, url, &err);
+    if (s == JSD_OK)
+        return 0;
+    cli_err(cmd, "%s", err.msg[0] ? err.msg : jsd_status_str(s));
+    return cli_exit_for(s);
+}
