@@ -222,3 +222,11 @@ int jsd_test_run(const char *cmd, char *out, size_t cap)
         return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+int jsd_test_count(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}

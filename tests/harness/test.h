@@ -199,6 +199,9 @@ const char *jsd_test_mount_tmpfs(const char *name, const char *size);
  * spawned process wrote, for ASSERT_WAIT). */
 bool jsd_test_file_contains(const char *path, const char *needle);
 
+/* How many times needle occurs in text (non-overlapping). */
+int jsd_test_count(const char *text, const char *needle);
+
 /* Wait for a child process of this test (retrying on EINTR) and return its
  * wait status; fails the test if it cannot be waited for. */
 int jsd_test_child_wait(int pid);

@@ -78,14 +78,6 @@ static int run(const env *e, char *out, size_t cap, const char *fmt, const char 
     return jsd_test_run(cmd, out, cap);
 }
 
-static int count_lines_with(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
-        n++;
-    return n;
-}
-
 static void outbox_tools(rt_backend kind)
 {
     env e;
@@ -105,15 +97,15 @@ static void outbox_tools(rt_backend kind)
     ASSERT_CONTAINS(out, "3 dead-lettered effect(s)");
     /* --subject, --json: one object per line */
     ASSERT_EQ(run(&e, out, sizeof(out), "list --dead --json --subject %s", e.nowhere, NULL), 0);
-    ASSERT_EQ(count_lines_with(out, "\"state\":\"dead\""), 2);
+    ASSERT_EQ(jsd_test_count(out, "\"state\":\"dead\""), 2);
     ASSERT_NOT_CONTAINS(out, "lone0");
     /* --limit stops after N rows */
     ASSERT_EQ(run(&e, out, sizeof(out), "list --dead --json --limit 1", NULL, NULL), 0);
-    ASSERT_EQ(count_lines_with(out, "\"state\":\"dead\""), 1);
+    ASSERT_EQ(jsd_test_count(out, "\"state\":\"dead\""), 1);
     ASSERT_CONTAINS(out, "(the --limit; there may be more)");
     /* nothing is pending */
     ASSERT_EQ(run(&e, out, sizeof(out), "list --json", NULL, NULL), 0);
-    ASSERT_EQ(count_lines_with(out, "\"state\""), 0);
+    ASSERT_EQ(jsd_test_count(out, "\"state\""), 0);
 
     /* status: the top reasons, most frequent first */
     char cmd[1400];
@@ -232,7 +224,7 @@ static void list_pages(void **state)
              st.url);
     static char big[1 << 20];
     ASSERT_EQ(jsd_test_run(cmd, big, sizeof(big)), 0);
-    ASSERT_EQ(count_lines_with(big, "\"state\":\"pending\""), 1000); /* the default --limit */
+    ASSERT_EQ(jsd_test_count(big, "\"state\":\"pending\""), 1000); /* the default --limit */
     (void)out;
     jsd_store_close(app);
     rt_store_close(&st);

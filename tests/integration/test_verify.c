@@ -11,6 +11,7 @@
  */
 #include <time.h>
 
+#include "jsd_int.h"
 #include "relay_env.h"
 
 #define WINDOW_MS 4000 /* the short duplicate window of the repair case */
@@ -24,24 +25,6 @@ typedef struct env {
     char subject[100];
 } env;
 
-static void stream_add(rt_nats *n, const char *name, const char *subject, int64_t window_ms)
-{
-    jsStreamConfig c;
-    jsStreamConfig_Init(&c);
-    const char *subjects[1] = {subject};
-    c.Name = name;
-    c.Subjects = subjects;
-    c.SubjectsLen = 1;
-    c.Storage = js_FileStorage;
-    c.Duplicates = window_ms * 1000 * 1000;
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s = js_AddStream(&si, n->js, &c, NULL, &jerr);
-    if (s != NATS_OK)
-        fail_msg("js_AddStream %s: %s (%d)", name, natsStatus_GetText(s), (int)jerr);
-    jsStreamInfo_Destroy(si);
-}
-
 static void env_up(env *e, rt_backend kind, int64_t window_ms)
 {
     memset(e, 0, sizeof(*e));
@@ -52,7 +35,7 @@ static void env_up(env *e, rt_backend kind, int64_t window_ms)
     snprintf(e->filter, sizeof(e->filter), "%s.>", root);
     snprintf(e->subject, sizeof(e->subject), "%s.a", root);
     rt_nats_open(&e->nt, e->nats_url);
-    stream_add(&e->nt, e->stream, e->filter, window_ms);
+    rt_stream_add_with(&e->nt, e->stream, e->filter, window_ms, 0);
 }
 
 static void env_down(env *e)
@@ -110,21 +93,6 @@ static int verify_cli(env *e, const char *extra, char *out, size_t cap)
     return jsd_test_run(cmd, out, cap);
 }
 
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
-        n++;
-    return n;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- lost messages found and repaired --------------------------------------------------- */
 
 static void finds_and_repairs(rt_backend kind)
@@ -179,8 +147,8 @@ static void finds_and_repairs(rt_backend kind)
     /* the command: the two listed, exit 1, nothing written */
     static char out[65536];
     ASSERT_EQ(verify_cli(&e, "--json", out, sizeof(out)), 1);
-    ASSERT_EQ(count_of(out, "\"verdict\":\"missing\""), 2);
-    ASSERT_EQ(count_of(out, "\"verdict\":"), 2);
+    ASSERT_EQ(jsd_test_count(out, "\"verdict\":\"missing\""), 2);
+    ASSERT_EQ(jsd_test_count(out, "\"verdict\":"), 2);
     ASSERT_CONTAINS(out, id10);
     ASSERT_CONTAINS(out, id15);
     ASSERT_CONTAINS(out, "\"checked\":20,\"ok\":13,\"missing\":2,\"overwritten\":0,\"expired\":5,"
@@ -191,7 +159,7 @@ static void finds_and_repairs(rt_backend kind)
     /* --repair after the duplicate window: nothing left inside it */
     long long last = rt_q(&e.st, "SELECT max(published_at) FROM jsd_outbox");
     /* the server forgets ids on a timer of its own: leave it a second */
-    ASSERT_WAIT(wall_ms() > last + WINDOW_MS + 1000, 10000);
+    ASSERT_WAIT(jsd__now_ms() > last + WINDOW_MS + 1000, 10000);
     ASSERT_EQ(verify_cli(&e, "--repair", out, sizeof(out)), 1);
     ASSERT_CONTAINS(out, "repaired 2 ");
     ASSERT_CONTAINS(out, "-> requeued\n");
@@ -309,7 +277,7 @@ static void stream_gone_and_overwritten(void **state)
     ASSERT_EQ(rt_published(&e.st), 3); /* only missing effects are repaired */
 
     /* recreated: sequences 1 and 2 now hold other messages, 3 is gone */
-    stream_add(&e.nt, e.stream, e.filter, 600000);
+    rt_stream_add_with(&e.nt, e.stream, e.filter, 600000, 0);
     for (int i = 0; i < 2; i++) {
         natsMsg *m = NULL;
         ASSERT_EQ(natsMsg_Create(&m, e.subject, NULL, "x", 1), NATS_OK);
