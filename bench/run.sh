@@ -46,9 +46,11 @@ for prog in "$BUILD"/bench/*; do
   "$prog" | tee -a "$figures" || rc=1
 done
 
-# Issue 5's ratios: relay.X / raw.publish (raw nats.c async publish with a
-# MsgId, 256 B, on the same server in this run). The latency figures have no
-# ceiling of their own: a raw publish's round trip is not measured here.
-ratio relay.sqlite.ratio relay.sqlite raw.publish
-ratio relay.postgres.ratio relay.postgres raw.publish
+# Issue 5's ratios: relay.X / raw.publish.best (raw nats.c async publish with
+# a MsgId, 256 B, on the same server in this run, the faster of SendAsap and
+# coalesced writes: the relay's connection coalesces, so its ceiling must be
+# allowed to as well). The latency figures have no ceiling of their own: a raw
+# publish's round trip is not measured here.
+ratio relay.sqlite.ratio relay.sqlite raw.publish.best
+ratio relay.postgres.ratio relay.postgres raw.publish.best
 exit $rc

@@ -88,6 +88,7 @@ void jsd_conn_opts_init(jsd_conn_opts *o)
     o->max_pending_bytes = 64 * 1024 * 1024;
     o->require_jetstream = 1;
     o->ping_interval_ms = 5000;
+    o->coalesce_writes = 0;
 }
 
 static bool set(const char *s)
@@ -184,6 +185,7 @@ static jsd_status validate(jsd_conn *c, const jsd_conn_opts *o, jsd_error *err)
     RANGE(reconnect_jitter_ms, 0, 3600000, "reconnect_jitter_ms");
     RANGE(reconnect_buffer_bytes, 1, 1024 * 1024 * 1024, "reconnect_buffer_bytes");
     RANGE(ping_interval_ms, 100, 3600000, "ping_interval_ms");
+    RANGE(coalesce_writes, 0, 1, "coalesce_writes");
     RANGE(max_pending_msgs, 1, 100000000, "max_pending_msgs");
     RANGE(max_pending_bytes, 1, INT32_MAX, "max_pending_bytes");
 #undef RANGE
@@ -288,13 +290,19 @@ static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions
         goto fail;
     if ((s = natsOptions_SetMaxPingsOut(no, 2)) != NATS_OK)
         goto fail;
-    if ((s = natsOptions_SetSendAsap(no, true)) != NATS_OK)
+    /* coalesce_writes: without SendAsap nats.c's flusher thread writes the
+     * buffer about 1 ms after the first unwritten message (nats.c 3.4.1,
+     * conn.c _flusher), and a publish that overflows the buffer writes it at
+     * once. */
+    if ((s = natsOptions_SetSendAsap(no, !o->coalesce_writes)) != NATS_OK)
         goto fail;
-    /* With SendAsap every publish writes to the socket under the connection's
-     * lock. Without a write deadline a server that stops reading (paused,
+    /* Every publish writes to the socket under the connection's lock (at once
+     * with SendAsap, or when the buffer fills; the flusher under the same
+     * lock). Without a write deadline a server that stops reading (paused,
      * hung) blocks that write for ever, and the pinger, which needs the same
      * lock, can never notice. With it the write fails after this long and the
-     * connection is dropped and re-established (publishers report UNKNOWN). */
+     * connection is dropped and re-established (publishers report UNKNOWN);
+     * nats.c 3.4.1 sets it before every publish and flusher write. */
     if ((s = natsOptions_SetWriteDeadline(no, o->request_timeout_ms)) != NATS_OK)
         goto fail;
     if ((s = natsOptions_SetAllowReconnect(no, true)) != NATS_OK)

@@ -34,7 +34,8 @@ void bench_stream_make(const char *name, const char *subject);
 uint64_t bench_stream_msgs(const char *name);
 void bench_stream_drop(const char *name);
 
-/* The library's store and connection for the code under test, or die. */
+/* The library's store and connection for the code under test (the
+ * connection as `jsdurable relay` opens it: coalesce_writes), or die. */
 jsd_store *bench_store_open(const char *url);
 jsd_conn *bench_conn_open(const char *nats_url);
 

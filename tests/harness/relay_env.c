@@ -407,11 +407,12 @@ static void *rt_relay_main(void *arg)
     return NULL;
 }
 
-jsd_conn *rt_conn(const char *url)
+jsd_conn *rt_conn_with(const char *url, int coalesce_writes)
 {
     jsd_conn_opts o;
     jsd_conn_opts_init(&o);
     o.servers = url;
+    o.coalesce_writes = coalesce_writes;
     jsd_conn *c = NULL;
     jsd_error err;
     jsd_error_clear(&err);
@@ -419,13 +420,24 @@ jsd_conn *rt_conn(const char *url)
     return c;
 }
 
+jsd_conn *rt_conn(const char *url)
+{
+    return rt_conn_with(url, 1);
+}
+
 /* Make a relay with its own store handle and connection (opts may be NULL). */
 void rt_relay_make(rt_relay *t, const rt_store *st, const char *nats_url,
                    const jsd_relay_opts *opts)
 {
+    rt_relay_make_with(t, st, nats_url, opts, 1);
+}
+
+void rt_relay_make_with(rt_relay *t, const rt_store *st, const char *nats_url,
+                        const jsd_relay_opts *opts, int coalesce_writes)
+{
     memset(t, 0, sizeof(*t));
     t->store = rt_open(st);
-    t->conn = rt_conn(nats_url);
+    t->conn = rt_conn_with(nats_url, coalesce_writes);
     jsd_error err;
     jsd_error_clear(&err);
     ASSERT_OK(jsd_relay_create(&t->relay, t->store, t->conn, opts, &err), err.msg);

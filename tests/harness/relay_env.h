@@ -138,11 +138,17 @@ typedef struct rt_relay {
     volatile int done;
 } rt_relay;
 
-/* jsd_conn_open on url with default options; fails the test with its error. */
+/* jsd_conn_open on url with default options but coalesce_writes = 1, as
+ * `jsdurable relay` opens its connection; fails the test with its error. */
 jsd_conn *rt_conn(const char *url);
-/* Make a relay with its own store handle and connection (opts may be NULL). */
+/* The same with coalesce_writes given (0: each publication written at once). */
+jsd_conn *rt_conn_with(const char *url, int coalesce_writes);
+/* Make a relay with its own store handle and connection (opts may be NULL);
+ * the connection as rt_conn's, or with coalesce_writes given. */
 void rt_relay_make(rt_relay *t, const rt_store *st, const char *nats_url,
                    const jsd_relay_opts *opts);
+void rt_relay_make_with(rt_relay *t, const rt_store *st, const char *nats_url,
+                        const jsd_relay_opts *opts, int coalesce_writes);
 /* Run it in a thread: jsd_relay_run_until_idle or jsd_relay_run. */
 void rt_relay_start(rt_relay *t, bool until_idle);
 /* The thread's run has returned. */

@@ -59,7 +59,9 @@ static jsd_relay_opts fast_opts(void)
 
 /* ---- every effect once, with its receipt ------------------------------------------------ */
 
-static void publishes_every_effect_once(rt_backend kind)
+/* coalesce_writes: the relay's connection gathers its writes (as `jsdurable
+ * relay` opens it) or writes each publication at once. */
+static void publishes_every_effect_once(rt_backend kind, int coalesce_writes)
 {
     rt_env e;
     env_up(&e, kind, NULL);
@@ -75,7 +77,7 @@ static void publishes_every_effect_once(rt_backend kind)
     jsd_metrics *mx = NULL;
     ASSERT_OK(jsd_metrics_create(&mx, NULL));
     o.metrics = mx;
-    rt_relay_make(&t, &e.st, e.nats_url, &o);
+    rt_relay_make_with(&t, &e.st, e.nats_url, &o, coalesce_writes);
     ASSERT_OK(jsd_relay_run_until_idle(t.relay));
     jsd_relay_stats rs;
     jsd_relay_stats_get(t.relay, &rs);
@@ -124,12 +126,17 @@ static void publishes_every_effect_once(rt_backend kind)
 static void publishes_every_effect_once_sqlite(void **state)
 {
     (void)state;
-    publishes_every_effect_once(RT_SQLITE);
+    publishes_every_effect_once(RT_SQLITE, 1);
 }
 static void publishes_every_effect_once_pg(void **state)
 {
     (void)state;
-    publishes_every_effect_once(RT_PG);
+    publishes_every_effect_once(RT_PG, 1);
+}
+static void publishes_every_effect_once_write_each(void **state)
+{
+    (void)state;
+    publishes_every_effect_once(RT_SQLITE, 0);
 }
 
 /* ---- headers travel, reserved ones cannot be forged -------------------------------------- */
@@ -697,6 +704,7 @@ static void cli_flags_and_until_idle(void **state)
     ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
     ASSERT_CONTAINS(out, "Example:");
     ASSERT_CONTAINS(out, "--until-idle");
+    ASSERT_CONTAINS(out, "--write-each");
 
     /* every bound crossed is refused with a usage error naming the flag */
     const char *bad[] = {"--batch 0",
@@ -732,12 +740,24 @@ static void cli_flags_and_until_idle(void **state)
     ASSERT_CONTAINS(out, "{\"published\":300,\"duplicates\":0,\"errors\":0");
     ASSERT_EQ(rt_published(&e.st), 300);
     rt_assert_exactly_once(&e.st, &e.nt, e.stream, "cli", "e", 0, 300);
+    /* --write-each: the same, with each publication written at once */
+    rt_enqueue_opts q2 = {.owner = "cli", .id_prefix = "w", .n = 100, .subject = e.subject};
+    rt_enqueue(app, &q2);
+    snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s --until-idle --write-each --stats",
+             bin, e.st.url, e.nats_url);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "{\"published\":100,\"duplicates\":0,\"errors\":0");
+    ASSERT_EQ(rt_published(&e.st), 400);
+    size_t stored = 0;
+    free(rt_stream_read(&e.nt, e.stream, &stored));
+    ASSERT_SIZE_EQ(stored, 400);
     jsd_store_close(app);
     env_down(&e);
 }
 
 JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
               cmocka_unit_test(publishes_every_effect_once_pg),
+              cmocka_unit_test(publishes_every_effect_once_write_each),
               cmocka_unit_test(headers_and_expected_stream), cmocka_unit_test(not_before_sqlite),
               cmocka_unit_test(not_before_pg), cmocka_unit_test(dead_letter_budget_sqlite),
               cmocka_unit_test(dead_letter_budget_pg), cmocka_unit_test(ordering_keys_sqlite),

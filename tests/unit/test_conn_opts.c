@@ -60,6 +60,7 @@ static void defaults_are_documented_values(void **state)
     ASSERT_EQ(o.max_pending_bytes, 64 * 1024 * 1024);
     ASSERT_EQ(o.require_jetstream, 1);
     ASSERT_EQ(o.ping_interval_ms, 5000);
+    ASSERT_EQ(o.coalesce_writes, 0);
 }
 
 static void null_arguments(void **state)
@@ -225,6 +226,8 @@ static void ranges_are_checked(void **state)
     RANGE_CASE(max_pending_bytes, INT64_C(1) << 31, "max_pending_bytes is 2147483648");
     RANGE_CASE(reconnect_buffer_bytes, 0, "reconnect_buffer_bytes is 0");
     RANGE_CASE(ping_interval_ms, 0, "ping_interval_ms is 0");
+    RANGE_CASE(coalesce_writes, 2, "coalesce_writes is 2");
+    RANGE_CASE(coalesce_writes, -1, "coalesce_writes is -1");
 #undef RANGE_CASE
 }
 
