@@ -299,7 +299,7 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     atomic_store(&r->left_dead, -1);
     if (pthread_mutex_init(&r->store_mu, NULL) != 0 || pthread_mutex_init(&r->wq_mu, NULL) != 0 ||
         pthread_mutex_init(&r->err_mu, NULL) != 0 || pthread_cond_init(&r->wq_cv, NULL) != 0 ||
-        pthread_cond_init(&r->wq_idle_cv, NULL) != 0) {
+        jsd__cond_init_mono(&r->wq_idle_cv) != 0) {
         jsd__free(r);
         return jsd__err(err, JSD_ERR_INTERNAL, "cannot initialise the relay's locks");
     }
@@ -597,6 +597,23 @@ static void idle_wait(jsd_relay *r, bool found, int64_t due_in_ms)
     }
 }
 
+/* Wait until the writer has written what it holds (false) or a wake-up
+ * arrives (true), looking for the wake-up every millisecond without taking
+ * the store from the writer (on SQLite the two share it). */
+static bool writer_or_wakeup(jsd_relay *r)
+{
+    while (!jsd__relay_writer_wait(r, 1) && !atomic_load(&r->stop)) {
+        if (pthread_mutex_trylock(&r->store_mu) != 0)
+            continue;
+        bool woken = false;
+        jsd_status s = jsd__store_wait_wakeup(r->store, 0, &woken);
+        pthread_mutex_unlock(&r->store_mu);
+        if (s == JSD_OK && woken)
+            return true;
+    }
+    return false;
+}
+
 /* Refresh the gauges (backlog and oldest age come from the store). */
 static void gauges(jsd_relay *r, bool force)
 {
@@ -747,7 +764,15 @@ static jsd_status run(jsd_relay *r, bool until_idle)
             /* Nothing in flight; receipts still being written: once they are,
              * there is room again and a claim may find the next effects of
              * their keys. */
-            jsd__relay_writer_flush(r);
+            if (room < full || atomic_load(&r->receipts_held)) {
+                jsd__relay_writer_flush(r);
+                continue;
+            }
+            /* There is room: an effect committed meanwhile is claimed on its
+             * wake-up, not after the receipt commit (which would otherwise
+             * sit on its commit -> PubAck path, issue 12). */
+            if (writer_or_wakeup(r))
+                want_claim = true;
             continue;
         }
         if (want_claim && connected && jsd__mono_ms() >= pause_until)

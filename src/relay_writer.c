@@ -239,6 +239,19 @@ void jsd__relay_writer_flush(jsd_relay *r)
     pthread_mutex_unlock(&r->wq_mu);
 }
 
+bool jsd__relay_writer_wait(jsd_relay *r, int ms)
+{
+    if (!r->writer_running)
+        return true;
+    int64_t end = jsd__mono_ms() + ms;
+    pthread_mutex_lock(&r->wq_mu);
+    while ((r->wq_head || r->wq_busy) && jsd__cond_wait_until_ms(&r->wq_idle_cv, &r->wq_mu, end))
+        ;
+    bool idle = !r->wq_head && !r->wq_busy;
+    pthread_mutex_unlock(&r->wq_mu);
+    return idle;
+}
+
 void jsd__relay_writer_start(jsd_relay *r)
 {
     r->wq_quit = false;
