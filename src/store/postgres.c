@@ -455,6 +455,7 @@ typedef struct pg {
     char prefix[72]; /* "schema". */
     bool prepared[P__COUNT];
     bool listening;
+    bool custom_plans;      /* see relay_plans */
     int64_t claim_floor;    /* see pg_claim */
     int64_t floor_since_ms; /* monotonic: when the floor left 0 */
     char *password;         /* to scrub from libpq's messages; wiped */
@@ -574,6 +575,7 @@ static jsd_status ready(jsd_store *s)
     PQreset(p->conn);
     memset(p->prepared, 0, sizeof(p->prepared));
     p->listening = false;
+    p->custom_plans = false;
     if (PQstatus(p->conn) != CONNECTION_OK)
         return pg_fail(s, NULL, "reconnecting to PostgreSQL");
     JSD_INFO("store", "reconnected to PostgreSQL store \"%s\"", s->url_safe);
@@ -987,10 +989,36 @@ static int by_row_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* A relay's sessions (its claims; the receipt writer's) plan their
+ * statements for the parameters of each execution (plan_cache_mode =
+ * force_custom_plan). PostgreSQL's default switches a prepared statement to
+ * a generic plan after five executions when that looks no dearer, and keeps
+ * it until the table's statistics change: one made while the outbox was
+ * still small (a relay started on an empty outbox) found the claim's rows
+ * by a sequential scan, whose cost grew with the table until autovacuum
+ * analyzed it. In bench_relay's latency run (fresh outbox, 1k effects/s)
+ * claims then took 2-3.7 ms instead of 0.5-1.2 and the commit -> PubAck p50
+ * moved between 2.7 and 10 ms from run to run; with custom plans every run
+ * gave 2.7-2.8 ms (issue 12). Planning costs ~0.3 ms a claim, what the
+ * default mode spent anyway while it kept custom plans. */
+static jsd_status relay_plans(jsd_store *s)
+{
+    pg *p = PG(s);
+    if (p->custom_plans || s->tx.active)
+        return JSD_OK;
+    jsd_status rc =
+        simple(s, "SET plan_cache_mode = force_custom_plan", "planning the relay's statements");
+    if (rc == JSD_OK)
+        p->custom_plans = true;
+    return rc;
+}
+
 static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *token, int64_t now,
                            jsd__effect_batch *out)
 {
     jsd_status rc = ready(s);
+    if (rc == JSD_OK)
+        rc = relay_plans(s);
     if (rc != JSD_OK)
         return rc;
     /* The claim floor. A receipt leaves the published row's entry in the
@@ -1060,6 +1088,8 @@ static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receip
                               size_t *applied)
 {
     jsd_status rc = ready(s);
+    if (rc == JSD_OK)
+        rc = relay_plans(s);
     if (rc != JSD_OK)
         return rc;
     arr a[5];
