@@ -495,7 +495,10 @@ static void usage(FILE *f)
             "  --monitor URL            the server's HTTP monitoring port: its fsync policy is\n"
             "                           checked at start (lazy fsync is a warning)\n"
             "  --allow-unsafe CHECK[,CHECK]  run although these start-up checks fail (\"all\":\n"
-            "                           any); printed as a warning on every start\n\n"
+            "                           any); printed as a warning on every start\n"
+            "  --write-each             write each ACK and fetch request to the socket at\n"
+            "                           once, instead of gathering them for about 1 ms into\n"
+            "                           large writes (the default: less CPU per message)\n\n"
             "At start consume runs the checks of `jsdurable doctor` that concern it (the\n"
             "stream, the durable, the dead-letter stream, the store; the server's fsync with\n"
             "--monitor) and refuses to run (exit 78) on an error, naming the check and its fix.\n"
@@ -523,6 +526,7 @@ enum {
     O_RETENTION,
     O_MONITOR,
     O_ALLOW,
+    O_WRITE_EACH,
     O_HELP
 };
 
@@ -556,6 +560,7 @@ int cmd_consume(int argc, char **argv)
         {"inbox-retention", required_argument, NULL, O_RETENTION},
         {"monitor", required_argument, NULL, O_MONITOR},
         {"allow-unsafe", required_argument, NULL, O_ALLOW},
+        {"write-each", no_argument, NULL, O_WRITE_EACH},
         {"help", no_argument, NULL, O_HELP},
         CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0}};
@@ -564,7 +569,7 @@ int cmd_consume(int argc, char **argv)
     const char *dlq = NULL, *metrics = NULL, *monitor = NULL, *allow = NULL;
     const char **types = NULL;
     size_t n_types = 0;
-    bool json = false, until_idle = false;
+    bool json = false, until_idle = false, write_each = false;
     long max_deliver = 0, batch = 0;
     long long ack_wait_ms = 30000, retention_ms = 7LL * 24 * 3600 * 1000;
     int rc = CLI_OK, opt;
@@ -662,6 +667,9 @@ int cmd_consume(int argc, char **argv)
         case O_ALLOW:
             allow = optarg;
             break;
+        case O_WRITE_EACH:
+            write_each = true;
+            break;
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -703,6 +711,9 @@ int cmd_consume(int argc, char **argv)
     }
     if ((rc = check_statement(store, &k)) != 0)
         goto out;
+    /* A consumer ACKs a batch at a time: gathering the ACK requests into
+     * large socket writes takes CPU off each message (docs/PERFORMANCE.md). */
+    cc.opts.coalesce_writes = write_each ? 0 : 1;
     if ((rc = cli_conn_open(&cc, &conn)) != 0)
         goto out;
 

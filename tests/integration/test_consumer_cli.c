@@ -72,6 +72,14 @@ static void binds_parameters(bool pg)
     rc = consume(&e, NULL, NULL);
     ASSERT_EQ(rc, 0);
     ASSERT_EQ(rows(&e), 21);
+    /* --write-each (each ACK written at once): the same outcome */
+    cenv_publish(&e, 100, 5, NULL);
+    rc = consume(&e, NULL, "--write-each");
+    if (rc != 0)
+        fail_msg("consume --write-each exited %d: %s", rc, out);
+    ASSERT_CONTAINS(out, "5 committed");
+    ASSERT_EQ(rows(&e), 26);
+    ASSERT_TRUE(cenv_settled(&e));
     cenv_down(&e);
 }
 
