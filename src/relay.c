@@ -70,7 +70,9 @@
  *    the crash points sit on the writer's path. The next effect of an
  *    ordering key becomes claimable only once the writer has committed the
  *    previous one's receipt (the store checks), and the publishing thread
- *    claims again whenever the writer reports a written batch.
+ *    claims again whenever the writer reports a written batch. While the
+ *    writer commits and nothing is in flight, a wake-up (a new commit) is
+ *    claimed at once; the receipt commit is not on its path.
  * 8. PostgreSQL (measured, issue 12): the lease stays a column, not a row
  *    lock held by a transaction open across the publication. A row lock
  *    vanishes with a crashed relay's session and leaves no trace, so the
@@ -89,6 +91,9 @@
  *    index entries published rows leave until vacuum; a claim from the start
  *    runs whenever one comes back short and at least once a second, so an
  *    expired lease or an ended backoff below the floor waits at most that.
+ *    Both sessions plan every statement for its parameters (relay_plans in
+ *    src/store/postgres.c): a generic plan made while the outbox was small
+ *    scanned the whole table for each claim.
  * 9. SQLite (one host, one writer at a time): an unordered claim writes no
  *    lease into its rows. It takes the first run of due rows, in id order,
  *    that lies between the ranges other claims hold, and records one row

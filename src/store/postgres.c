@@ -1008,6 +1008,13 @@ static jsd_status relay_plans(jsd_store *s)
         return JSD_OK;
     jsd_status rc =
         simple(s, "SET plan_cache_mode = force_custom_plan", "planning the relay's statements");
+    if (rc != JSD_OK && PQstatus(p->conn) == CONNECTION_OK) {
+        /* refused (a server without the setting): the default plans are
+         * slower on a growing outbox, never wrong */
+        JSD_WARN("store", "%s; the relay keeps PostgreSQL's default plan choice",
+                 jsd_store_errmsg(s));
+        rc = JSD_OK;
+    }
     if (rc == JSD_OK)
         p->custom_plans = true;
     return rc;
