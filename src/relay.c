@@ -91,7 +91,7 @@
  *    index entries published rows leave until vacuum; a claim from the start
  *    runs whenever one comes back short and at least once a second, so an
  *    expired lease or an ended backoff below the floor waits at most that.
- *    Both sessions plan every statement for its parameters (relay_plans in
+ *    Neither session plans a sequential scan (relay_plans in
  *    src/store/postgres.c): a generic plan made while the outbox was small
  *    scanned the whole table for each claim.
  * 9. SQLite (one host, one writer at a time): an unordered claim writes no

@@ -455,7 +455,7 @@ typedef struct pg {
     char prefix[72]; /* "schema". */
     bool prepared[P__COUNT];
     bool listening;
-    bool custom_plans;      /* see relay_plans */
+    bool plans_set;         /* relay_plans ran on this session */
     int64_t claim_floor;    /* see pg_claim */
     int64_t floor_since_ms; /* monotonic: when the floor left 0 */
     char *password;         /* to scrub from libpq's messages; wiped */
@@ -575,7 +575,7 @@ static jsd_status ready(jsd_store *s)
     PQreset(p->conn);
     memset(p->prepared, 0, sizeof(p->prepared));
     p->listening = false;
-    p->custom_plans = false;
+    p->plans_set = false;
     if (PQstatus(p->conn) != CONNECTION_OK)
         return pg_fail(s, NULL, "reconnecting to PostgreSQL");
     JSD_INFO("store", "reconnected to PostgreSQL store \"%s\"", s->url_safe);
@@ -989,34 +989,36 @@ static int by_row_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A relay's sessions (its claims; the receipt writer's) plan their
- * statements for the parameters of each execution (plan_cache_mode =
- * force_custom_plan). PostgreSQL's default switches a prepared statement to
- * a generic plan after five executions when that looks no dearer, and keeps
- * it until the table's statistics change: one made while the outbox was
- * still small (a relay started on an empty outbox) found the claim's rows
- * by a sequential scan, whose cost grew with the table until autovacuum
- * analyzed it. In bench_relay's latency run (fresh outbox, 1k effects/s)
- * claims then took 2-3.7 ms instead of 0.5-1.2 and the commit -> PubAck p50
- * moved between 2.7 and 10 ms from run to run; with custom plans every run
- * gave 2.7-2.8 ms (issue 12). Planning costs ~0.3 ms a claim, what the
- * default mode spent anyway while it kept custom plans. */
+/* A relay's sessions (its claims; the receipt writer's) never plan a
+ * sequential scan of the outbox (enable_seqscan = off: the planner takes one
+ * only where no index serves). PostgreSQL's default switches a prepared
+ * statement to a generic plan after five executions when that looks no
+ * dearer, and keeps it until the table's statistics change: one made while
+ * the outbox was still small (a relay started on an empty outbox) found the
+ * claim's rows by a sequential scan, whose cost grew with the table until
+ * autovacuum analyzed it. In bench_relay's latency run (fresh outbox, 1k
+ * effects/s) claims then took 2-3.7 ms instead of 0.5-1.2 and the commit ->
+ * PubAck p50 moved between 2.7 and 10 ms from run to run. Every statement of
+ * these sessions has an index to use (EXPLAIN of the claim's generic plan on
+ * an empty, unanalyzed outbox: index scans only), and generic plans save the
+ * ~0.3 ms a claim that planning each execution (force_custom_plan, tried
+ * first) cost: p50 2.6-2.8 against 3.2-3.6 ms, p99 5.2-5.5 against
+ * 6.5-7.2 ms (issue 12). */
 static jsd_status relay_plans(jsd_store *s)
 {
     pg *p = PG(s);
-    if (p->custom_plans || s->tx.active)
+    if (p->plans_set || s->tx.active)
         return JSD_OK;
-    jsd_status rc =
-        simple(s, "SET plan_cache_mode = force_custom_plan", "planning the relay's statements");
+    jsd_status rc = simple(s, "SET enable_seqscan = off", "planning the relay's statements");
     if (rc != JSD_OK && PQstatus(p->conn) == CONNECTION_OK) {
-        /* refused (a server without the setting): the default plans are
-         * slower on a growing outbox, never wrong */
+        /* refused: the default plans are slower on a growing outbox, never
+         * wrong */
         JSD_WARN("store", "%s; the relay keeps PostgreSQL's default plan choice",
                  jsd_store_errmsg(s));
         rc = JSD_OK;
     }
     if (rc == JSD_OK)
-        p->custom_plans = true;
+        p->plans_set = true;
     return rc;
 }
 
