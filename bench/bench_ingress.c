@@ -58,6 +58,7 @@
 #include <sqlite3.h>
 
 #include "jsdurable.h"
+#include "lib/bench_js.h"
 
 #define PAYLOAD 256
 #define RUNS    3
@@ -491,15 +492,7 @@ static double ingress(const char *store_url, int run, bool pg, enum mode mode)
         }
     }
 
-    jsd_conn_opts co;
-    jsd_conn_opts_init(&co);
-    co.servers = nats_url;
-    /* as `jsdurable consume` opens it (BENCH_INGRESS_WRITE_EACH=1: as with
-     * --write-each) */
-    const char *each = getenv("BENCH_INGRESS_WRITE_EACH");
-    co.coalesce_writes = each && !strcmp(each, "1") ? 0 : 1;
-    if (jsd_conn_open(&conn, &co, &err) != JSD_OK)
-        die("conn open", err.msg);
+    conn = bench_conn_open(nats_url, "BENCH_INGRESS_WRITE_EACH");
     jsd_consumer_opts o;
     jsd_consumer_opts_init(&o);
     o.stream = stream;
@@ -575,6 +568,7 @@ static double ceiling(const char *name, double (*run)(int, bool))
 
 int main(int argc, char **argv)
 {
+    bench_prog = "bench_ingress";
     nats_url = argc > 1 ? argv[1] : getenv("JSD_BENCH_NATS_URL");
     if (!nats_url || !*nats_url)
         die("usage", "bench_ingress NATS_URL (or $JSD_BENCH_NATS_URL)");

@@ -106,7 +106,7 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     enqueue(app, "e", subject, n, 1000);
 
     jsd_store *rs = bench_store_open(store_url);
-    jsd_conn *c = bench_conn_open(nats_url);
+    jsd_conn *c = bench_conn_open(nats_url, "BENCH_RELAY_WRITE_EACH");
     jsd_relay_opts o;
     jsd_relay_opts_init(&o);
     o.batch_size = batch;
@@ -342,7 +342,7 @@ static void bench_latency(const char *name, const char *url, int producers)
         close(go[0]);
     }
     jsd_store *rs = bench_store_open(url);
-    jsd_conn *c = bench_conn_open(nats_url);
+    jsd_conn *c = bench_conn_open(nats_url, "BENCH_RELAY_WRITE_EACH");
     jsd_relay_opts o;
     jsd_relay_opts_init(&o);
     o.on_published = on_published;

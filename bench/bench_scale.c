@@ -199,7 +199,7 @@ static double relay_run(const target *t, const char *stream, long due, int64_t p
                         const char *label)
 {
     jsd_store *rs = bench_store_open(t->url);
-    jsd_conn *c = bench_conn_open(nats_url);
+    jsd_conn *c = bench_conn_open(nats_url, "BENCH_RELAY_WRITE_EACH");
     jsd_relay_opts o;
     jsd_relay_opts_init(&o);
     o.publish_deadline_ms = 30000;

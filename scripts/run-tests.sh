@@ -100,8 +100,9 @@ for g in "${groups[@]}"; do
         [ $rc = 124 ] || [ $rc = 137 ] && why=" (timed out after ${limit}s or killed)" || why=""
         echo "FAIL $id (${secs}s, exit $rc)$why"
         # the head holds the failed assertion, the tail a sanitizer's report
-        if [ "$(wc -l < "$log")" -gt 120 ]; then
-          { head -n 40 "$log"; echo "[... $(($(wc -l < "$log") - 120)) lines ...]"; tail -n 80 "$log"; } | sed 's/^/    /'
+        lines=$(wc -l < "$log")
+        if [ "$lines" -gt 120 ]; then
+          { head -n 40 "$log"; echo "[... $((lines - 120)) lines ...]"; tail -n 80 "$log"; } | sed 's/^/    /'
         else
           sed 's/^/    /' "$log"
         fi

@@ -602,20 +602,26 @@ static void idle_wait(jsd_relay *r, bool found, int64_t due_in_ms)
     }
 }
 
+/* A wake-up has come (a commit since the last look), seen without waiting
+ * and without taking the store from the receipt writer (on SQLite the two
+ * share it): false when the writer holds it. */
+static bool woken_now(jsd_relay *r)
+{
+    if (pthread_mutex_trylock(&r->store_mu) != 0)
+        return false;
+    bool woken = false;
+    jsd_status s = jsd__store_wait_wakeup(r->store, 0, &woken);
+    pthread_mutex_unlock(&r->store_mu);
+    return s == JSD_OK && woken;
+}
+
 /* Wait until the writer has written what it holds (false) or a wake-up
- * arrives (true), looking for the wake-up every millisecond without taking
- * the store from the writer (on SQLite the two share it). */
+ * arrives (true), looking for the wake-up every millisecond. */
 static bool writer_or_wakeup(jsd_relay *r)
 {
-    while (!jsd__relay_writer_wait(r, 1) && !atomic_load(&r->stop)) {
-        if (pthread_mutex_trylock(&r->store_mu) != 0)
-            continue;
-        bool woken = false;
-        jsd_status s = jsd__store_wait_wakeup(r->store, 0, &woken);
-        pthread_mutex_unlock(&r->store_mu);
-        if (s == JSD_OK && woken)
+    while (!jsd__relay_writer_wait(r, 1) && !atomic_load(&r->stop))
+        if (woken_now(r))
             return true;
-    }
     return false;
 }
 
@@ -757,12 +763,8 @@ static jsd_status run(jsd_relay *r, bool until_idle)
              * for a moment rather than waking up once per ack. */
             if (collected > 0 && collected < ACK_GATHER_MIN && r->in_flight >= ACK_GATHER_MIN * 2)
                 sleep_us(ACK_GATHER_US);
-            if (!want_claim && r->in_flight > 0 && pthread_mutex_trylock(&r->store_mu) == 0) {
-                bool woken = false;
-                if (jsd__store_wait_wakeup(r->store, 0, &woken) == JSD_OK && woken)
-                    want_claim = true;
-                pthread_mutex_unlock(&r->store_mu);
-            }
+            if (!want_claim && r->in_flight > 0 && woken_now(r))
+                want_claim = true;
             continue;
         }
         if (atomic_load(&r->wq_effects) > 0 && (!want_claim || room < full)) {
@@ -770,7 +772,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
              * there is room again and a claim may find the next effects of
              * their keys. */
             if (room < full || atomic_load(&r->receipts_held)) {
-                jsd__relay_writer_flush(r);
+                (void)jsd__relay_writer_wait(r, -1);
                 continue;
             }
             /* There is room: an effect committed meanwhile is claimed on its
@@ -813,7 +815,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         }
         drain(r, STOP_SLICE_MS, NULL);
     }
-    jsd__relay_writer_flush(r);
+    (void)jsd__relay_writer_wait(r, -1);
     jsd__relay_writer_stop(r);
     gauges(r, true);
     jsd_relay_stats st;

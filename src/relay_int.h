@@ -200,9 +200,8 @@ void jsd__relay_horizon_held(jsd_relay *r, rbatch *b, int64_t now_ms);
 /* Hand a settled batch to the writer (or write it here when there is no
  * writer thread). */
 void jsd__relay_hand_over(jsd_relay *r, rbatch *b);
-/* Wait until the writer has written everything handed to it. */
-void jsd__relay_writer_flush(jsd_relay *r);
-/* Wait up to ms for the same: true when everything is written. */
+/* Wait until the writer has written everything handed to it, at most ms
+ * (< 0: for as long as that takes); true when it has. */
 bool jsd__relay_writer_wait(jsd_relay *r, int ms);
 void jsd__relay_writer_start(jsd_relay *r);
 void jsd__relay_writer_stop(jsd_relay *r);

@@ -228,25 +228,18 @@ void jsd__relay_hand_over(jsd_relay *r, rbatch *b)
     pthread_mutex_unlock(&r->wq_mu);
 }
 
-/* Wait until the writer has written everything handed to it. */
-void jsd__relay_writer_flush(jsd_relay *r)
-{
-    if (!r->writer_running)
-        return;
-    pthread_mutex_lock(&r->wq_mu);
-    while (r->wq_head || r->wq_busy)
-        pthread_cond_wait(&r->wq_idle_cv, &r->wq_mu);
-    pthread_mutex_unlock(&r->wq_mu);
-}
-
 bool jsd__relay_writer_wait(jsd_relay *r, int ms)
 {
     if (!r->writer_running)
         return true;
     int64_t end = jsd__mono_ms() + ms;
     pthread_mutex_lock(&r->wq_mu);
-    while ((r->wq_head || r->wq_busy) && jsd__cond_wait_until_ms(&r->wq_idle_cv, &r->wq_mu, end))
-        ;
+    while (r->wq_head || r->wq_busy) {
+        if (ms < 0)
+            pthread_cond_wait(&r->wq_idle_cv, &r->wq_mu);
+        else if (!jsd__cond_wait_until_ms(&r->wq_idle_cv, &r->wq_mu, end))
+            break;
+    }
     bool idle = !r->wq_head && !r->wq_busy;
     pthread_mutex_unlock(&r->wq_mu);
     return idle;

@@ -125,14 +125,12 @@ jsd_store *bench_store_open(const char *url)
     return s;
 }
 
-jsd_conn *bench_conn_open(const char *nats_url)
+jsd_conn *bench_conn_open(const char *nats_url, const char *write_each_env)
 {
     jsd_conn_opts o;
     jsd_conn_opts_init(&o);
     o.servers = nats_url;
-    /* as `jsdurable relay` opens its connection (BENCH_RELAY_WRITE_EACH=1:
-     * as with --write-each) */
-    const char *each = getenv("BENCH_RELAY_WRITE_EACH");
+    const char *each = getenv(write_each_env);
     o.coalesce_writes = each && !strcmp(each, "1") ? 0 : 1;
     jsd_conn *c = NULL;
     jsd_error err;

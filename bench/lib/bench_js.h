@@ -34,10 +34,12 @@ void bench_stream_make(const char *name, const char *subject);
 uint64_t bench_stream_msgs(const char *name);
 void bench_stream_drop(const char *name);
 
-/* The library's store and connection for the code under test (the
- * connection as `jsdurable relay` opens it: coalesce_writes), or die. */
+/* The library's store and connection for the code under test, or die. The
+ * connection coalesces its writes, as `jsdurable relay` and `jsdurable
+ * consume` open theirs, unless the variable write_each_env is "1" (as with
+ * their --write-each). */
 jsd_store *bench_store_open(const char *url);
-jsd_conn *bench_conn_open(const char *nats_url);
+jsd_conn *bench_conn_open(const char *nats_url, const char *write_each_env);
 
 /* CREATE DATABASE name on the server of base_url (a postgresql:// URL), and
  * write into url the same URL naming that database; or die. */

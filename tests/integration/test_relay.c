@@ -692,6 +692,22 @@ static void dropped_puback_pg(void **state)
 /* ---- the command line
  * ----------------------------------------------------------------------------- */
 
+/* Enqueue n effects "<prefix><i>" of owner "cli", then `jsdurable relay
+ * --until-idle --stats <flags>` exits 0 and counts n published, none a
+ * duplicate or failed. */
+static void relay_cli_until_idle(rt_env *e, jsd_store *app, const char *prefix, int n,
+                                 const char *flags)
+{
+    char cmd[2048], out[8192], want[96];
+    rt_enqueue_opts q = {.owner = "cli", .id_prefix = prefix, .n = n, .subject = e->subject};
+    rt_enqueue(app, &q);
+    snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s --until-idle --stats %s",
+             jsd_fx_bin("jsdurable"), e->st.url, e->nats_url, flags);
+    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
+    snprintf(want, sizeof(want), "{\"published\":%d,\"duplicates\":0,\"errors\":0", n);
+    ASSERT_CONTAINS(out, want);
+}
+
 static void cli_flags_and_until_idle(void **state)
 {
     (void)state;
@@ -732,21 +748,11 @@ static void cli_flags_and_until_idle(void **state)
 
     /* --until-idle publishes everything, prints its counters, exits 0 */
     jsd_store *app = rt_open(&e.st);
-    rt_enqueue_opts q = {.owner = "cli", .n = 300, .subject = e.subject};
-    rt_enqueue(app, &q);
-    snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s --until-idle --batch 64 --stats",
-             bin, e.st.url, e.nats_url);
-    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
-    ASSERT_CONTAINS(out, "{\"published\":300,\"duplicates\":0,\"errors\":0");
+    relay_cli_until_idle(&e, app, "e", 300, "--batch 64");
     ASSERT_EQ(rt_published(&e.st), 300);
     rt_assert_exactly_once(&e.st, &e.nt, e.stream, "cli", "e", 0, 300);
     /* --write-each: the same, with each publication written at once */
-    rt_enqueue_opts q2 = {.owner = "cli", .id_prefix = "w", .n = 100, .subject = e.subject};
-    rt_enqueue(app, &q2);
-    snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s --until-idle --write-each --stats",
-             bin, e.st.url, e.nats_url);
-    ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
-    ASSERT_CONTAINS(out, "{\"published\":100,\"duplicates\":0,\"errors\":0");
+    relay_cli_until_idle(&e, app, "w", 100, "--write-each");
     ASSERT_EQ(rt_published(&e.st), 400);
     size_t stored = 0;
     free(rt_stream_read(&e.nt, e.stream, &stored));
