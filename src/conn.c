@@ -783,6 +783,7 @@ jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_error *err)
     c->tls_handshake_first = o->tls_handshake_first;
     c->max_pending_msgs = o->max_pending_msgs;
     c->max_pending_bytes = o->max_pending_bytes;
+    c->coalesce_writes = o->coalesce_writes;
 
     if ((st = build_options(c, o, &no, err)) != JSD_OK)
         goto fail;
@@ -923,6 +924,20 @@ natsConnection *jsd__conn_nats(jsd_conn *c)
 jsCtx *jsd__conn_js(jsd_conn *c)
 {
     return c ? c->js : NULL;
+}
+
+#define WRITE_NOW_WAIT_MS 5
+
+void jsd__conn_write_now(jsd_conn *c)
+{
+    if (!c || !c->coalesce_writes || !c->nc ||
+        natsConnection_Status(c->nc) != NATS_CONN_STATUS_CONNECTED)
+        return;
+    /* nats.c 3.4.1 has no public "write the buffer": a flush writes it in
+     * place with its PING (conn.c _sendPing), then waits for the PONG. The
+     * write is what is wanted; a PONG later than the short wait is no error
+     * (a broken connection shows in the publications' own outcomes). */
+    (void)natsConnection_FlushTimeout(c->nc, WRITE_NOW_WAIT_MS);
 }
 
 int jsd__conn_request_timeout_ms(const jsd_conn *c)

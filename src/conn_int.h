@@ -15,6 +15,12 @@
 natsConnection *jsd__conn_nats(jsd_conn *c);
 jsCtx *jsd__conn_js(jsd_conn *c);
 int jsd__conn_request_timeout_ms(const jsd_conn *c);
+/* On a connection that coalesces writes: write what is buffered now instead
+ * of after the flusher's millisecond, for a caller that knows nothing else is
+ * coming soon (it waits at most a few ms for the server's PONG). Does
+ * nothing on a connection that writes each message at once, or one that is
+ * not connected. */
+void jsd__conn_write_now(jsd_conn *c);
 /* The JetStream API prefix of the profile, without a trailing dot:
  * "$JS.API", "$JS.<domain>.API" or the profile's js_api_prefix. For the raw
  * API requests a module makes itself ("<prefix>.STREAM.NAMES"). */

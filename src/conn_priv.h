@@ -66,6 +66,7 @@ struct jsd_conn {
     int tls_handshake_first; /* the server sends no plain-text INFO */
     int max_pending_msgs;
     int64_t max_pending_bytes;
+    int coalesce_writes; /* nats.c's flusher writes the buffer (no SendAsap) */
 
     char server_version[64];
     jsd_error last;

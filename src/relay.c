@@ -121,6 +121,13 @@
  *    answers or the relay stops (the PubAcks are the only record that M is
  *    in), and no claim runs meanwhile: otherwise this relay would take over
  *    its own expired leases and publish M again before its receipt is in.
+ * 11. Socket writes (issue 12). On a connection that coalesces writes
+ *    (jsd_conn_opts.coalesce_writes, the CLI's default) nats.c's flusher
+ *    writes the buffer about 1 ms after the first publication, so batches
+ *    submitted meanwhile share one write. When a claim comes back short or
+ *    only a few publications are in flight, nothing is coming to share it:
+ *    the relay writes at once (jsd__conn_write_now), and the millisecond
+ *    stays off the commit -> PubAck path. Only the write's timing changes.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -745,6 +752,11 @@ static jsd_status run(jsd_relay *r, bool until_idle)
                     idle_since = 0;
                 want_claim = got == ask;
                 claimed_full = want_claim;
+                /* A short claim (the outbox is drained) or a few publications
+                 * in flight: nothing will share the write, so the coalescing
+                 * flusher's millisecond would only be latency (DESIGN 11). */
+                if (got > 0 && (got < ask || r->in_flight < ACK_GATHER_MIN))
+                    jsd__conn_write_now(r->conn);
             }
             if (unavailable)
                 pause_until = jsd__mono_ms() + UNAVAILABLE_PAUSE_MS;
