@@ -405,7 +405,11 @@ void jsd_relay_destroy(jsd_relay *r)
         jsd__relay_batch_free(b);
         b = n;
     }
-    jsd__relay_batch_free(r->spare);
+    for (rbatch *b = r->spare; b;) {
+        rbatch *n = b->next;
+        jsd__relay_batch_free(b);
+        b = n;
+    }
     jsd__streams_destroy(r->streams);
     jsd_store_close(r->wstore);
     if (r->sync_init) {

@@ -105,21 +105,38 @@ void jsd__relay_batch_free(rbatch *b)
     jsd__free(b);
 }
 
+/* Batches go round: claimed here, settled, written and recycled by the
+ * receipt writer, claimed again, keeping their slots and their rows'
+ * storage (rows.c), so a busy relay does not allocate per claim. */
+#define SPARE_MAX 8
+
 static rbatch *batch_new(jsd_relay *r, size_t cap)
 {
+    pthread_mutex_lock(&r->wq_mu);
     rbatch *b = r->spare;
-    r->spare = NULL;
+    if (b) {
+        r->spare = b->next;
+        r->n_spare--;
+    }
+    pthread_mutex_unlock(&r->wq_mu);
     if (!b) {
         b = jsd__calloc(1, sizeof(*b));
         if (!b)
             return NULL;
         jsd__effect_batch_init(&b->eb);
     }
-    jsd__free(b->slots);
-    b->slots = jsd__calloc(cap ? cap : 1, sizeof(slot));
-    if (!b->slots) {
-        jsd__relay_batch_free(b);
-        return NULL;
+    if (!cap)
+        cap = 1;
+    if (b->slots_cap < cap) {
+        jsd__free(b->slots);
+        b->slots_cap = 0;
+        if (!(b->slots = jsd__calloc(cap, sizeof(slot)))) {
+            jsd__relay_batch_free(b);
+            return NULL;
+        }
+        b->slots_cap = cap;
+    } else {
+        memset(b->slots, 0, cap * sizeof(slot));
     }
     b->next = NULL;
     b->pending = 0;
@@ -129,11 +146,15 @@ static rbatch *batch_new(jsd_relay *r, size_t cap)
 void jsd__relay_batch_recycle(jsd_relay *r, rbatch *b)
 {
     jsd__effect_batch_clear(&b->eb);
-    jsd__free(b->slots);
-    b->slots = NULL;
-    if (!r->spare)
+    pthread_mutex_lock(&r->wq_mu);
+    bool keep = r->n_spare < SPARE_MAX;
+    if (keep) {
+        b->next = r->spare;
         r->spare = b;
-    else
+        r->n_spare++;
+    }
+    pthread_mutex_unlock(&r->wq_mu);
+    if (!keep)
         jsd__relay_batch_free(b);
 }
 

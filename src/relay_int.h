@@ -59,6 +59,7 @@ struct rbatch {
     char token[JSD__LEASE_TOKEN_MAX];
     jsd__effect_batch eb;
     slot *slots;
+    size_t slots_cap;
     size_t pending; /* submitted, not completed */
     int64_t claimed_mono_ms;
     int64_t claimed_ms; /* unix ms: when its attempts may first reach the broker */
@@ -78,7 +79,8 @@ struct jsd_relay {
     jsd_status fatal;      /* JSD_OK, or why the run stopped itself (a window too short) */
 
     rbatch *head, *tail; /* batches in flight, oldest first */
-    rbatch *spare;       /* one recycled batch */
+    rbatch *spare;       /* recycled batches, linked by next (under wq_mu) */
+    int n_spare;
     size_t in_flight;    /* slots PENDING */
 
     /* The receipt writer: settled batches are handed to a second thread that
@@ -169,7 +171,8 @@ void jsd__relay_nats_trouble(jsd_relay *r, const char *why);
 int64_t jsd__relay_retry_horizon_ms(const jsd_relay_opts *o);
 
 void jsd__relay_batch_free(rbatch *b);
-/* Keep b as the spare batch (or free it). */
+/* Keep b for a later claim (a few are kept; the rest are freed). Either
+ * thread; takes wq_mu. */
 void jsd__relay_batch_recycle(jsd_relay *r, rbatch *b);
 /* Map a publication result onto the slot. */
 void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res,

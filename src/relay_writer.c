@@ -192,7 +192,7 @@ static void *writer_main(void *arg)
         if (!r->wstore)
             pthread_mutex_unlock(&r->store_mu);
         size_t n = b->eb.n;
-        jsd__relay_batch_free(b);
+        jsd__relay_batch_recycle(r, b);
 
         pthread_mutex_lock(&r->wq_mu);
         atomic_fetch_sub(&r->wq_effects, n);

@@ -84,14 +84,18 @@ typedef struct jsd__effect_batch {
     size_t n;
     /* private: storage owned by the batch */
     size_t cap;
-    void *arena;
+    void *arena;     /* chunks the items' strings and payloads are carved from */
+    void *arena_cur; /* the chunk being filled */
 } jsd__effect_batch;
 
 void jsd__effect_batch_init(jsd__effect_batch *b);
-/* Drop the items (n = 0) and free their storage; the batch stays usable. */
+/* Drop the items (n = 0); the batch stays usable and keeps up to 512 KiB of
+ * their storage for the next claim (rows.c). */
 void jsd__effect_batch_clear(jsd__effect_batch *b);
 /* Free everything. Accepts NULL. */
 void jsd__effect_batch_free(jsd__effect_batch *b);
+/* The storage the batch holds for its rows (used or kept), for tests. */
+size_t jsd__effect_batch_held_bytes(const jsd__effect_batch *b);
 
 /*
  * A second handle on the same store for writing the relay's outcomes

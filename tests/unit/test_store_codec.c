@@ -1,7 +1,9 @@
 /*
  * Pure parts of the store: the headers column codec (round trip, and no
  * malformed input is ever accepted or read past its end), effect message ids,
- * the backoff schedule, subject checks and URL redaction.
+ * the backoff schedule, subject checks and URL redaction; claimed batches
+ * (each row's copy intact whatever the sizes, sorted by id, and a cleared
+ * batch keeping a bounded part of its storage).
  */
 #include <stdlib.h>
 
@@ -144,6 +146,75 @@ static void subjects_and_redaction(void **state)
     ASSERT_EQ(strlen(out), 11);
 }
 
+static void add_row(jsd__effect_batch *b, int64_t id, size_t len)
+{
+    char eid[32], subject[64];
+    snprintf(eid, sizeof(eid), "e%lld", (long long)id);
+    snprintf(subject, sizeof(subject), "orders.%lld", (long long)id);
+    unsigned char *payload = malloc(len ? len : 1);
+    assert_non_null(payload);
+    memset(payload, (int)(id & 0xff), len);
+    char msg_id[80];
+    snprintf(msg_id, sizeof(msg_id), "own:e%lld", (long long)id);
+    jsd__claimed_row r = {.row_id = id,
+                          .owner = "own",
+                          .owner_len = 3,
+                          .effect_id = eid,
+                          .id_len = strlen(eid),
+                          .msg_id = msg_id,
+                          .msg_id_len = strlen(msg_id),
+                          .subject = subject,
+                          .subject_len = strlen(subject),
+                          .payload = payload,
+                          .len = len};
+    ASSERT_EQ(jsd__batch_add(b, &r), JSD_OK);
+    free(payload);
+}
+
+static void check_rows(const jsd__effect_batch *b, size_t big_every)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        const jsd__claimed *c = &b->items[i];
+        int64_t id = c->row_id;
+        char want[64];
+        snprintf(want, sizeof(want), "e%lld", (long long)id);
+        ASSERT_STREQ(c->effect_id, want);
+        snprintf(want, sizeof(want), "orders.%lld", (long long)id);
+        ASSERT_STREQ(c->subject, want);
+        ASSERT_STREQ(c->owner, "own");
+        ASSERT_EQ(c->len, (size_t)(id % big_every == 0 ? 100000 : 200 + id));
+        for (size_t k = 0; k < c->len; k++)
+            if (c->payload[k] != (unsigned char)(id & 0xff))
+                fail_msg("row %lld: payload byte %zu overwritten", (long long)id, k);
+        ASSERT_EQ(c->defect[0], '\0');
+    }
+}
+
+static void claimed_batches_keep_rows_apart(void **state)
+{
+    (void)state;
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    for (int round = 0; round < 3; round++) {
+        /* out of id order, small rows between payloads larger than a chunk */
+        for (int64_t id = 300; id >= 1; id--)
+            add_row(&b, id, id % 50 == 0 ? 100000 : (size_t)(200 + id));
+        ASSERT_EQ(b.n, 300);
+        jsd__batch_sort(&b);
+        for (size_t i = 0; i < b.n; i++)
+            ASSERT_EQ(b.items[i].row_id, (int64_t)i + 1);
+        check_rows(&b, 50);
+        assert_true(jsd__effect_batch_held_bytes(&b) >= 6 * 100000);
+        /* cleared: reusable, and the large payloads' storage is let go */
+        jsd__effect_batch_clear(&b);
+        ASSERT_EQ(b.n, 0);
+        assert_true(jsd__effect_batch_held_bytes(&b) <= 512 * 1024);
+    }
+    jsd__effect_batch_free(&b);
+    ASSERT_EQ(jsd__effect_batch_held_bytes(&b), 0);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(headers_round_trip),
               cmocka_unit_test(msg_ids_are_stable_and_delimited),
-              cmocka_unit_test(backoff_schedule), cmocka_unit_test(subjects_and_redaction))
+              cmocka_unit_test(backoff_schedule), cmocka_unit_test(subjects_and_redaction),
+              cmocka_unit_test(claimed_batches_keep_rows_apart))
