@@ -9,6 +9,8 @@
 
 #include "cli.h"
 
+#define CLI_SHUTDOWN_WAIT_MS 2000
+
 static const struct {
     const char *name;
     cli_cmd_fn fn;
@@ -145,8 +147,13 @@ int main(int argc, char **argv)
     if ((argc = take_common_flags(argc, argv)) < 0 || cli_log_apply() != 0)
         return CLI_USAGE;
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (!strcmp(cmd, commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(cmd, commands[i].name)) {
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            /* the command closed its connections: let nats.c's threads end
+             * before the exit handlers run (jsd_conn_shutdown) */
+            (void)jsd_conn_shutdown(CLI_SHUTDOWN_WAIT_MS);
+            return rc;
+        }
     fprintf(stderr, "jsdurable: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return CLI_USAGE;

@@ -190,5 +190,6 @@ out:
     the_consumer = NULL;
     jsd_conn_close(conn);
     jsd_store_close(store);
+    jsd_conn_shutdown(2000); /* nats.c's threads end before the process does */
     return rc;
 }

@@ -119,6 +119,16 @@ JSD_EXTERN jsd_status jsd_conn_open(jsd_conn **out, const jsd_conn_opts *o, jsd_
 /* Close, free and wipe credentials. Accepts NULL. */
 JSD_EXTERN void jsd_conn_close(jsd_conn *c);
 
+/* Once, as the process ends, after every jsd_conn is closed (and when
+ * nothing else in the process uses nats.c): wait up to timeout_ms for the
+ * NATS client library's own threads to finish and release its global state.
+ * Without it a process can exit while those threads still free a closed
+ * connection's TLS state, and die in the heap check at exit (nats.c 3.4.1).
+ * No jsd_conn may be opened afterwards. JSD_OK, or JSD_ERR_TIMEOUT if the
+ * threads were still running at the deadline; JSD_ERR_INVALID for a
+ * timeout_ms below 1. */
+JSD_EXTERN jsd_status jsd_conn_shutdown(int timeout_ms);
+
 /* Last error text of this handle ("" if none). */
 JSD_EXTERN const char *jsd_conn_errmsg(const jsd_conn *c);
 JSD_EXTERN const jsd_error *jsd_conn_error(const jsd_conn *c);
