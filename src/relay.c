@@ -70,7 +70,11 @@
  *    the crash points sit on the writer's path. The next effect of an
  *    ordering key becomes claimable only once the writer has committed the
  *    previous one's receipt (the store checks), and the publishing thread
- *    claims again whenever the writer reports a written batch. While the
+ *    claims again whenever the writer reports a written batch. On SQLite the
+ *    receipt commit's WAL sync comes right after the commit, outside the
+ *    store's write lock and store_mu, and before the receipts count as
+ *    written or the crash point relay.after_receipt_commit (the argument is
+ *    at sq_receipts in src/store/sqlite.c). While the
  *    writer commits and nothing is in flight, a wake-up (a new commit) is
  *    claimed at once; the receipt commit is not on its path.
  * 8. PostgreSQL (measured, issue 12): the lease stays a column, not a row

@@ -20,8 +20,24 @@
 #define RECEIPT_RETRIES      5    /* store retries of a batch's receipt commit (not an outage) */
 #define RECEIPT_HOLD_POLL_MS 1000 /* the retry interval of receipts held through an outage */
 
-/* Write the outcome of a batch whose publications are all settled. */
-static void finish_batch(jsd_relay *r, rbatch *b)
+/* The receipts just committed become durable (jsd__store_sync_receipts).
+ * On a store the two threads share, the sync runs with store_mu let go, so
+ * that the publishing thread claims meanwhile instead of waiting for the
+ * disk; the receipts count as written only after it. */
+static void receipts_durable(jsd_relay *r, jsd_store *ws, bool holds_store_mu)
+{
+    if (holds_store_mu)
+        pthread_mutex_unlock(&r->store_mu);
+    jsd_status s = jsd__store_sync_receipts(ws);
+    if (holds_store_mu)
+        pthread_mutex_lock(&r->store_mu);
+    if (s != JSD_OK)
+        jsd__relay_count(r, RC_STORE_ERRORS, 1); /* logged by the store */
+}
+
+/* Write the outcome of a batch whose publications are all settled. The
+ * caller holds store_mu when holds_store_mu says so. */
+static void finish_batch(jsd_relay *r, rbatch *b, bool holds_store_mu)
 {
     jsd_store *ws = r->wstore ? r->wstore : r->store;
     size_t n = b->eb.n, nr = 0, nf = 0, nrel = 0;
@@ -74,7 +90,7 @@ static void finish_batch(jsd_relay *r, rbatch *b)
          * that the messages are in), retried until the store answers or the
          * relay stops; any other error is retried RECEIPT_RETRIES times. */
         for (int tryno = 0;; tryno++) {
-            s = jsd__store_record_receipts(ws, b->token, rc, nr, &applied);
+            s = jsd__store_record_receipts_unsynced(ws, b->token, rc, nr, &applied);
             if (s == JSD_OK)
                 break;
             jsd__relay_store_trouble_on(r, ws, "record receipts");
@@ -87,6 +103,7 @@ static void finish_batch(jsd_relay *r, rbatch *b)
         atomic_store(&r->receipts_held, false);
         if (s == JSD_OK) {
             atomic_store(&r->store_down, 0);
+            receipts_durable(r, ws, holds_store_mu);
             JSD_CRASH_POINT("relay.after_receipt_commit");
             size_t dups = 0;
             for (size_t i = 0; i < nr; i++)
@@ -188,7 +205,7 @@ static void *writer_main(void *arg)
 
         if (!r->wstore)
             pthread_mutex_lock(&r->store_mu);
-        finish_batch(r, b);
+        finish_batch(r, b, !r->wstore);
         if (!r->wstore)
             pthread_mutex_unlock(&r->store_mu);
         size_t n = b->eb.n;
@@ -211,7 +228,7 @@ void jsd__relay_hand_over(jsd_relay *r, rbatch *b)
     b->next = NULL;
     if (!r->writer_running) {
         pthread_mutex_lock(&r->store_mu);
-        finish_batch(r, b);
+        finish_batch(r, b, true);
         pthread_mutex_unlock(&r->store_mu);
         jsd__relay_batch_recycle(r, b);
         atomic_fetch_add(&r->written, 1);

@@ -67,8 +67,12 @@ typedef struct jsd__store_ops {
     jsd_status (*emit)(jsd_store *s, const jsd__row *rows, size_t n, size_t *dup_index);
     jsd_status (*claim)(jsd_store *s, int max, int64_t lease_ms, const char *token, int64_t now,
                         jsd__effect_batch *out);
+    /* sync false: the commit may leave its durability to sync_receipts. */
     jsd_status (*receipts)(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
-                           size_t *applied);
+                           size_t *applied, bool sync);
+    /* Make the receipts committed with sync false durable. NULL: they were
+     * at commit. Touches only what receipts(sync false) and it share. */
+    jsd_status (*sync_receipts)(jsd_store *s);
     /* Recording failures is two steps in one transaction, the policy decided
      * by the front between them. failures_read begins it and gives, for each
      * id, the attempts of its row if it still holds token and is pending,

@@ -117,8 +117,8 @@ jsd_status jsd__store_claim(jsd_store *s, int max, int64_t lease_ms, const char 
     return rc;
 }
 
-jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, const jsd__receipt *r,
-                                      size_t n, size_t *applied)
+static jsd_status record_receipts(jsd_store *s, const char *lease_token, const jsd__receipt *r,
+                                  size_t n, size_t *applied, bool sync)
 {
     if (applied)
         *applied = 0;
@@ -138,10 +138,29 @@ jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, con
     if (n == 0)
         return JSD_OK;
     size_t a = 0;
-    rc = s->ops->receipts(s, lease_token, r, n, &a);
+    rc = s->ops->receipts(s, lease_token, r, n, &a, sync);
     if (applied)
         *applied = a;
     return rc;
+}
+
+jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, const jsd__receipt *r,
+                                      size_t n, size_t *applied)
+{
+    return record_receipts(s, lease_token, r, n, applied, true);
+}
+
+jsd_status jsd__store_record_receipts_unsynced(jsd_store *s, const char *lease_token,
+                                               const jsd__receipt *r, size_t n, size_t *applied)
+{
+    return record_receipts(s, lease_token, r, n, applied, false);
+}
+
+jsd_status jsd__store_sync_receipts(jsd_store *s)
+{
+    if (!s)
+        return JSD_ERR_INVALID;
+    return s->ops->sync_receipts ? s->ops->sync_receipts(s) : JSD_OK;
 }
 
 jsd_status jsd__store_record_failures(jsd_store *s, const char *lease_token, const jsd__failure *f,

@@ -1094,8 +1094,9 @@ static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *
 }
 
 static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receipt *rc_in, size_t n,
-                              size_t *applied)
+                              size_t *applied, bool sync)
 {
+    (void)sync; /* the commit is synchronous either way (relay.c DESIGN 8) */
     jsd_status rc = ready(s);
     if (rc == JSD_OK)
         rc = relay_plans(s);

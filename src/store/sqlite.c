@@ -23,10 +23,13 @@
  * uses only backend.h and rows.h of the store.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -518,6 +521,11 @@ typedef struct sq {
     /* failures_read -> failures_write: the rows read as held by a range */
     int64_t *fail_range;
     size_t fail_range_n;
+    /* receipts committed without a sync, and the WAL file that syncs them
+     * (sq_sync_receipts); used by the relay's receipt writer alone */
+    bool receipts_unsynced;
+    int wal_fd; /* -1: not open */
+    char *wal_path;
 } sq;
 
 #define SQ(s) ((sq *)(s)->be)
@@ -682,6 +690,9 @@ static void sq_close(jsd_store *s)
         sqlite3_finalize(q->st[i]);
     sqlite3_finalize(q->receipt_chunk);
     sqlite3_close_v2(q->db);
+    if (q->wal_fd >= 0)
+        close(q->wal_fd);
+    jsd__free(q->wal_path);
     jsd__free(q->fail_range);
     wake_put(q->wake);
     jsd__free(q);
@@ -776,6 +787,29 @@ static jsd_status sq_emit(jsd_store *s, const jsd__row *rows, size_t n, size_t *
     return rc;
 }
 
+/* A transaction of the relay's that commits without the WAL sync (the
+ * DESIGN blocks at sq_claim and sq_receipts): synchronous=NORMAL for it
+ * alone, FULL again after it, keeping the transaction's own status and
+ * error unless FULL cannot be restored. */
+static jsd_status sync_normal(jsd_store *s, const char *who)
+{
+    char what[64];
+    jsd__snprintf(what, sizeof(what), "%s: setting synchronous=NORMAL", who);
+    return exec_sql(s, "PRAGMA synchronous=NORMAL", what);
+}
+
+static jsd_status sync_full_again(jsd_store *s, jsd_status rc, const char *who)
+{
+    char what[64];
+    jsd__snprintf(what, sizeof(what), "%s: restoring synchronous=FULL", who);
+    jsd_error keep = s->err;
+    jsd_status back = exec_sql(s, "PRAGMA synchronous=FULL", what);
+    if (back != JSD_OK)
+        return back;
+    s->err = keep;
+    return rc;
+}
+
 /* DESIGN (claims commit without fsync): a claim only writes a lease. It
  * commits with synchronous=NORMAL (WAL: no fsync at commit; the WAL is synced
  * by the next FULL commit on any connection, which syncs every frame before
@@ -789,8 +823,9 @@ static jsd_status sq_emit(jsd_store *s, const jsd__row *rows, size_t n, size_t *
  * once, as its expiry would later; a publication made under it is repeated
  * with the same msg id (crash ordering, src/relay.c). Why: the claim sits on
  * the commit -> PubAck path, and this machine's fdatasync takes 0.2 ms
- * median, 5 ms p99, 41 ms max (docs/PERFORMANCE.md). Receipts keep FULL: a
- * lost receipt means a republication that only the stream's duplicate window
+ * median, 5 ms p99, 41 ms max (docs/PERFORMANCE.md). Receipts are synced at
+ * every commit (right after it, outside the write lock, sq_receipts): a lost
+ * receipt means a republication that only the stream's duplicate window
  * collapses, and without a sync per receipt commit the number of such
  * effects after a power loss would grow from the in-flight ones to every
  * receipt since the WAL was last synced. */
@@ -799,7 +834,7 @@ static jsd_status sq_claim_tx(jsd_store *s, int max, int64_t lease_ms, const cha
 static jsd_status sq_claim(jsd_store *s, int max, int64_t lease_ms, const char *token, int64_t now,
                            jsd__effect_batch *out)
 {
-    jsd_status rc = exec_sql(s, "PRAGMA synchronous=NORMAL", "claim: setting synchronous=NORMAL");
+    jsd_status rc = sync_normal(s, "claim");
     if (rc != JSD_OK)
         return rc;
     /* Nor does a claim run the WAL's automatic checkpoint (copying the WAL
@@ -808,12 +843,9 @@ static jsd_status sq_claim(jsd_store *s, int max, int64_t lease_ms, const char *
     sqlite3_wal_autocheckpoint(SQ(s)->db, 0);
     rc = sq_claim_tx(s, max, lease_ms, token, now, out);
     sqlite3_wal_autocheckpoint(SQ(s)->db, SQLITE_DEFAULT_WAL_AUTOCHECKPOINT);
-    jsd_error keep = s->err;
-    jsd_status back = exec_sql(s, "PRAGMA synchronous=FULL", "claim: restoring synchronous=FULL");
-    if (back != JSD_OK)
-        return back; /* leased effects come back when the lease expires */
-    s->err = keep;
-    return rc;
+    /* if FULL cannot be restored, the leased effects come back when the lease
+     * expires */
+    return sync_full_again(s, rc, "claim");
 }
 
 /* Read one claimed row (columns as OUTBOX_COLS, then duplicate) into the
@@ -1190,8 +1222,73 @@ static jsd_status receipts_chunk(jsd_store *s, const char *token, const range *r
     return rc;
 }
 
+static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
+                                 size_t *applied);
+
+/* DESIGN (receipts synced outside the write lock). With synchronous=FULL a
+ * WAL commit syncs the WAL while it holds the database's write lock, so the
+ * relay's next claim and the application's commits waited one fsync for
+ * every receipt commit (the disk's tail: the commit -> PubAck p99, issue 12).
+ * The relay's writer commits receipts with synchronous=NORMAL instead and
+ * then syncs the WAL file itself (sq_sync_receipts), outside the lock, before
+ * it counts them written (relay_writer.c). Nothing else is weakened:
+ *   - until that sync the receipts can be lost only to an operating-system
+ *     crash or power loss, as at a crash between the PubAck and the commit:
+ *     the effects are published again with the same msg id (crash ordering,
+ *     src/relay.c);
+ *   - a power loss keeps a prefix of the WAL (its frames are checksummed in
+ *     order), so anything committed after the receipts, a claim of the next
+ *     effect of their keys among it, is lost with them;
+ *   - frames a checkpoint has copied into the database file are synced there
+ *     by the checkpoint (WAL syncs before it, the database file after it,
+ *     also with NORMAL), so a restarted WAL overwriting them loses nothing;
+ *   - the WAL file of a database with an open connection is never replaced,
+ *     and the sync checks its inode before each sync. No lock is held on a WAL
+ *     file (WAL mode locks the database and -shm files), so opening and
+ *     closing one here cannot drop SQLite's POSIX locks. */
 static jsd_status sq_receipts(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
-                              size_t *applied)
+                              size_t *applied, bool sync)
+{
+    sq *q = SQ(s);
+    if (sync || !q->wal_path)
+        return sq_receipts_tx(s, token, r, n, applied);
+    jsd_status rc = sync_normal(s, "receipts");
+    if (rc != JSD_OK)
+        return rc;
+    rc = sq_receipts_tx(s, token, r, n, applied);
+    if (rc == JSD_OK)
+        q->receipts_unsynced = true;
+    return sync_full_again(s, rc, "receipts");
+}
+
+static jsd_status sq_sync_receipts(jsd_store *s)
+{
+    sq *q = SQ(s);
+    if (!q->receipts_unsynced)
+        return JSD_OK;
+    struct stat now, held;
+    if (q->wal_fd >= 0 && (stat(q->wal_path, &now) != 0 || fstat(q->wal_fd, &held) != 0 ||
+                           now.st_ino != held.st_ino || now.st_dev != held.st_dev)) {
+        close(q->wal_fd);
+        q->wal_fd = -1;
+    }
+    if (q->wal_fd < 0)
+        q->wal_fd = open(q->wal_path, O_RDONLY | O_CLOEXEC);
+    if (q->wal_fd < 0 || fdatasync(q->wal_fd) != 0) {
+        int e = errno;
+        JSD_ERROR("store",
+                  "cannot sync the store's WAL after recording receipts (%s): they are "
+                  "committed, and a power loss before the next sync would have their effects "
+                  "published again with the same msg ids",
+                  strerror(e));
+        return JSD_ERR_IO;
+    }
+    q->receipts_unsynced = false;
+    return JSD_OK;
+}
+
+static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
+                                 size_t *applied)
 {
     jsd_status rc = own_begin(s, "recording receipts");
     if (rc != JSD_OK)
@@ -1962,6 +2059,7 @@ static const jsd__store_ops sqlite_ops = {
     .emit = sq_emit,
     .claim = sq_claim,
     .receipts = sq_receipts,
+    .sync_receipts = sq_sync_receipts,
     .failures_read = sq_failures_read,
     .failures_write = sq_failures_write,
     .release = sq_release,
@@ -2078,6 +2176,7 @@ jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
     sq *q = jsd__calloc(1, sizeof(*q));
     if (!q)
         return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening the store");
+    q->wal_fd = -1;
     s->be = q;
     s->ops = &sqlite_ops;
     s->backend = JSD_STORE_SQLITE;
@@ -2123,6 +2222,13 @@ jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
         (rc = migrate(s)) != JSD_OK)
         goto fail;
     const char *fn = sqlite3_db_filename(q->db, "main");
+    if (fn && *fn) {
+        const char *walf = sqlite3_filename_wal(fn);
+        if (walf && *walf && !(q->wal_path = jsd__strdup(walf))) {
+            rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory opening the store");
+            goto fail;
+        }
+    }
     q->wake = wake_get(fn && *fn ? fn : path);
     if (q->wake) {
         pthread_mutex_lock(&wake_mu);

@@ -160,6 +160,21 @@ typedef struct jsd__receipt {
  */
 jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, const jsd__receipt *r,
                                       size_t n, size_t *applied);
+/*
+ * The same in two steps, for the relay's receipt writer: _unsynced commits
+ * the receipts (visible at once), and they are durable once
+ * jsd__store_sync_receipts returns JSD_OK. On SQLite the commit does not
+ * sync the WAL under the write lock, where it held back every other writer
+ * of the file (the relay's own next claim, the application's commits) for
+ * one fsync; the sync writes the WAL file's frames to disk afterwards, outside
+ * it. On PostgreSQL the commit is durable and the sync does nothing.
+ * jsd__store_sync_receipts may run while another thread uses s under its
+ * own lock: it touches only state the writer's calls share, and reports a
+ * failure in the log and its status, not in s's last error.
+ */
+jsd_status jsd__store_record_receipts_unsynced(jsd_store *s, const char *lease_token,
+                                               const jsd__receipt *r, size_t n, size_t *applied);
+jsd_status jsd__store_sync_receipts(jsd_store *s);
 
 typedef struct jsd__failure {
     int64_t row_id;

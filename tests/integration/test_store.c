@@ -657,6 +657,58 @@ static void claim_returns_effects_in_order(void **state)
     jsd_store_close(s);
 }
 
+/* The receipt writer's two steps (store.h): receipts committed unsynced are
+ * visible at once to every connection, the sync then succeeds, the
+ * connection's own commits keep synchronous=FULL, and a WAL another
+ * connection truncated in between is still the one synced. */
+static void unsynced_receipts_are_committed_then_synced(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    jsd_store *other = open_url(url);
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "u%d", i);
+        emit1(s, "own", id, "orders.u");
+    }
+    int64_t now = jsd__now_ms();
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 30000, "relay-u", now, &b));
+    ASSERT_EQ(b.n, 3);
+    ASSERT_OK(jsd__store_sync_receipts(s)); /* nothing pending yet */
+    jsd__receipt r[3];
+    for (int i = 0; i < 3; i++)
+        r[i] = (jsd__receipt){
+            .row_id = b.items[i].row_id, .stream = "ORDERS", .seq = 10 + i, .published_at_ms = now};
+    size_t applied = 0;
+    ASSERT_OK_E(jsd__store_record_receipts_unsynced(s, "relay-u", r, 2, &applied),
+                jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 2);
+    ASSERT_EQ(stats(other).published, 2);
+    ASSERT_OK(jsd__store_sync_receipts(s));
+    if (BE(state) == BE_SQLITE) {
+        ASSERT_EQ(q_i64(s, "PRAGMA synchronous"), 2); /* FULL */
+        sqlite3 *odb = jsd__sqlite_handle(other);
+        ASSERT_EQ(sqlite3_exec(odb, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL),
+                  SQLITE_OK);
+        struct stat wst;
+        ASSERT_EQ(stat(sqlite3_filename_wal(sqlite3_db_filename(odb, "main")), &wst), 0);
+        ASSERT_EQ(wst.st_size, 0); /* truncated: the next receipts rewrite it */
+    }
+    ASSERT_OK(jsd__store_record_receipts_unsynced(s, "relay-u", r + 2, 1, &applied));
+    ASSERT_EQ(applied, 1);
+    ASSERT_OK(jsd__store_sync_receipts(s));
+    ASSERT_OK(jsd__store_sync_receipts(s));
+    ASSERT_EQ(stats(other).published, 3);
+    /* a zombie's unsynced receipts are refused as the synced ones are */
+    ASSERT_OK(jsd__store_record_receipts_unsynced(s, "relay-x", r, 3, &applied));
+    ASSERT_EQ(applied, 0);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(other);
+    jsd_store_close(s);
+}
+
 static void not_before_delays_claims(void **state)
 {
     char url[512];
@@ -2310,6 +2362,7 @@ static void sqlite_settings(void **state)
 JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_nothing),
               BOTH(duplicate_effect_identity), BOTH(limits_are_enforced),
               BOTH(claim_returns_effects_in_order), BOTH(not_before_delays_claims),
+              BOTH(unsynced_receipts_are_committed_then_synced),
               BOTH(order_key_holds_back_later_effects), BOTH(expired_lease_takeover),
               BOTH(two_processes_never_share_an_effect), BOTH(backoff_schedule_and_budget),
               BOTH(release_and_requeue), BOTH(inbox_identity_and_outcome),
