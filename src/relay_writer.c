@@ -108,7 +108,6 @@ static void finish_batch(jsd_relay *r, rbatch *b, bool holds_store_mu)
             size_t dups = 0;
             for (size_t i = 0; i < nr; i++)
                 dups += rc[i].duplicate;
-            jsd__relay_count(r, RC_PUBLISHED, applied);
             /* Commit -> PubAck: the PubAck's wall time from its monotonic
              * stamp, so a slow receipt commit does not count. */
             int64_t wall_ms = jsd__now_ms(), mono_us = jsd__mono_us();
@@ -123,6 +122,9 @@ static void finish_batch(jsd_relay *r, rbatch *b, bool holds_store_mu)
                                       (double)JSD_MAX(acked_ms - from, 0) / 1000.0);
             }
             jsd__relay_count(r, RC_DUPLICATES, applied == nr ? dups : 0);
+            /* last of the batch's figures: whoever sees it counted sees the
+             * others too */
+            jsd__relay_count(r, RC_PUBLISHED, applied);
             if (applied < nr) {
                 jsd__relay_count(r, RC_LEASE_LOST, nr - applied);
                 JSD_WARN(COMP,
