@@ -394,26 +394,24 @@ fail:
     return s;
 }
 
+/* Free a list of batches linked by next. */
+static void free_chain(rbatch *b)
+{
+    while (b) {
+        rbatch *n = b->next;
+        jsd__relay_batch_free(b);
+        b = n;
+    }
+}
+
 void jsd_relay_destroy(jsd_relay *r)
 {
     if (!r)
         return;
     jsd__pubengine_destroy(r->eng);
-    for (rbatch *b = r->head; b;) {
-        rbatch *n = b->next;
-        jsd__relay_batch_free(b);
-        b = n;
-    }
-    for (rbatch *b = r->wq_head; b;) {
-        rbatch *n = b->next;
-        jsd__relay_batch_free(b);
-        b = n;
-    }
-    for (rbatch *b = r->spare; b;) {
-        rbatch *n = b->next;
-        jsd__relay_batch_free(b);
-        b = n;
-    }
+    free_chain(r->head);
+    free_chain(r->wq_head);
+    free_chain(r->spare);
     jsd__streams_destroy(r->streams);
     jsd_store_close(r->wstore);
     if (r->sync_init) {

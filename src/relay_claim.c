@@ -129,7 +129,6 @@ static rbatch *batch_new(jsd_relay *r, size_t cap)
         cap = 1;
     if (b->slots_cap < cap) {
         jsd__free(b->slots);
-        b->slots_cap = 0;
         if (!(b->slots = jsd__calloc(cap, sizeof(slot)))) {
             jsd__relay_batch_free(b);
             return NULL;

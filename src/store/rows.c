@@ -146,8 +146,8 @@ bool jsd__headers_decode(const unsigned char *enc, size_t len, jsd_header *out, 
 #define BATCH_KEEP_BYTES (512 * 1024)
 #define CHUNK_ALIGN      16
 
-typedef struct chunk {
-    struct chunk *next;
+typedef struct jsd__batch_chunk {
+    struct jsd__batch_chunk *next;
     size_t cap, used;
     _Alignas(CHUNK_ALIGN) unsigned char data[];
 } chunk;
@@ -188,7 +188,7 @@ void jsd__effect_batch_clear(jsd__effect_batch *b)
     if (!b)
         return;
     size_t kept = 0;
-    chunk **link = (chunk **)&b->arena;
+    chunk **link = &b->arena;
     while (*link) {
         chunk *c = *link;
         if (kept + c->cap <= BATCH_KEEP_BYTES) {

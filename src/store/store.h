@@ -84,8 +84,8 @@ typedef struct jsd__effect_batch {
     size_t n;
     /* private: storage owned by the batch */
     size_t cap;
-    void *arena;     /* chunks the items' strings and payloads are carved from */
-    void *arena_cur; /* the chunk being filled */
+    struct jsd__batch_chunk *arena;     /* chunks the items' storage is carved from */
+    struct jsd__batch_chunk *arena_cur; /* the chunk being filled */
 } jsd__effect_batch;
 
 void jsd__effect_batch_init(jsd__effect_batch *b);

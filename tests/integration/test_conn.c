@@ -76,6 +76,16 @@ static int closed_port(void)
 
 /* ---- TLS + token -------------------------------------------------------------- */
 
+/* The TLS server with its token, and options that log in to it. */
+static void tls_token_setup(jsd_fx_nats *fx, jsd_conn_opts *o)
+{
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, fx), 0);
+    opts_for(o, fx->url);
+    o->token = fx->token;
+    o->tls_ca_file = fx->ca_file;
+    o->tls_required = 1;
+}
+
 static void tls_with_token_connects(void **state)
 {
     (void)state;
@@ -83,11 +93,7 @@ static void tls_with_token_connects(void **state)
     jsd_conn_opts o;
     jsd_conn *c = NULL;
     jsd_error e;
-    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, &fx), 0);
-    opts_for(&o, fx.url);
-    o.token = fx.token;
-    o.tls_ca_file = fx.ca_file;
-    o.tls_required = 1;
+    tls_token_setup(&fx, &o);
     ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
     ASSERT_TRUE(jsd_conn_is_connected(c));
     ASSERT_EQ(jsd_conn_reconnects(c), 0);
@@ -117,11 +123,7 @@ static void shutdown_after_a_tls_connection_waits_for_the_client(void **state)
     jsd_conn_opts o;
     jsd_conn *c = NULL;
     jsd_error e;
-    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_TLS, &fx), 0);
-    opts_for(&o, fx.url);
-    o.token = fx.token;
-    o.tls_ca_file = fx.ca_file;
-    o.tls_required = 1;
+    tls_token_setup(&fx, &o);
     ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
     jsd_conn_close(c);
     ASSERT_EQ(jsd_conn_shutdown(0), JSD_ERR_INVALID);
