@@ -63,6 +63,7 @@ enum {
     S_LEASE_SETTLE,
     S_LEASE_END,
     S_RECEIPT,
+    S_RECEIPT_RANGE,
     S_FAIL_SEL,
     S_FAIL_SEL_RANGE,
     S_FAIL_UPD,
@@ -169,9 +170,16 @@ static const char *const sql_text[S__COUNT] = {
     [S_LEASE_GET] = "SELECT lo, hi, claimed_at FROM jsd_outbox_lease WHERE token = ?1",
     [S_LEASE_SETTLE] = "UPDATE jsd_outbox_lease SET open = open - ?2 WHERE token = ?1",
     [S_LEASE_END] = "DELETE FROM jsd_outbox_lease WHERE token = ?1 AND open <= 0",
-    [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
-                  "published_at = ?6, lease_token = NULL, lease_expires = NULL "
+    /* ?1 id, ?2 the lease token, ?4..?7 the receipt (as S_RECEIPT_RANGE) */
+    [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?4, stream_seq = ?5, duplicate = ?6, "
+                  "published_at = ?7, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
+    /* a row the range lo ?2 .. hi ?3 holds (sq_claim, "range leases") */
+    [S_RECEIPT_RANGE] = "UPDATE jsd_outbox SET stream = ?4, stream_seq = ?5, duplicate = ?6, "
+                        "published_at = ?7 WHERE id = ?1 AND ?1 BETWEEN ?2 AND ?3 "
+                        "AND order_key IS NULL AND lease_token IS NULL "
+                        "AND lease_expires IS NULL AND published_at IS NULL "
+                        "AND dead_lettered_at IS NULL",
     [S_FAIL_SEL] =
         "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND lease_token = ?2 AND " PENDING,
     [S_FAIL_SEL_RANGE] = "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND ?2 IS NOT NULL "
@@ -511,7 +519,6 @@ static void wake_put(wake *w)
 typedef struct sq {
     sqlite3 *db;
     sqlite3_stmt *st[S__COUNT];
-    sqlite3_stmt *receipt_chunk; /* RECEIPT_CHUNK range receipts at once */
     wake *wake;
     uint64_t seen;
     int64_t data_version;
@@ -688,7 +695,6 @@ static void sq_close(jsd_store *s)
         return;
     for (int i = 0; i < S__COUNT; i++)
         sqlite3_finalize(q->st[i]);
-    sqlite3_finalize(q->receipt_chunk);
     sqlite3_close_v2(q->db);
     if (q->wal_fd >= 0)
         close(q->wal_fd);
@@ -1148,80 +1154,6 @@ static jsd_status range_settle(jsd_store *s, const char *token, size_t settled)
     return x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "settling a lease");
 }
 
-/* Range receipts go RECEIPT_CHUNK at a time through one UPDATE ... FROM
- * (VALUES ...) RETURNING statement: one statement step instead of one per
- * row. Parameters: ?1 token, ?2 lo, ?3 hi, then 5 per receipt. */
-#define RECEIPT_CHUNK 32
-
-static sqlite3_stmt *receipt_chunk_stmt(jsd_store *s)
-{
-    sq *q = SQ(s);
-    if (q->receipt_chunk)
-        return q->receipt_chunk;
-    char sql[4096];
-    jsd__strlcpy(sql,
-                 "UPDATE jsd_outbox AS o SET stream = v.column2, stream_seq = v.column3, "
-                 "duplicate = v.column4, published_at = v.column5 FROM (VALUES ",
-                 sizeof(sql));
-    for (int i = 0; i < RECEIPT_CHUNK; i++) {
-        int p = 4 + 5 * i;
-        size_t o = strlen(sql);
-        jsd__snprintf(sql + o, sizeof(sql) - o, "%s(?%d, ?%d, ?%d, ?%d, ?%d)", i ? ", " : "", p,
-                      p + 1, p + 2, p + 3, p + 4);
-    }
-    size_t o = strlen(sql);
-    jsd__snprintf(sql + o, sizeof(sql) - o, "%s",
-                  ") AS v WHERE o.id = v.column1 AND ?1 IS NOT NULL AND o.id BETWEEN ?2 AND ?3 "
-                  "AND o.order_key IS NULL AND o.lease_token IS NULL AND o.lease_expires IS NULL "
-                  "AND o.published_at IS NULL AND o.dead_lettered_at IS NULL RETURNING id");
-    int rc = sqlite3_prepare_v3(q->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &q->receipt_chunk, NULL);
-    if (rc != SQLITE_OK) {
-        sq_fail(s, rc, "preparing a statement");
-        q->receipt_chunk = NULL;
-    }
-    return q->receipt_chunk;
-}
-
-/* Write the range receipts r[0..n) (n <= RECEIPT_CHUNK) at once; set done[i]
- * for each one written. */
-static jsd_status receipts_chunk(jsd_store *s, const char *token, const range *rg,
-                                 const jsd__receipt *r, size_t n, bool *written, size_t *applied)
-{
-    sqlite3_stmt *st = receipt_chunk_stmt(s);
-    if (!st)
-        return s->err.status;
-    bind_text(st, 1, token);
-    sqlite3_bind_int64(st, 2, rg->lo);
-    sqlite3_bind_int64(st, 3, rg->hi);
-    for (size_t i = 0; i < RECEIPT_CHUNK; i++) {
-        int p = 4 + 5 * (int)i;
-        if (i < n) {
-            sqlite3_bind_int64(st, p, r[i].row_id);
-            bind_text(st, p + 1, r[i].stream);
-            sqlite3_bind_int64(st, p + 2, (int64_t)r[i].seq);
-            sqlite3_bind_int(st, p + 3, r[i].duplicate ? 1 : 0);
-            sqlite3_bind_int64(st, p + 4, r[i].published_at_ms);
-        } else {
-            sqlite3_bind_null(st, p); /* matches no row */
-        }
-    }
-    int x;
-    jsd_status rc = JSD_OK;
-    while ((x = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(st, 0);
-        for (size_t i = 0; i < n; i++)
-            if (r[i].row_id == id && !written[i]) {
-                written[i] = true;
-                (*applied)++;
-                break;
-            }
-    }
-    if (x != SQLITE_DONE)
-        rc = sq_fail(s, x, "recording receipts");
-    done(st);
-    return rc;
-}
-
 static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
                                  size_t *applied);
 
@@ -1287,6 +1219,43 @@ static jsd_status sq_sync_receipts(jsd_store *s)
     return JSD_OK;
 }
 
+/* One receipt: a row the range holds through the range statement (no lease
+ * in the row to check), any other (a keyed head, leased by itself) through
+ * the row-lease one. Each is one step of a prepared single-row UPDATE.
+ * DESIGN: not one UPDATE ... FROM (VALUES ...) RETURNING for many rows, as
+ * before: SQLite runs both clauses through ephemeral tables, each of which
+ * allocates and frees an 88 KB page-cache bulk; on the receipt writer's
+ * thread glibc trimmed its arena after each free (madvise, then page faults
+ * and TLB shootdowns on the next allocation: 6 270 madvise calls in 300k
+ * effects against 20 now), which doubled the CPU per effect of a relay
+ * process until glibc's trim threshold had grown (issue 12,
+ * docs/PERFORMANCE.md). */
+static jsd_status receipt_one(jsd_store *s, const char *token, const range *rg,
+                              const jsd__receipt *e, bool *by_range, size_t *changed)
+{
+    *by_range = range_has(rg, e->row_id);
+    sqlite3_stmt *st = stmt(s, *by_range ? S_RECEIPT_RANGE : S_RECEIPT);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, e->row_id);
+    if (*by_range) {
+        sqlite3_bind_int64(st, 2, rg->lo);
+        sqlite3_bind_int64(st, 3, rg->hi);
+    } else {
+        bind_text(st, 2, token);
+    }
+    bind_text(st, 4, e->stream);
+    sqlite3_bind_int64(st, 5, (int64_t)e->seq);
+    sqlite3_bind_int(st, 6, e->duplicate ? 1 : 0);
+    sqlite3_bind_int64(st, 7, e->published_at_ms);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "recording a receipt");
+    *changed = (size_t)sqlite3_changes(SQ(s)->db);
+    return JSD_OK;
+}
+
 static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
                                  size_t *applied)
 {
@@ -1294,39 +1263,24 @@ static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__rec
     if (rc != JSD_OK)
         return rc;
     range rg;
-    sqlite3_stmt *row = stmt(s, S_RECEIPT);
-    if (!row)
-        return own_end(s, s->err.status, "receipts");
     if ((rc = range_get(s, token, &rg)) != JSD_OK)
         return own_end(s, rc, "receipts");
     size_t a = 0, ra = 0;
-    for (size_t i = 0; i < n && rc == JSD_OK;) {
-        /* the range-held rows of a chunk at once, then the others (keyed
-         * rows, leased by themselves) one by one */
-        size_t k = rg.live ? JSD_MIN(n - i, (size_t)RECEIPT_CHUNK) : 1;
-        bool written[RECEIPT_CHUNK] = {false};
-        if (rg.live)
-            rc = receipts_chunk(s, token, &rg, r + i, k, written, &ra);
-        for (size_t j = 0; j < k && rc == JSD_OK; j++) {
-            if (written[j])
-                continue;
-            const jsd__receipt *e = &r[i + j];
-            sqlite3_bind_int64(row, 1, e->row_id);
-            bind_text(row, 2, token);
-            bind_text(row, 3, e->stream);
-            sqlite3_bind_int64(row, 4, (int64_t)e->seq);
-            sqlite3_bind_int(row, 5, e->duplicate ? 1 : 0);
-            sqlite3_bind_int64(row, 6, e->published_at_ms);
-            int x = sqlite3_step(row);
-            done(row);
-            if (x != SQLITE_DONE)
-                rc = sq_fail(s, x, "recording a receipt");
-            else
-                a += (size_t)sqlite3_changes(SQ(s)->db);
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        bool by_range = false;
+        size_t changed = 0;
+        rc = receipt_one(s, token, &rg, &r[i], &by_range, &changed);
+        if (rc == JSD_OK && by_range && changed == 0) {
+            /* in the range's ids but not held by it (a keyed row, or one
+             * leased the old way): the row's own lease decides */
+            rg.live = false;
+            rc = receipt_one(s, token, &rg, &r[i], &by_range, &changed);
+            rg.live = true;
+        } else if (by_range) {
+            ra += changed;
         }
-        i += k;
+        a += changed;
     }
-    a += ra;
     if (rc == JSD_OK)
         rc = range_settle(s, token, ra);
     rc = own_end(s, rc, "recording receipts");

@@ -797,6 +797,44 @@ static void order_key_holds_back_later_effects(void **state)
     jsd_store_close(s);
 }
 
+/* One receipt call for a batch whose unordered rows a range holds and whose
+ * keyed head lies inside that range, leased in its own row: every receipt
+ * is written once (each by the lease that holds its row), the range ends
+ * with its last row, and the same receipts again change nothing. */
+static void receipts_for_a_range_and_a_keyed_row_inside_it(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    emit_key(s, "u1", NULL, 0);
+    emit_key(s, "k1", "k", 0);
+    emit_key(s, "u2", NULL, 0);
+    int64_t now = jsd__now_ms();
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r1", now, &b));
+    ASSERT_EQ(b.n, 3);
+    ASSERT_STREQ(b.items[1].effect_id, "k1"); /* sorted by id: inside u1..u2 */
+    jsd__receipt r[3];
+    for (size_t i = 0; i < 3; i++)
+        r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
+                              .stream = "ORDERS",
+                              .seq = 100 + i,
+                              .published_at_ms = now};
+    size_t applied = 0;
+    ASSERT_OK_E(jsd__store_record_receipts(s, "r1", r, 3, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 3);
+    ASSERT_EQ(stats(s).published, 3);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE stream_seq BETWEEN 100 AND 102 "
+                       "AND lease_token IS NULL"),
+              3);
+    if (BE(state) == BE_SQLITE)
+        ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_lease"), 0);
+    ASSERT_OK(jsd__store_record_receipts(s, "r1", r, 3, &applied));
+    ASSERT_EQ(applied, 0);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
 /* RELAY-1,2: an expired lease is taken over; the old holder's late receipt or
  * failure is refused and the new holder's result stands. */
 static void expired_lease_takeover(void **state)
@@ -2363,7 +2401,8 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               BOTH(duplicate_effect_identity), BOTH(limits_are_enforced),
               BOTH(claim_returns_effects_in_order), BOTH(not_before_delays_claims),
               BOTH(unsynced_receipts_are_committed_then_synced),
-              BOTH(order_key_holds_back_later_effects), BOTH(expired_lease_takeover),
+              BOTH(order_key_holds_back_later_effects),
+              BOTH(receipts_for_a_range_and_a_keyed_row_inside_it), BOTH(expired_lease_takeover),
               BOTH(two_processes_never_share_an_effect), BOTH(backoff_schedule_and_budget),
               BOTH(release_and_requeue), BOTH(inbox_identity_and_outcome),
               BOTH(savepoint_per_delivery), BOTH(poison_records_keep_the_evidence),
