@@ -83,8 +83,8 @@
  *    next claim could not tell a retry from a first attempt (point 4a
  *    needs maybe_published), and it would pin one connection per batch in
  *    flight. Instead the lease write is cheap: the lease columns are in no
- *    index and the table keeps room on each page (fillfactor 70, schema
- *    migration 3), so a claim is a HOT update that adds no index entries;
+ *    index and the table keeps room on each page (fillfactor 50, schema
+ *    migration 6), so a claim is a HOT update that adds no index entries;
  *    only the receipt makes a new indexed row version. The receipt writer
  *    has its own connection (jsd__store_open_writer), so receipts overlap
  *    the next claims instead of taking turns with them. Both commit

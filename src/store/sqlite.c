@@ -453,8 +453,12 @@ static const char *const migration_5[] = {
     "ALTER TABLE jsd_inbox ADD COLUMN traceparent TEXT",
     "ALTER TABLE jsd_inbox ADD COLUMN tracestate TEXT", NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
-                                                migration_5};
+/* 6: PostgreSQL's outbox fillfactor (postgres.c's migration_6); SQLite has
+ * none, and the version is shared by both back ends. */
+static const char *const migration_6[] = {NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
+                                                migration_4, migration_5, migration_6};
 
 const char *const *jsd__sqlite_migration(int v)
 {
