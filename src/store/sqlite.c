@@ -1234,17 +1234,16 @@ static jsd_status sq_sync_receipts(jsd_store *s)
  * effects against 20 now), which doubled the CPU per effect of a relay
  * process until glibc's trim threshold had grown (issue 12,
  * docs/PERFORMANCE.md). */
-static jsd_status receipt_one(jsd_store *s, const char *token, const range *rg,
-                              const jsd__receipt *e, bool *by_range, size_t *changed)
+static jsd_status receipt_one(jsd_store *s, const char *token, const range *held,
+                              const jsd__receipt *e, size_t *changed)
 {
-    *by_range = range_has(rg, e->row_id);
-    sqlite3_stmt *st = stmt(s, *by_range ? S_RECEIPT_RANGE : S_RECEIPT);
+    sqlite3_stmt *st = stmt(s, held ? S_RECEIPT_RANGE : S_RECEIPT);
     if (!st)
         return s->err.status;
     sqlite3_bind_int64(st, 1, e->row_id);
-    if (*by_range) {
-        sqlite3_bind_int64(st, 2, rg->lo);
-        sqlite3_bind_int64(st, 3, rg->hi);
+    if (held) {
+        sqlite3_bind_int64(st, 2, held->lo);
+        sqlite3_bind_int64(st, 3, held->hi);
     } else {
         bind_text(st, 2, token);
     }
@@ -1271,18 +1270,15 @@ static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__rec
         return own_end(s, rc, "receipts");
     size_t a = 0, ra = 0;
     for (size_t i = 0; i < n && rc == JSD_OK; i++) {
-        bool by_range = false;
+        bool in_range = range_has(&rg, r[i].row_id);
         size_t changed = 0;
-        rc = receipt_one(s, token, &rg, &r[i], &by_range, &changed);
-        if (rc == JSD_OK && by_range && changed == 0) {
+        rc = receipt_one(s, token, in_range ? &rg : NULL, &r[i], &changed);
+        if (rc == JSD_OK && in_range && changed == 0)
             /* in the range's ids but not held by it (a keyed row, or one
              * leased the old way): the row's own lease decides */
-            rg.live = false;
-            rc = receipt_one(s, token, &rg, &r[i], &by_range, &changed);
-            rg.live = true;
-        } else if (by_range) {
+            rc = receipt_one(s, token, NULL, &r[i], &changed);
+        else if (in_range)
             ra += changed;
-        }
         a += changed;
     }
     if (rc == JSD_OK)
