@@ -5,10 +5,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -146,8 +148,15 @@ pid_t jsd_test_spawn(const char *const argv[], const char *log, bool truncate, c
     }
     envp[k] = NULL;
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+        /* The child dies with the case: a case that fails an assertion
+         * while its relay or consumer runs must not leave them running
+         * past the suite (run-tests.sh sweeps fixtures only). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
         int fd = open(log, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0644);
         if (fd >= 0) {
             dup2(fd, 1);

@@ -7,11 +7,13 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
@@ -257,6 +259,41 @@ static void sweep_kills_paused_fixture(void **state)
     ASSERT_TRUE(!port_open(fx.port));
 }
 
+/* A program a case spawned (jsd_test_spawn) dies with the case's process,
+ * so a case that fails while its relay or consumer runs leaves nothing
+ * running: here a "case" is a forked child that spawns a sleep and exits. */
+static void spawned_program_dies_with_its_case(void **state)
+{
+    (void)state;
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    pid_t kase = fork();
+    ASSERT_TRUE(kase >= 0);
+    if (kase == 0) {
+        close(fds[0]);
+        char log[PATH_MAX];
+        snprintf(log, sizeof(log), "%s/spawned-sleep.log", jsd_test_dir());
+        const char *argv[] = {"/bin/sleep", "120", NULL};
+        pid_t child = jsd_test_spawn(argv, log, true, NULL);
+        _exit(write(fds[1], &child, sizeof(child)) == (ssize_t)sizeof(child) ? 0 : 1);
+    }
+    close(fds[1]);
+    pid_t child = 0;
+    ASSERT_EQ(read(fds[0], &child, sizeof(child)), (ssize_t)sizeof(child));
+    close(fds[0]);
+    int st = 0;
+    ASSERT_EQ(waitpid(kase, &st, 0), kase);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ASSERT_TRUE(child > 0);
+    int64_t end = jsd_test_mono_ms() + 10000;
+    while (!pid_gone(child) && jsd_test_mono_ms() < end)
+        usleep(10000);
+    bool gone = pid_gone(child);
+    if (!gone)
+        kill(child, SIGKILL);
+    ASSERT_TRUE(gone);
+}
+
 static void pg_database_create_write_read(void **state)
 {
     (void)state;
@@ -487,6 +524,7 @@ static void cluster_r3_stream_survives_node_kill(void **state)
 JSD_TEST_MAIN(cmocka_unit_test(plain_kill_restart_keeps_port_and_store),
               cmocka_unit_test(plain_pause_stalls_resume_frees),
               cmocka_unit_test(sweep_kills_paused_fixture),
+              cmocka_unit_test(spawned_program_dies_with_its_case),
               cmocka_unit_test(pg_database_create_write_read),
               cmocka_unit_test(pg_private_kill_restart), cmocka_unit_test(tls_trusts_its_ca_only),
               cmocka_unit_test(userpass_limited_user_cannot_publish_denied),
