@@ -102,6 +102,10 @@ enum {
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
 #define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
+/* A pending row a range lease holds when its id lies in the range (checked
+ * in C, range_has): unkeyed, no lease of its own (sq_claim, "range leases"). */
+#define RANGE_HELD                                                                                 \
+    "order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL AND " PENDING
 /* The backlog of one half (order_key IS NULL / IS NOT NULL), through its
  * partial pending index (see S_TROUBLE). */
 #define STATS_PENDING_PART(key)                                                                    \
@@ -160,8 +164,7 @@ static const char *const sql_text[S__COUNT] = {
     /* The unsettled effects of an expired range: maybe published (store.h). */
     [S_LEASE_MARK] =
         "UPDATE jsd_outbox SET duplicate = 1, first_attempt_at = coalesce(first_attempt_at, ?3) "
-        "WHERE id BETWEEN ?1 AND ?2 "
-        "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL AND " PENDING
+        "WHERE id BETWEEN ?1 AND ?2 AND " RANGE_HELD
         " AND next_attempt_at <= ?3 AND not_before <= ?3",
     [S_LEASE_DEL] = "DELETE FROM jsd_outbox_lease WHERE token = ?1",
     [S_LEASE_LIVE] = "SELECT lo, hi FROM jsd_outbox_lease ORDER BY lo",
@@ -170,21 +173,15 @@ static const char *const sql_text[S__COUNT] = {
     [S_LEASE_GET] = "SELECT lo, hi, claimed_at FROM jsd_outbox_lease WHERE token = ?1",
     [S_LEASE_SETTLE] = "UPDATE jsd_outbox_lease SET open = open - ?2 WHERE token = ?1",
     [S_LEASE_END] = "DELETE FROM jsd_outbox_lease WHERE token = ?1 AND open <= 0",
-    /* ?1 id, ?2 the lease token, ?4..?7 the receipt (as S_RECEIPT_RANGE) */
-    [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?4, stream_seq = ?5, duplicate = ?6, "
-                  "published_at = ?7, lease_token = NULL, lease_expires = NULL "
+    [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
+                  "published_at = ?6, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
-    /* a row the range lo ?2 .. hi ?3 holds (sq_claim, "range leases") */
-    [S_RECEIPT_RANGE] = "UPDATE jsd_outbox SET stream = ?4, stream_seq = ?5, duplicate = ?6, "
-                        "published_at = ?7 WHERE id = ?1 AND ?1 BETWEEN ?2 AND ?3 "
-                        "AND order_key IS NULL AND lease_token IS NULL "
-                        "AND lease_expires IS NULL AND published_at IS NULL "
-                        "AND dead_lettered_at IS NULL",
+    [S_RECEIPT_RANGE] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
+                        "published_at = ?6 WHERE id = ?1 AND ?2 IS NOT NULL AND " RANGE_HELD,
     [S_FAIL_SEL] =
         "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND lease_token = ?2 AND " PENDING,
-    [S_FAIL_SEL_RANGE] = "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND ?2 IS NOT NULL "
-                         "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL "
-                         "AND " PENDING,
+    [S_FAIL_SEL_RANGE] =
+        "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND ?2 IS NOT NULL AND " RANGE_HELD,
     [S_FAIL_UPD] = "UPDATE jsd_outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, "
                    "first_attempt_at = coalesce(first_attempt_at, ?7), "
                    "dead_lettered_at = ?5, dead_reason = ?6, lease_token = NULL, "
@@ -203,8 +200,7 @@ static const char *const sql_text[S__COUNT] = {
     /* No longer held by its range (lease_expires 0: claimable, not marked
      * maybe published by a takeover); the next claim clears the mark. */
     [S_RELEASE_RANGE] = "UPDATE jsd_outbox SET lease_expires = 0 WHERE id = ?1 AND ?2 IS NOT NULL "
-                        "AND order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL "
-                        "AND " PENDING,
+                        "AND " RANGE_HELD,
     [S_REQUEUE] = "UPDATE jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
                   "attempts = 0, next_attempt_at = ?2, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND dead_lettered_at IS NOT NULL AND published_at IS NULL",
@@ -1234,23 +1230,18 @@ static jsd_status sq_sync_receipts(jsd_store *s)
  * effects against 20 now), which doubled the CPU per effect of a relay
  * process until glibc's trim threshold had grown (issue 12,
  * docs/PERFORMANCE.md). */
-static jsd_status receipt_one(jsd_store *s, const char *token, const range *held,
-                              const jsd__receipt *e, size_t *changed)
+static jsd_status receipt_one(jsd_store *s, const char *token, bool by_range, const jsd__receipt *e,
+                              size_t *changed)
 {
-    sqlite3_stmt *st = stmt(s, held ? S_RECEIPT_RANGE : S_RECEIPT);
+    sqlite3_stmt *st = stmt(s, by_range ? S_RECEIPT_RANGE : S_RECEIPT);
     if (!st)
         return s->err.status;
     sqlite3_bind_int64(st, 1, e->row_id);
-    if (held) {
-        sqlite3_bind_int64(st, 2, held->lo);
-        sqlite3_bind_int64(st, 3, held->hi);
-    } else {
-        bind_text(st, 2, token);
-    }
-    bind_text(st, 4, e->stream);
-    sqlite3_bind_int64(st, 5, (int64_t)e->seq);
-    sqlite3_bind_int(st, 6, e->duplicate ? 1 : 0);
-    sqlite3_bind_int64(st, 7, e->published_at_ms);
+    bind_text(st, 2, token);
+    bind_text(st, 3, e->stream);
+    sqlite3_bind_int64(st, 4, (int64_t)e->seq);
+    sqlite3_bind_int(st, 5, e->duplicate ? 1 : 0);
+    sqlite3_bind_int64(st, 6, e->published_at_ms);
     int x = sqlite3_step(st);
     done(st);
     if (x != SQLITE_DONE)
@@ -1272,11 +1263,11 @@ static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__rec
     for (size_t i = 0; i < n && rc == JSD_OK; i++) {
         bool in_range = range_has(&rg, r[i].row_id);
         size_t changed = 0;
-        rc = receipt_one(s, token, in_range ? &rg : NULL, &r[i], &changed);
+        rc = receipt_one(s, token, in_range, &r[i], &changed);
         if (rc == JSD_OK && in_range && changed == 0)
             /* in the range's ids but not held by it (a keyed row, or one
              * leased the old way): the row's own lease decides */
-            rc = receipt_one(s, token, NULL, &r[i], &changed);
+            rc = receipt_one(s, token, false, &r[i], &changed);
         else if (in_range)
             ra += changed;
         a += changed;
