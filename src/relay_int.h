@@ -146,6 +146,12 @@ typedef enum relay_counter {
 
 /* ---- relay.c -------------------------------------------------------------------- */
 
+/* How many effects a claim may take now (DESIGN 12): up to max_in_flight
+ * publications awaiting a PubAck (in_flight of them are), and none while
+ * max_in_flight effects or more wait for the writer to record them
+ * (unrecorded). */
+size_t jsd__relay_claim_room(size_t max_in_flight, size_t in_flight, size_t unrecorded);
+
 /* Count n relay events (any thread): the handle's counter and, with a
  * registry, its metric. */
 void jsd__relay_count(jsd_relay *r, relay_counter c, uint64_t n);

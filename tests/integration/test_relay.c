@@ -2,12 +2,14 @@
  * The outbox relay against a real nats-server and both store back ends
  * (RELAY-1..4): every effect published once with its stable Nats-Msg-Id and
  * its receipt recorded; durable timers; ordering keys; the dead-letter budget;
- * wake-ups; a graceful stop; a broker outage; a dropped PubAck; bad options.
+ * wake-ups; a graceful stop; the bound on effects waiting for a stalled
+ * receipt writer; a broker outage; a dropped PubAck; bad options.
  * Receipts are read back with the native driver, the stream with a separate
  * nats.c connection.
  */
 #include <time.h>
 
+#include "jsd_int.h"
 #include "proxy.h"
 #include "relay_env.h"
 
@@ -520,6 +522,90 @@ static void stop_settles_in_flight(void **state)
     env_down(&e);
 }
 
+/* ---- the two bounds (relay.c DESIGN 12) ------------------------------------------------------ */
+
+/* An on_published callback that holds the receipt writer (PostgreSQL: the
+ * writer has its own connection, so claims go on) until released. */
+typedef struct stall {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stalled, released;
+} stall;
+
+static void stall_writer(const jsd_relay_published *p, void *user)
+{
+    (void)p;
+    stall *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->stalled = true;
+    int64_t end = jsd__mono_ms() + 60000; /* a failed case must not hang the suite */
+    while (!w->released && jsd__mono_ms() < end)
+        jsd__cond_wait_until_ms(&w->cv, &w->mu, end);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static bool stalled(stall *w)
+{
+    pthread_mutex_lock(&w->mu);
+    bool s = w->stalled;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+/* max_in_flight bounds the publications awaiting a PubAck; effects waiting
+ * for their receipt have a bound of their own. A writer that records nothing
+ * stops the claims once max_in_flight effects wait for it: the relay never
+ * holds more than 2 x max_in_flight claimed and unrecorded, and nothing is
+ * lost or doubled once the writer goes on. */
+static void stalled_writer_holds_claims_back(void **state)
+{
+    (void)state;
+    enum { BATCH = 8, WINDOW = 16, N = 200 };
+    rt_env e;
+    env_up(&e, RT_PG, NULL);
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.n = N, .subject = e.subject};
+    rt_enqueue(app, &q);
+    stall w = {.stalled = false, .released = false};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    rt_relay t;
+    jsd_relay_opts o = fast_opts();
+    o.batch_size = BATCH;
+    o.max_in_flight = WINDOW;
+    o.on_published = stall_writer;
+    o.on_published_user = &w;
+    rt_relay_make(&t, &e.st, e.nats_url, &o);
+    rt_relay_start(&t, false);
+    ASSERT_WAIT(stalled(&w), 20000);
+    /* Everything claimed is published and settled, and at least the window
+     * waits for the writer: from here on no claim may run. */
+    jsd_relay_stats rs;
+    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 0) &&
+                    rt_stream_count(&e.nt, e.stream) >= WINDOW,
+                20000);
+    uint64_t sent = rt_stream_count(&e.nt, e.stream);
+    ASSERT_LE(sent, 2 * WINDOW);
+    /* only the batch the writer holds has its receipts */
+    ASSERT_EQ(rt_published(&e.st), BATCH);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE lease_token IS NOT NULL "
+                          "AND stream_seq IS NULL"),
+              (long long)sent - BATCH);
+
+    pthread_mutex_lock(&w.mu);
+    w.released = true;
+    pthread_cond_broadcast(&w.cv);
+    pthread_mutex_unlock(&w.mu);
+    ASSERT_WAIT(rt_published(&e.st) == N, 30000);
+    rt_relay_finish(&t);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "o", "e", 0, N);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 0);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    jsd_store_close(app);
+    env_down(&e);
+}
+
 /* ---- options ----------------------------------------------------------------------------------
  */
 
@@ -772,6 +858,7 @@ JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
               cmocka_unit_test(failed_head_blocks_its_key_pg),
               cmocka_unit_test(wakeup_prompts_claim_sqlite),
               cmocka_unit_test(wakeup_prompts_claim_pg), cmocka_unit_test(stop_settles_in_flight),
+              cmocka_unit_test(stalled_writer_holds_claims_back),
               cmocka_unit_test(options_are_validated), cmocka_unit_test(broker_down_sqlite),
               cmocka_unit_test(broker_down_pg), cmocka_unit_test(dropped_puback_sqlite),
               cmocka_unit_test(dropped_puback_pg), cmocka_unit_test(cli_flags_and_until_idle))

@@ -1,0 +1,65 @@
+/*
+ * Unit tests for the relay's two bounds (relay.c DESIGN 12) through
+ * jsd__relay_claim_room: max_in_flight bounds the publications awaiting a
+ * PubAck, and the effects waiting for their receipt have a bound of their
+ * own. The run loop claims only what this returns.
+ */
+#include "test.h"
+#include "relay_int.h"
+
+static void publications_use_the_whole_window(void **state)
+{
+    (void)state;
+    ASSERT_EQ(jsd__relay_claim_room(1024, 0, 0), 1024);
+    ASSERT_EQ(jsd__relay_claim_room(1024, 768, 0), 256);
+    ASSERT_EQ(jsd__relay_claim_room(1024, 1023, 0), 1);
+    ASSERT_EQ(jsd__relay_claim_room(1024, 1024, 0), 0);
+    ASSERT_EQ(jsd__relay_claim_room(1, 0, 0), 1);
+    ASSERT_EQ(jsd__relay_claim_room(1, 1, 0), 0);
+}
+
+static void receipts_waiting_take_no_publication_slots(void **state)
+{
+    (void)state;
+    /* batches waiting for the writer do not shrink the window ... */
+    ASSERT_EQ(jsd__relay_claim_room(1024, 0, 768), 1024);
+    ASSERT_EQ(jsd__relay_claim_room(1024, 512, 1023), 512);
+    /* ... until as many effects as the window wait: then no claim at all */
+    ASSERT_EQ(jsd__relay_claim_room(1024, 0, 1024), 0);
+    ASSERT_EQ(jsd__relay_claim_room(1024, 0, 5000), 0);
+    ASSERT_EQ(jsd__relay_claim_room(16, 8, 16), 0);
+}
+
+static void held_effects_stay_under_twice_the_window(void **state)
+{
+    (void)state;
+    /* Drive the rule as the loop does, with a writer that records nothing:
+     * claim what the room allows, then settle every publication into the
+     * writer's queue; claims stop, and what is held never exceeds 2 x max. */
+    for (size_t max = 1; max <= 64; max++) {
+        for (size_t batch = 1; batch <= max; batch++) {
+            size_t in_flight = 0, unrecorded = 0, most = 0;
+            for (int round = 0; round < 1000; round++) {
+                size_t room = jsd__relay_claim_room(max, in_flight, unrecorded);
+                if (room >= batch)
+                    in_flight += batch;
+                else if (in_flight > 0) {
+                    size_t settled = round % 2 ? in_flight : (in_flight + 1) / 2;
+                    in_flight -= settled;
+                    unrecorded += settled;
+                } else
+                    break;
+                if (in_flight + unrecorded > most)
+                    most = in_flight + unrecorded;
+                ASSERT_LE(in_flight, max);
+            }
+            ASSERT_EQ(in_flight, 0);
+            ASSERT_TRUE(unrecorded >= max);
+            ASSERT_LE(most, 2 * max);
+        }
+    }
+}
+
+JSD_TEST_MAIN(cmocka_unit_test(publications_use_the_whole_window),
+              cmocka_unit_test(receipts_waiting_take_no_publication_slots),
+              cmocka_unit_test(held_effects_stay_under_twice_the_window))
