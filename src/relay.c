@@ -75,7 +75,9 @@
  *    receipt commit's WAL sync comes right after the commit, outside the
  *    store's write lock and store_mu, and before the receipts count as
  *    written or the crash point relay.after_receipt_commit (the argument is
- *    at sq_receipts in src/store/sqlite.c). While the
+ *    at sq_receipts in src/store/sqlite.c). Batches the writer finds
+ *    queued together commit their receipts one transaction each and share
+ *    that sync; none counts as written before it. While the
  *    writer commits and nothing is in flight, a wake-up (a new commit) is
  *    claimed at once; the receipt commit is not on its path.
  * 8. PostgreSQL (measured, issue 12): the lease stays a column, not a row
