@@ -46,8 +46,12 @@
  *    (jsd__js_err_permanent) and a row that cannot be published (a defect the
  *    claim reports, an invalid subject) are dead-lettered at once, so one bad
  *    row never holds up the others. UNAVAILABLE and RETRYABLE prove nothing
- *    was sent: the lease is released without counting an attempt, so an
- *    outage never spends budgets. UNKNOWN may have been stored: the retry
+ *    was sent, and a FAILED with no responders proves nothing was stored
+ *    (the relay publishes only to a subject a stream was found to capture,
+ *    so the stream is between leaders: a broker outage; it is looked up
+ *    again before the next try): the lease is released without counting an
+ *    attempt and claims pause as for UNAVAILABLE, so an outage never spends
+ *    budgets. UNKNOWN may have been stored: the retry
  *    uses the same M.
  * 4a. A duplicate PubAck is the expected answer to a retry (attempts > 0, or
  *    an earlier lease that ended unsettled, which the claim marks
@@ -797,6 +801,10 @@ static jsd_status run(jsd_relay *r, bool until_idle)
             size_t collected = 0;
             if (drain(r, t, &collected) > 0)
                 want_claim = true; /* room again; and ordered keys may be unblocked */
+            if (r->broker_between_leaders) {
+                r->broker_between_leaders = false;
+                pause_until = jsd__mono_ms() + UNAVAILABLE_PAUSE_MS;
+            }
             /* Many acks outstanding and only a few arrived: let them gather
              * for a moment rather than waking up once per ack. */
             if (collected > 0 && collected < ACK_GATHER_MIN && r->in_flight >= ACK_GATHER_MIN * 2)

@@ -209,6 +209,19 @@ void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, co
         slot_fail(sl, FATE_DEAD, "rejected: %s", res->reason);
         return;
     case JSD_OUTCOME_FAILED:
+        if (res->status_code == 503) {
+            /* No responders. The relay publishes only to a subject it found a
+             * stream to capture (stream_for), so the stream has nobody to take
+             * the message now (its leader is being elected or restarting): a
+             * broker outage, which proves nothing was stored. The effect
+             * waits and spends no attempt (DESIGN 4); the stream is looked up
+             * again, so one that is really gone fails at the next claim. */
+            jsd__streams_forget(r->streams, subject);
+            slot_fail(sl, FATE_RELEASE, "unavailable: %s", res->reason);
+            jsd__relay_nats_trouble(r, res->reason);
+            r->broker_between_leaders = true;
+            return;
+        }
         if (jsd__js_err_permanent(res->js_err_code)) {
             slot_fail(sl, FATE_DEAD, "failed permanently: %s (jetstream error %d)", res->reason,
                       res->js_err_code);

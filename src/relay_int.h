@@ -82,6 +82,9 @@ struct jsd_relay {
     rbatch *spare;       /* recycled batches, linked by next (under wq_mu) */
     int n_spare;
     size_t in_flight;    /* slots PENDING */
+    /* a publication found its stream without responders (the publishing
+     * thread's; the loop pauses claims as for UNAVAILABLE) */
+    bool broker_between_leaders;
 
     /* The receipt writer: settled batches are handed to a second thread that
      * writes their receipts and failures while this one keeps publishing.
