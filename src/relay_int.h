@@ -81,7 +81,7 @@ struct jsd_relay {
     rbatch *head, *tail; /* batches in flight, oldest first */
     rbatch *spare;       /* recycled batches, linked by next (under wq_mu) */
     int n_spare;
-    size_t in_flight;    /* slots PENDING */
+    size_t in_flight; /* slots PENDING */
     /* a publication found its stream without responders (the publishing
      * thread's; the loop pauses claims as for UNAVAILABLE) */
     bool broker_between_leaders;
