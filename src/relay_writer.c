@@ -198,8 +198,8 @@ static void record_rest(jsd_relay *r, jsd_store *ws, rbatch *b, const outcome *o
     if (o->nf) {
         size_t applied = 0, dead = 0;
         jsd_status s =
-            jsd__store_record_failures(ws, b->token, o->fl, o->nf, &r->backoff,
-                                       r->o.attempt_budget, jsd__now_ms(), &applied, &dead);
+            jsd__store_record_failures(ws, b->token, o->fl, o->nf, &r->backoff, r->o.attempt_budget,
+                                       jsd__now_ms(), &applied, &dead);
         if (s != JSD_OK) {
             jsd__relay_store_trouble_on(r, ws, "record failures");
         } else {
