@@ -228,6 +228,30 @@ bool cenv_settled(cenv *e)
     return ok;
 }
 
+long long cenv_waiting(cenv *e)
+{
+    jsConsumerInfo *ci = cenv_info(e);
+    long long n = ci ? (long long)ci->NumWaiting : -1;
+    jsConsumerInfo_Destroy(ci);
+    return n;
+}
+
+long long cenv_ack_pending(cenv *e)
+{
+    jsConsumerInfo *ci = cenv_info(e);
+    long long n = ci ? (long long)ci->NumAckPending : -1;
+    jsConsumerInfo_Destroy(ci);
+    return n;
+}
+
+void cenv_raw_pull(cenv *e, const char *inbox, const char *body)
+{
+    char subj[256];
+    snprintf(subj, sizeof(subj), "$JS.API.CONSUMER.MSG.NEXT.%s.%s", e->stream, e->durable);
+    ASSERT_EQ(natsConnection_PublishRequestString(e->nc, subj, inbox, body), NATS_OK);
+    ASSERT_EQ(natsConnection_FlushTimeout(e->nc, 5000), NATS_OK);
+}
+
 jsd_consumer *cenv_consumer(cenv *e, jsd_consumer_opts *o)
 {
     jsd_consumer_opts def;

@@ -66,6 +66,14 @@ jsConsumerInfo *cenv_info(cenv *e);
 long long cenv_stream_msgs(cenv *e, const char *stream);
 /* Nothing pending and nothing awaiting an ACK on the durable. */
 bool cenv_settled(cenv *e);
+/* The durable's waiting pull requests, and its unacknowledged deliveries
+ * (-1 on error). */
+long long cenv_waiting(cenv *e);
+long long cenv_ack_pending(cenv *e);
+/* A core pull request for the durable (body: its JSON), answered into inbox,
+ * the subject of a consumer's pull subscription: a fetch made by hand while
+ * the consumer's fetcher is stopped. */
+void cenv_raw_pull(cenv *e, const char *inbox, const char *body);
 /* A consumer on e's stream and durable (o may be NULL: defaults); o's stream,
  * durable and inbox retention are set here, fetch_wait_ms defaults to 200. */
 jsd_consumer *cenv_consumer(cenv *e, jsd_consumer_opts *o);

@@ -44,40 +44,6 @@ static int pending_msgs(jsd_consumer *c)
     return n;
 }
 
-/* The durable's waiting pull requests and unacknowledged deliveries. */
-static void durable_state(cenv *e, int64_t *waiting, int64_t *ack_pending)
-{
-    jsConsumerInfo *ci = cenv_info(e);
-    *waiting = ci ? ci->NumWaiting : -1;
-    *ack_pending = ci ? ci->NumAckPending : -1;
-    jsConsumerInfo_Destroy(ci);
-}
-
-static int64_t waiting(cenv *e)
-{
-    int64_t w, a;
-    durable_state(e, &w, &a);
-    return w;
-}
-
-static int64_t ack_pending(cenv *e)
-{
-    int64_t w, a;
-    durable_state(e, &w, &a);
-    return a;
-}
-
-/* A core pull request for the durable, answered into the subscription. */
-static void raw_pull(cenv *e, jsd_consumer *c, const char *body)
-{
-    char subj[256];
-    snprintf(subj, sizeof(subj), "$JS.API.CONSUMER.MSG.NEXT.%s.%s", e->stream, e->durable);
-    ASSERT_EQ(
-        natsConnection_PublishRequestString(e->nc, subj, natsSubscription_GetSubject(c->sub), body),
-        NATS_OK);
-    ASSERT_EQ(natsConnection_FlushTimeout(e->nc, 5000), NATS_OK);
-}
-
 static bool slot_full(jsd_consumer *c)
 {
     pthread_mutex_lock(&c->fmu);
@@ -104,17 +70,17 @@ static void overflow_case(const char *first_pull, int want_pending)
     /* Stop the fetcher and let its last pull request expire on the server
      * (its 408 may stay in the subscription: a status message, as in life). */
     jsd__fetch_stop(c);
-    ASSERT_WAIT(waiting(&e) == 0, 10000);
+    ASSERT_WAIT(cenv_waiting(&e) == 0, 10000);
 
     /* 9 messages (> batch/2) pending in the subscription, never fetched. */
     cenv_publish(&e, 1, 9, NULL);
-    raw_pull(&e, c, first_pull);
-    ASSERT_WAIT(ack_pending(&e) == 9 && pending_msgs(c) >= want_pending, 10000);
-    ASSERT_WAIT(waiting(&e) == 0, 10000);
+    cenv_raw_pull(&e, natsSubscription_GetSubject(c->sub), first_pull);
+    ASSERT_WAIT(cenv_ack_pending(&e) == 9 && pending_msgs(c) >= want_pending, 10000);
+    ASSERT_WAIT(cenv_waiting(&e) == 0, 10000);
 
     /* A stale request that will deliver into the same inbox later. */
-    raw_pull(&e, c, "{\"batch\":40,\"expires\":20000000000}");
-    ASSERT_WAIT(waiting(&e) == 1, 10000);
+    cenv_raw_pull(&e, natsSubscription_GetSubject(c->sub), "{\"batch\":40,\"expires\":20000000000}");
+    ASSERT_WAIT(cenv_waiting(&e) == 1, 10000);
 
     /* The fetch starts with the 9 pending. Without the workaround it takes
      * them and asks the server for 1 more (a second waiting request); with
@@ -124,7 +90,7 @@ static void overflow_case(const char *first_pull, int want_pending)
     c->fstop = false;
     pthread_mutex_unlock(&c->fmu);
     ASSERT_EQ(jsd__fetch_start(c), 0);
-    ASSERT_WAIT(waiting(&e) == 2 || slot_full(c), 10000);
+    ASSERT_WAIT(cenv_waiting(&e) == 2 || slot_full(c), 10000);
 
     /* 21 more: one for the fetch's own request (if it sent one), the rest
      * through the stale request into the inbox the fetch is reading. */
