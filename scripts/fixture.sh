@@ -142,6 +142,18 @@ pid_of() { # recorded pid of the fixture in DIR
 
 kind_of() { cat "$1/fixture.kind" 2>/dev/null || die "$1 is not a fixture folder"; }
 
+# One fixture per folder. A start into a folder that holds another kind of
+# fixture would overwrite its fixture.env and fixture.kind, and `stop` would
+# then stop only the newer one; a second PostgreSQL or cluster would meet the
+# first one's files. So a start refuses such a folder (nats-start may start
+# a stopped nats fixture's folder again; restart keeps its port).
+claim_dir() { # DIR KIND
+  local dir=$1 kind=$2 had
+  had=$(cat "$dir/fixture.kind" 2>/dev/null) || return 0
+  [ "$had" = "$kind" ] && [ "$kind" = nats ] && return 0
+  die "$dir already holds a $had fixture: one fixture per folder (stop it and use another folder, or restart it)"
+}
+
 wait_gone() { # wait_gone PID SECONDS
   local end=$(($(now_ms) + $2 * 1000))
   while proc_alive "$1"; do
@@ -382,6 +394,7 @@ nats_prepare() { # DIR VARIANT: folder, secrets, certificates
   case $variant in plain|tls|userpass|nojs|mtls|nkey|operator) ;;
     *) die "unknown variant '$variant' (plain|tls|userpass|nojs|mtls|nkey|operator)" ;; esac
   mkdir -p "$dir" || die "cannot create $dir"
+  claim_dir "$dir" nats
   [ -f "$dir/nats.pid" ] && is_ours "$(cat "$dir/nats.pid")" "$dir" nats && die "$dir already has a running nats-server"
   echo nats > "$dir/fixture.kind"
   echo "$variant" > "$dir/variant"
@@ -447,6 +460,7 @@ cmd_cluster_start() {
   local dir try
   [ -n "${1:-}" ] || die "usage: fixture.sh cluster-start DIR"
   dir=$(absdir "$1")
+  claim_dir "$dir" cluster
   # a picked cluster port may be taken before a node binds it: try again
   for try in 1 2 3; do
     mkdir -p "$dir" || die "cannot create $dir"
@@ -600,6 +614,7 @@ cmd_pg_start() {
     id postgres > /dev/null 2>&1 || die "OS user postgres missing (install the postgresql package)"
   fi
   mkdir -p "$dir" || die "cannot create $dir"
+  claim_dir "$dir" pg
   echo pg > "$dir/fixture.kind"
   [ "$(id -u)" = 0 ] && chown postgres: "$dir"
   : > "$dir/fixture.env"; chmod 600 "$dir/fixture.env"

@@ -259,6 +259,32 @@ static void sweep_kills_paused_fixture(void **state)
     ASSERT_TRUE(!port_open(fx.port));
 }
 
+/* One fixture per folder: pg-start and cluster-start refuse a folder that
+ * holds a nats fixture, with a message that names it, and leave that fixture
+ * as it was (its kind, its fixture.env, its server running), so that `stop`
+ * still stops it. */
+static void start_refuses_a_folder_of_another_fixture(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    char out[4096], cmd[PATH_MAX * 2], url[256];
+    const char *top = getenv("JSD_TOP");
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    static const char *const starts[] = {"pg-start", "cluster-start"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof(cmd), "bash '%s/scripts/fixture.sh' %s '%s'", top ? top : ".",
+                 starts[i], fx.dir);
+        ASSERT_TRUE(jsd_test_run(cmd, out, sizeof(out)) != 0);
+        if (!strstr(out, "already holds a nats fixture"))
+            fail_msg("%s into a nats fixture's folder said: %s", starts[i], out);
+    }
+    ASSERT_EQ(jsd_fx_env(fx.dir, "NATS_URL", url, sizeof(url)), 0);
+    ASSERT_STREQ(url, fx.url);
+    ASSERT_TRUE(jsd_fx_nats_alive(&fx));
+    ASSERT_EQ(jsd_fx_nats_stop(&fx), 0);
+    ASSERT_TRUE(pid_gone(fx.pid));
+}
+
 /* A program a case spawned (jsd_test_spawn) dies with the case's process,
  * so a case that fails while its relay or consumer runs leaves nothing
  * running: here a "case" is a forked child that spawns a sleep and exits. */
@@ -524,6 +550,7 @@ static void cluster_r3_stream_survives_node_kill(void **state)
 JSD_TEST_MAIN(cmocka_unit_test(plain_kill_restart_keeps_port_and_store),
               cmocka_unit_test(plain_pause_stalls_resume_frees),
               cmocka_unit_test(sweep_kills_paused_fixture),
+              cmocka_unit_test(start_refuses_a_folder_of_another_fixture),
               cmocka_unit_test(spawned_program_dies_with_its_case),
               cmocka_unit_test(pg_database_create_write_read),
               cmocka_unit_test(pg_private_kill_restart), cmocka_unit_test(tls_trusts_its_ca_only),
