@@ -166,6 +166,9 @@ struct jsd_store {
 jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err);
 jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, jsd_error *err);
 struct sqlite3 *jsd__sqlite_handle(jsd_store *s);
+/* Write transactions of this process waiting for the writer turn on s's
+ * file (src/store/sqlite.c; for tests), -1 if s is not a SQLite store. */
+int jsd__sqlite_turn_waiting(jsd_store *s);
 struct pg_conn *jsd__pg_handle(jsd_store *s);
 
 #endif

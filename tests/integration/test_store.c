@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -2416,6 +2417,77 @@ static void sqlite_options_payload_cap_and_busy(void **state)
     jsd_store_close(b);
 }
 
+/* Write transactions of one process on one SQLite file take turns in the
+ * order they asked (the writer turn, src/store/sqlite.c). With a's
+ * transaction open, b and then c ask; a, beginning again right after its
+ * commit, comes after both. Without the turn SQLite's lock goes to whoever
+ * asks first after a release: b and c poll for it, so a, which asks at once,
+ * took it back. */
+typedef struct turn_arg {
+    jsd_store *s;
+    const char *name;
+    jsd_status rc;
+} turn_arg;
+
+static pthread_mutex_t turn_order_mu = PTHREAD_MUTEX_INITIALIZER;
+static char turn_order[8];
+
+static void turn_record(const char *name)
+{
+    pthread_mutex_lock(&turn_order_mu);
+    strncat(turn_order, name, sizeof(turn_order) - strlen(turn_order) - 1);
+    pthread_mutex_unlock(&turn_order_mu);
+}
+
+static void *turn_writer(void *p)
+{
+    turn_arg *a = p;
+    jsd_tx *tx = NULL;
+    if ((a->rc = jsd_tx_begin(&tx, a->s)) != JSD_OK)
+        return NULL;
+    turn_record(a->name);
+    a->rc = jsd_tx_commit(tx);
+    return NULL;
+}
+
+static void sqlite_writers_take_turns(void **state)
+{
+    (void)state;
+    char url[512];
+    jsd_fx_sqlite_url(url, sizeof(url));
+    jsd_store *a = open_url(url), *b = open_url(url), *c = open_url(url);
+    turn_order[0] = '\0';
+    jsd_tx *ta = NULL;
+    ASSERT_OK(jsd_tx_begin(&ta, a));
+    ASSERT_EQ(jsd__sqlite_turn_waiting(a), 0);
+    turn_arg tb = {.s = b, .name = "b"}, tc = {.s = c, .name = "c"};
+    pthread_t thb, thc;
+    ASSERT_EQ(pthread_create(&thb, NULL, turn_writer, &tb), 0);
+    ASSERT_WAIT(jsd__sqlite_turn_waiting(a) == 1, 5000);
+    ASSERT_EQ(pthread_create(&thc, NULL, turn_writer, &tc), 0);
+    ASSERT_WAIT(jsd__sqlite_turn_waiting(a) == 2, 5000);
+    ASSERT_OK(jsd_tx_commit(ta));
+    ASSERT_OK(jsd_tx_begin(&ta, a));
+    turn_record("a");
+    ASSERT_OK(jsd_tx_commit(ta));
+    pthread_join(thb, NULL);
+    pthread_join(thc, NULL);
+    ASSERT_OK(tb.rc);
+    ASSERT_OK(tc.rc);
+    ASSERT_STREQ(turn_order, "bca");
+    ASSERT_EQ(jsd__sqlite_turn_waiting(a), 0);
+    /* a transaction ended by closing its store passes the turn on too */
+    ASSERT_OK(jsd_tx_begin(&ta, a));
+    turn_arg tb2 = {.s = b, .name = "b"};
+    ASSERT_EQ(pthread_create(&thb, NULL, turn_writer, &tb2), 0);
+    ASSERT_WAIT(jsd__sqlite_turn_waiting(b) == 1, 5000);
+    jsd_store_close(a);
+    pthread_join(thb, NULL);
+    ASSERT_OK(tb2.rc);
+    jsd_store_close(b);
+    jsd_store_close(c);
+}
+
 /* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys. */
 static void sqlite_settings(void **state)
 {
@@ -2463,7 +2535,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(emit_allocation_failures),
               cmocka_unit_test(url_errors_are_clear_and_secret_free),
               cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
-              cmocka_unit_test(sqlite_settings),
+              cmocka_unit_test(sqlite_settings), cmocka_unit_test(sqlite_writers_take_turns),
               cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
               cmocka_unit_test(pg_claims_stay_on_their_page),
