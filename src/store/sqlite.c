@@ -467,7 +467,7 @@ const char *const *jsd__sqlite_migration(int v)
     return v >= 1 && v <= (int)JSD_ARRAY_LEN(MIGRATIONS) ? MIGRATIONS[v - 1] : NULL;
 }
 
-/* ---- the wake-up registry ----------------------------------------------------------- */
+/* ---- the wake-up registry and the writer turn --------------------------------------- */
 
 /* A write transaction waiting for its turn (turn_take), on its own stack. */
 typedef struct turn_waiter {
