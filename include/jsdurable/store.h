@@ -98,7 +98,11 @@ JSD_EXTERN void jsd_store_opts_init(jsd_store_opts *o);
  * than this library is refused with JSD_ERR_SCHEMA. Errors: JSD_ERR_CONFIG
  * (malformed URL), JSD_ERR_CONNECT (PostgreSQL unreachable), JSD_ERR_READONLY,
  * JSD_ERR_FULL, JSD_ERR_STORE. Messages never hold the URL's password.
- * A store handle is used by one thread at a time. */
+ * A store handle is used by one thread at a time. A process that forks opens
+ * its stores after the fork, in the process that uses them: SQLite keeps its
+ * locks per process, and a child that inherits an open handle, or opens the
+ * same file while an inherited handle holds a lock, meets locks that no
+ * thread of its own can release. */
 JSD_EXTERN jsd_status jsd_store_open(jsd_store **out, const char *url, jsd_error *err);
 JSD_EXTERN jsd_status jsd_store_open_opts(jsd_store **out, const jsd_store_opts *o, jsd_error *err);
 /* Accepts NULL. */
