@@ -485,7 +485,6 @@ typedef struct wake {
      * others wait in the order they asked (all under wake_mu) */
     bool turn_busy;
     turn_waiter *turn_head, *turn_tail;
-    int turn_waiting;
     struct wake *next;
 } wake;
 
@@ -592,7 +591,6 @@ static jsd_status turn_take(jsd_store *s, const char *what)
     else
         w->turn_head = &me;
     w->turn_tail = &me;
-    w->turn_waiting++;
     int64_t deadline = jsd__mono_ms() + JSD_MAX(q->busy_timeout_ms, 0);
     while (!me.granted && jsd__cond_wait_until_ms(&me.cv, &wake_mu, deadline))
         ;
@@ -605,7 +603,6 @@ static jsd_status turn_take(jsd_store *s, const char *what)
         *pp = me.next;
         if (w->turn_tail == &me)
             w->turn_tail = prev;
-        w->turn_waiting--;
     }
     pthread_mutex_unlock(&wake_mu);
     pthread_cond_destroy(&me.cv);
@@ -631,7 +628,6 @@ static void turn_give(sq *q)
         w->turn_head = n->next;
         if (!w->turn_head)
             w->turn_tail = NULL;
-        w->turn_waiting--;
         n->granted = true;
         pthread_cond_signal(&n->cv);
     } else {
@@ -651,8 +647,10 @@ int jsd__sqlite_turn_waiting(jsd_store *s)
 {
     if (!s || s->backend != JSD_STORE_SQLITE || !s->be || !SQ(s)->wake)
         return -1;
+    int n = 0;
     pthread_mutex_lock(&wake_mu);
-    int n = SQ(s)->wake->turn_waiting;
+    for (const turn_waiter *t = SQ(s)->wake->turn_head; t; t = t->next)
+        n++;
     pthread_mutex_unlock(&wake_mu);
     return n;
 }
@@ -760,7 +758,6 @@ static jsd_status run(jsd_store *s, int id, const char *what)
 static jsd_status exec_sql(jsd_store *s, const char *sql, const char *what)
 {
     int rc = sqlite3_exec(SQ(s)->db, sql, NULL, NULL, NULL);
-    turn_give_if_ended(SQ(s));
     return rc == SQLITE_OK ? JSD_OK : sq_fail(s, rc, what);
 }
 
