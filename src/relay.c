@@ -728,6 +728,15 @@ static void idle_report(jsd_relay *r)
                  (long long)t.failing, (unsigned long long)dead_now, (long long)t.dead_lettered);
 }
 
+/* Claims pause for a moment after the broker was found out (DESIGN 4). */
+static void pause_if_broker_out(jsd_relay *r, int64_t *pause_until)
+{
+    if (r->broker_out) {
+        r->broker_out = false;
+        *pause_until = jsd__mono_ms() + UNAVAILABLE_PAUSE_MS;
+    }
+}
+
 static jsd_status run(jsd_relay *r, bool until_idle)
 {
     if (!r)
@@ -773,8 +782,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         if (want_claim && connected && now >= pause_until && room >= full &&
             !atomic_load(&r->receipts_held)) {
             int ask = (int)JSD_MIN(room, (size_t)r->o.batch_size);
-            bool unavailable = false;
-            int got = jsd__relay_claim_and_submit(r, ask, &unavailable);
+            int got = jsd__relay_claim_and_submit(r, ask);
             if (got < 0) {
                 pause_until = now + r->o.poll_interval_ms;
             } else {
@@ -788,8 +796,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
                 if (got > 0 && (got < ask || r->in_flight < ACK_GATHER_MIN))
                     jsd__conn_write_now(r->conn);
             }
-            if (unavailable)
-                pause_until = jsd__mono_ms() + UNAVAILABLE_PAUSE_MS;
+            pause_if_broker_out(r, &pause_until);
         }
 
         bool busy = r->head != NULL;
@@ -801,10 +808,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
             size_t collected = 0;
             if (drain(r, t, &collected) > 0)
                 want_claim = true; /* room again; and ordered keys may be unblocked */
-            if (r->broker_between_leaders) {
-                r->broker_between_leaders = false;
-                pause_until = jsd__mono_ms() + UNAVAILABLE_PAUSE_MS;
-            }
+            pause_if_broker_out(r, &pause_until);
             /* Many acks outstanding and only a few arrived: let them gather
              * for a moment rather than waking up once per ack. */
             if (collected > 0 && collected < ACK_GATHER_MIN && r->in_flight >= ACK_GATHER_MIN * 2)

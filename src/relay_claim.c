@@ -219,7 +219,7 @@ void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, co
             jsd__streams_forget(r->streams, subject);
             slot_fail(sl, FATE_RELEASE, "unavailable: %s", res->reason);
             jsd__relay_nats_trouble(r, res->reason);
-            r->broker_between_leaders = true;
+            r->broker_out = true;
             return;
         }
         if (jsd__js_err_permanent(res->js_err_code)) {
@@ -243,9 +243,9 @@ void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, co
 }
 
 /* Claim and submit one batch. Returns the number claimed (0 when nothing was
- * due), -1 on a store error. *saw_unavailable is set when a publication found
- * NATS down. */
-int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
+ * due), -1 on a store error. A publication or stream lookup that finds the
+ * broker out sets r->broker_out. */
+int jsd__relay_claim_and_submit(jsd_relay *r, int want)
 {
     rbatch *b = batch_new(r, (size_t)want);
     if (!b) {
@@ -328,7 +328,7 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
         if (s != JSD_OK) {
             slot_fail(sl, FATE_RELEASE, "unavailable: %s", why);
             jsd__relay_nats_trouble(r, why);
-            *saw_unavailable = true;
+            r->broker_out = true;
             continue;
         }
         jsd__relay_horizon_on_send(r, sl, e, window_ms, b->claimed_ms);
@@ -350,7 +350,7 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable)
         } else {
             jsd__relay_settle(r, sl, &res, e);
             if (res.outcome == JSD_OUTCOME_UNAVAILABLE)
-                *saw_unavailable = true;
+                r->broker_out = true;
         }
     }
     atomic_store(&r->n_inflight, r->in_flight);

@@ -82,9 +82,10 @@ struct jsd_relay {
     rbatch *spare;       /* recycled batches, linked by next (under wq_mu) */
     int n_spare;
     size_t in_flight; /* slots PENDING */
-    /* a publication found its stream without responders (the publishing
-     * thread's; the loop pauses claims as for UNAVAILABLE) */
-    bool broker_between_leaders;
+    /* a publication or a stream lookup found the broker out (NATS down, or
+     * a stream without responders): the loop pauses claims
+     * (UNAVAILABLE_PAUSE_MS); the publishing thread's */
+    bool broker_out;
 
     /* The receipt writer: settled batches are handed to a second thread that
      * writes their receipts and failures while this one keeps publishing.
@@ -187,9 +188,9 @@ void jsd__relay_batch_recycle(jsd_relay *r, rbatch *b);
 void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res,
                        const jsd__claimed *e);
 /* Claim and submit one batch. Returns the number claimed (0 when nothing was
- * due), -1 on a store error. *saw_unavailable is set when a publication found
- * NATS down. */
-int jsd__relay_claim_and_submit(jsd_relay *r, int want, bool *saw_unavailable);
+ * due), -1 on a store error. A publication or stream lookup that finds the
+ * broker out sets r->broker_out. */
+int jsd__relay_claim_and_submit(jsd_relay *r, int want);
 
 /* ---- relay_horizon.c ------------------------------------------------------------ */
 
