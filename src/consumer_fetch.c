@@ -195,8 +195,12 @@ static bool reserve(jsd_consumer *c, size_t n)
     return true;
 }
 
+/* Start (or, after jsd__fetch_stop, restart) the fetcher thread. */
 int jsd__fetch_start(jsd_consumer *c)
 {
+    pthread_mutex_lock(&c->fmu);
+    c->fstop = false;
+    pthread_mutex_unlock(&c->fmu);
     int rc = pthread_create(&c->fetcher, NULL, fetcher_main, c);
     if (rc == 0)
         c->fetcher_started = true;

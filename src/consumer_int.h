@@ -201,7 +201,8 @@ int64_t jsd__durable_effective_ack_wait_ms(const jsConsumerConfig *cc);
 jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *o);
 
 /* consumer_fetch.c: the fetcher thread pulls one batch ahead. start/stop
- * run it; drain gives back the batch pulled ahead and fetches no more;
+ * run it (start again after a stop restarts it); drain gives back the
+ * batch pulled ahead and fetches no more;
  * jsd__fetch_batch takes the next batch into c->d / c->nd. *idle is set
  * when nothing came (a timeout, an empty batch: JSD_OK; a failed fetch: its
  * status); a batch that cannot be held is NAKed with JSD_ERR_NOMEM. */

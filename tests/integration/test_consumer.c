@@ -414,9 +414,6 @@ static void pending_bytes_applied(bool pg)
     ASSERT_TRUE(kept >= 1 && kept <= 3);
     ASSERT_TRUE(dropped >= 7);
 
-    pthread_mutex_lock(&c->fmu);
-    c->fstop = false;
-    pthread_mutex_unlock(&c->fmu);
     ASSERT_EQ(jsd__fetch_start(c), 0);
     h.e = &e;
     int64_t end = jsd_test_mono_ms() + 30000;
