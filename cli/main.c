@@ -41,8 +41,8 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n'jsdurable COMMAND --help' shows a command's options and an example.\n\n"
-               "Common flags: -s URL (same as --nats / --server), -j (same as --json: JSON\n"
-               "output; for relay and consume, --log-format json), --context NAME,\n"
+               "Common flags: -s URL or -sURL (same as --nats / --server), -j (same as --json:\n"
+               "JSON output; for relay and consume, --log-format json), --context NAME,\n"
                "--log-level, --log-format.\n\n"
                "Environment: JSD_STORE (store URL), JSD_NATS_URL (servers), JSD_NATS_TOKEN,\n"
                "JSD_NATS_USER, JSD_NATS_PASSWORD (credentials; never printed). After them the\n"
@@ -76,9 +76,29 @@ static enum json_mode json_mode_of(const char *cmd)
  *   --log-level / --log-format (also as --opt=VALUE) are taken out of argv
  *   and set JSD_LOG_LEVEL / JSD_LOG_FORMAT (the flag wins over the
  *   variable), so they combine in any order;
- *   -s (the nats CLI's short --server) becomes --nats;
+ *   -s (the nats CLI's short --server) becomes --nats, and -sURL (its value
+ *   attached, as the nats CLI also takes it) --nats=URL;
  *   -j becomes --json, and --json itself is mapped as json_mode_of() says.
  * Returns argc after the changes, or -1 after a message on a bad value. */
+/* "--nats=URL" for -sURL, kept until the process ends (argv points at it;
+ * each one is reachable from `kept`). NULL after a message. */
+static char *keep_attached(const char *url)
+{
+    static char **kept;
+    static size_t n;
+    char **more = realloc(kept, (n + 1) * sizeof(*kept));
+    char *flag = malloc(strlen(url) + sizeof("--nats="));
+    if (more)
+        kept = more;
+    if (!more || !flag) {
+        free(flag);
+        fprintf(stderr, "jsdurable: out of memory\n");
+        return NULL;
+    }
+    sprintf(flag, "--nats=%s", url);
+    return kept[n++] = flag;
+}
+
 static int take_common_flags(int argc, char **argv)
 {
     enum json_mode jm = json_mode_of(argv[1]);
@@ -92,6 +112,13 @@ static int take_common_flags(int argc, char **argv)
         }
         if (!strcmp(a, "-s")) {
             argv[w++] = (char *)"--nats";
+            continue;
+        }
+        if (!strncmp(a, "-s", 2)) {
+            char *flag = keep_attached(a + 2);
+            if (!flag)
+                return -1;
+            argv[w++] = flag;
             continue;
         }
         if (!strcmp(a, "-j") || !strcmp(a, "--json")) {

@@ -133,6 +133,14 @@ static void short_server_flag_on_relay_status_publish(void **state)
     /* --server, the long spelling, is the same flag */
     snprintf(flags, sizeof(flags), "--server %s", url);
     ASSERT_I64_EQ(stream_msgs(flags, stream), 2);
+    /* and -sURL, the value attached as the nats CLI takes it */
+    snprintf(flags, sizeof(flags), "-s%s", url);
+    ASSERT_I64_EQ(stream_msgs(flags, stream), 2);
+    ASSERT_EQ(cli(out, sizeof(out), false, "", "relay --store '%s' -s%s --until-idle", store, url),
+              0);
+    /* an attached value that is no URL is refused, not taken for another flag */
+    ASSERT_EQ(cli(out, sizeof(out), false, "", "status -sbogus --stream %s -j", stream), 78);
+    ASSERT_CONTAINS(out, "server URL \"bogus\" has no scheme");
 }
 
 static void nats_url_after_jsd_nats_url(void **state)
