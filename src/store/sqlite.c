@@ -68,6 +68,7 @@ enum {
     S_LEASE_END,
     S_RECEIPT,
     S_RECEIPT_RANGE,
+    S_RECEIPT_RUN,
     S_FAIL_SEL,
     S_FAIL_SEL_RANGE,
     S_FAIL_UPD,
@@ -182,6 +183,10 @@ static const char *const sql_text[S__COUNT] = {
                   "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
     [S_RECEIPT_RANGE] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
                         "published_at = ?6 WHERE id = ?1 AND ?2 IS NOT NULL AND " RANGE_HELD,
+    /* A run of receipts (run_end): ids ?1..?7 with stream seqs ?4.. in step. */
+    [S_RECEIPT_RUN] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4 + (id - ?1), "
+                      "duplicate = ?5, published_at = ?6 WHERE id BETWEEN ?1 AND ?7 "
+                      "AND ?2 IS NOT NULL AND " RANGE_HELD,
     [S_FAIL_SEL] =
         "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND lease_token = ?2 AND " PENDING,
     [S_FAIL_SEL_RANGE] =
@@ -1347,7 +1352,8 @@ static jsd_status sq_sync_receipts(jsd_store *s)
 
 /* One receipt: a row the range holds through the range statement (no lease
  * in the row to check), any other (a keyed head, leased by itself) through
- * the row-lease one. Each is one step of a prepared single-row UPDATE.
+ * the row-lease one. Each is one step of a prepared single-row UPDATE (runs
+ * of receipts: receipt_run).
  * DESIGN: not one UPDATE ... FROM (VALUES ...) RETURNING for many rows, as
  * before: SQLite runs both clauses through ephemeral tables, each of which
  * allocates and frees an 88 KB page-cache bulk; on the receipt writer's
@@ -1376,6 +1382,53 @@ static jsd_status receipt_one(jsd_store *s, const char *token, bool by_range, co
     return JSD_OK;
 }
 
+/* The end (exclusive) of the run of receipts from r[i]: rows of the range
+ * with consecutive ids and stream seqs, one stream, one duplicate flag and
+ * one publication time, which one statement records (S_RECEIPT_RUN). A
+ * batch of one relay's publications is mostly such runs: its ids come from
+ * one claimed range and the stream numbers them in the order they were
+ * written. */
+static size_t run_end(const range *rg, const jsd__receipt *r, size_t n, size_t i)
+{
+    size_t j = i + 1;
+    while (j < n && r[j].row_id == r[j - 1].row_id + 1 && r[j].seq == r[j - 1].seq + 1 &&
+           r[j].duplicate == r[i].duplicate && r[j].published_at_ms == r[i].published_at_ms &&
+           range_has(rg, r[j].row_id) && strcmp(r[j].stream, r[i].stream) == 0)
+        j++;
+    return j;
+}
+
+/* Record the run r[0..len) with one UPDATE; *changed rows were written. */
+static jsd_status receipt_run(jsd_store *s, const char *token, const jsd__receipt *r, size_t len,
+                              size_t *changed)
+{
+    sqlite3_stmt *st = stmt(s, S_RECEIPT_RUN);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, r[0].row_id);
+    bind_text(st, 2, token);
+    bind_text(st, 3, r[0].stream);
+    sqlite3_bind_int64(st, 4, (int64_t)r[0].seq);
+    sqlite3_bind_int(st, 5, r[0].duplicate ? 1 : 0);
+    sqlite3_bind_int64(st, 6, r[0].published_at_ms);
+    sqlite3_bind_int64(st, 7, r[len - 1].row_id);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "recording receipts");
+    *changed = (size_t)sqlite3_changes(SQ(s)->db);
+    return JSD_OK;
+}
+
+/* DESIGN: a run of receipts costs one statement (~1 us of CPU less per
+ * effect than a prepared single-row UPDATE each, issue 12). When the run
+ * statement writes fewer rows than the run holds (a row of it not held by
+ * the range: keyed, leased the old way, or taken over), each row of the run
+ * is recorded one by one as before: the rows the run statement wrote no
+ * longer match either single-row statement (published_at IS NULL, a
+ * lease_token of their own), so no row is counted twice, and each of them
+ * got the seq of its own receipt, because the run holds only receipts whose
+ * seqs step with their ids. */
 static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__receipt *r, size_t n,
                                  size_t *applied)
 {
@@ -1385,10 +1438,26 @@ static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__rec
     range rg;
     if ((rc = range_get(s, token, &rg)) != JSD_OK)
         return own_end(s, rc, "receipts");
-    size_t a = 0, ra = 0;
+    size_t a = 0, ra = 0, one_by_one = 0;
     for (size_t i = 0; i < n && rc == JSD_OK; i++) {
         bool in_range = range_has(&rg, r[i].row_id);
         size_t changed = 0;
+        if (in_range && i >= one_by_one) {
+            size_t end = run_end(&rg, r, n, i);
+            if (end - i > 1) {
+                rc = receipt_run(s, token, &r[i], end - i, &changed);
+                a += changed;
+                ra += changed;
+                if (rc == JSD_OK && changed == end - i) {
+                    i = end - 1;
+                    continue;
+                }
+                one_by_one = end; /* r[i..end) one by one */
+                changed = 0;
+            }
+        }
+        if (rc != JSD_OK)
+            break;
         rc = receipt_one(s, token, in_range, &r[i], &changed);
         if (rc == JSD_OK && in_range && changed == 0)
             /* in the range's ids but not held by it (a keyed row, or one

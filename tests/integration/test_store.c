@@ -828,9 +828,66 @@ static void receipts_for_a_range_and_a_keyed_row_inside_it(void **state)
     ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE stream_seq BETWEEN 100 AND 102 "
                        "AND lease_token IS NULL"),
               3);
+    char sql[256];
+    for (size_t i = 0; i < 3; i++) { /* each row its own seq, the keyed one too */
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM jsd_outbox WHERE id = %lld AND "
+                 "stream_seq = %llu",
+                 (long long)r[i].row_id, (unsigned long long)r[i].seq);
+        ASSERT_EQ(q_i64(s, sql), 1);
+    }
     if (BE(state) == BE_SQLITE)
         ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_lease"), 0);
     ASSERT_OK(jsd__store_record_receipts(s, "r1", r, 3, &applied));
+    ASSERT_EQ(applied, 0);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
+/* The receipts of one call are written in runs where ids and stream seqs
+ * step together (src/store/sqlite.c, run_end): whatever splits a run (a seq
+ * that skips, another duplicate flag or publication time, another stream),
+ * every row gets exactly its own receipt's values, once. */
+static void receipt_runs_keep_each_rows_values(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    char id[8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(id, sizeof(id), "u%d", i);
+        emit_key(s, id, NULL, 0);
+    }
+    int64_t now = jsd__now_ms();
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r1", now, &b));
+    ASSERT_EQ(b.n, 8);
+    /* each reason to split a run on its own: 12 a duplicate, 13 -> 20 a seq
+     * that skips, 21 published later, 23 on another stream */
+    static const uint64_t seq[8] = {10, 11, 12, 13, 20, 21, 22, 23};
+    jsd__receipt r[8];
+    for (size_t i = 0; i < 8; i++)
+        r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
+                              .stream = i == 7 ? "OTHER" : "ORDERS",
+                              .seq = seq[i],
+                              .duplicate = i == 2,
+                              .published_at_ms = i == 5 ? now + 5 : now};
+    size_t applied = 0;
+    ASSERT_OK_E(jsd__store_record_receipts(s, "r1", r, 8, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 8);
+    char sql[512];
+    for (size_t i = 0; i < 8; i++) {
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM jsd_outbox WHERE id = %lld AND stream = '%s' AND "
+                 "stream_seq = %llu AND duplicate %s AND published_at = %lld",
+                 (long long)r[i].row_id, r[i].stream, (unsigned long long)r[i].seq,
+                 BE(state) == BE_SQLITE ? (i == 2 ? "= 1" : "= 0") : (i == 2 ? "" : "IS NOT TRUE"),
+                 (long long)r[i].published_at_ms);
+        ASSERT_EQ(q_i64(s, sql), 1);
+    }
+    if (BE(state) == BE_SQLITE)
+        ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_lease"), 0);
+    ASSERT_OK(jsd__store_record_receipts(s, "r1", r, 8, &applied));
     ASSERT_EQ(applied, 0);
     jsd__effect_batch_free(&b);
     jsd_store_close(s);
@@ -2523,7 +2580,8 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               BOTH(claim_returns_effects_in_order), BOTH(not_before_delays_claims),
               BOTH(unsynced_receipts_are_committed_then_synced),
               BOTH(order_key_holds_back_later_effects),
-              BOTH(receipts_for_a_range_and_a_keyed_row_inside_it), BOTH(expired_lease_takeover),
+              BOTH(receipts_for_a_range_and_a_keyed_row_inside_it),
+              BOTH(receipt_runs_keep_each_rows_values), BOTH(expired_lease_takeover),
               BOTH(two_processes_never_share_an_effect), BOTH(backoff_schedule_and_budget),
               BOTH(release_and_requeue), BOTH(inbox_identity_and_outcome),
               BOTH(savepoint_per_delivery), BOTH(poison_records_keep_the_evidence),
