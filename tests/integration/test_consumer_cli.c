@@ -181,13 +181,15 @@ static void crash_after_commit(bool pg)
     rc = consume(&e, NULL, "--batch 100");
     if (rc != 0)
         fail_msg("consume exited %d: %s", rc, out);
-    /* Answered by the inbox: the second batch, and the first as well when
-     * the kill came before its ACKs left the connection's write buffer
-     * (consume coalesces its writes for about 1 ms). */
+    /* Answered by the inbox: the second batch, and those of the first
+     * whose ACKs had not left the connection's write buffer when the kill
+     * came (consume coalesces its writes for about 1 ms, and nats.c's
+     * flusher may send part of a batch's ACKs while the rest are still
+     * being queued): 100 to 200. */
     const char *d = strstr(out, " committed, ");
     long dups = d ? strtol(d + strlen(" committed, "), NULL, 10) : -1;
-    if (dups != 100 && dups != 200)
-        fail_msg("want 100 or 200 duplicates (the unacknowledged batches): %s", out);
+    if (dups < 100 || dups > 200)
+        fail_msg("want 100 to 200 duplicates (the unacknowledged ACKs): %s", out);
     ASSERT_EQ(rows(&e), 500);
     ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(DISTINCT seq) FROM sink"), 500);
     ASSERT_TRUE(cenv_settled(&e));
