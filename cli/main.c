@@ -71,15 +71,6 @@ static enum json_mode json_mode_of(const char *cmd)
     return JSON_OWN_FLAG;
 }
 
-/* The flags every command shares are taken care of here, wherever they stand
- * before "--", so the commands' own getopt tables need not repeat them:
- *   --log-level / --log-format (also as --opt=VALUE) are taken out of argv
- *   and set JSD_LOG_LEVEL / JSD_LOG_FORMAT (the flag wins over the
- *   variable), so they combine in any order;
- *   -s (the nats CLI's short --server) becomes --nats, and -sURL (its value
- *   attached, as the nats CLI also takes it) --nats=URL;
- *   -j becomes --json, and --json itself is mapped as json_mode_of() says.
- * Returns argc after the changes, or -1 after a message on a bad value. */
 /* "--nats=URL" for -sURL, kept until the process ends (argv points at it;
  * each one is reachable from `kept`). NULL after a message. */
 static char *keep_attached(const char *url)
@@ -99,6 +90,15 @@ static char *keep_attached(const char *url)
     return kept[n++] = flag;
 }
 
+/* The flags every command shares are taken care of here, wherever they stand
+ * before "--", so the commands' own getopt tables need not repeat them:
+ *   --log-level / --log-format (also as --opt=VALUE) are taken out of argv
+ *   and set JSD_LOG_LEVEL / JSD_LOG_FORMAT (the flag wins over the
+ *   variable), so they combine in any order;
+ *   -s (the nats CLI's short --server) becomes --nats, and -sURL (its value
+ *   attached, as the nats CLI also takes it) --nats=URL;
+ *   -j becomes --json, and --json itself is mapped as json_mode_of() says.
+ * Returns argc after the changes, or -1 after a message on a bad value. */
 static int take_common_flags(int argc, char **argv)
 {
     enum json_mode jm = json_mode_of(argv[1]);
