@@ -2,7 +2,9 @@
  * Unit tests for the relay's two bounds (relay.c DESIGN 12) through
  * jsd__relay_claim_room: max_in_flight bounds the publications awaiting a
  * PubAck, and the effects waiting for their receipt have a bound of their
- * own. The run loop claims only what this returns.
+ * own. The run loop claims only what this returns. And through
+ * jsd__relay_acks_due, when the next claim waits for the PubAcks of what is
+ * in flight (DESIGN 11).
  */
 #include "test.h"
 #include "relay_int.h"
@@ -60,6 +62,31 @@ static void held_effects_stay_under_twice_the_window(void **state)
     }
 }
 
+static void a_few_fresh_publications_are_settled_before_a_claim(void **state)
+{
+    (void)state;
+    ASSERT_TRUE(jsd__relay_acks_due(1, 0));
+    ASSERT_TRUE(jsd__relay_acks_due(3, 150));
+    ASSERT_TRUE(jsd__relay_acks_due(JSD__ACKS_DUE_MAX - 1, JSD__ACKS_DUE_US - 1));
+    /* nothing in flight: nothing to wait for */
+    ASSERT_TRUE(!jsd__relay_acks_due(0, 0));
+}
+
+static void late_acks_and_a_full_pipeline_never_hold_claims(void **state)
+{
+    (void)state;
+    /* PubAcks later than the bound (a slow broker): claim anyway */
+    ASSERT_TRUE(!jsd__relay_acks_due(1, JSD__ACKS_DUE_US));
+    ASSERT_TRUE(!jsd__relay_acks_due(2, 60 * 1000 * 1000));
+    /* a pipeline of full batches keeps claiming while it publishes */
+    ASSERT_TRUE(!jsd__relay_acks_due(JSD__ACKS_DUE_MAX, 0));
+    ASSERT_TRUE(!jsd__relay_acks_due(1024, 10));
+    /* a clock that went backwards does not hold claims */
+    ASSERT_TRUE(!jsd__relay_acks_due(1, -5));
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(publications_use_the_whole_window),
+              cmocka_unit_test(a_few_fresh_publications_are_settled_before_a_claim),
+              cmocka_unit_test(late_acks_and_a_full_pipeline_never_hold_claims),
               cmocka_unit_test(receipts_waiting_take_no_publication_slots),
               cmocka_unit_test(held_effects_stay_under_twice_the_window))
