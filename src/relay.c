@@ -139,10 +139,12 @@
  *    only a few publications are in flight, nothing is coming to share it:
  *    the relay writes at once (jsd__conn_write_now), and the millisecond
  *    stays off the commit -> PubAck path. Likewise, while only a few fresh
- *    publications are in flight, the next claim waits for their PubAcks (at
- *    most JSD__ACKS_DUE_US): a claim holds the loop for milliseconds on
- *    PostgreSQL, and the PubAcks would be settled only after it. Only the
- *    timing of writes and claims changes.
+ *    publications of a short claim are in flight, the next claim waits for
+ *    their PubAcks (at most JSD__ACKS_DUE_US): a claim holds the loop for
+ *    milliseconds on PostgreSQL, and the PubAcks would be settled only
+ *    after it. After a full claim (a backlog) claims go on while
+ *    publishing, whatever the batch size. Only the timing of writes and
+ *    claims changes.
  * 12. Two bounds (issue 12; jsd__relay_claim_room). max_in_flight bounds
  *    the publications awaiting their PubAck, the window raw publishing
  *    would keep. The effects whose PubAck is in and whose receipt the writer
@@ -189,10 +191,11 @@ size_t jsd__relay_claim_room(size_t max_in_flight, size_t in_flight, size_t unre
     return max_in_flight - in_flight;
 }
 
-bool jsd__relay_acks_due(size_t in_flight, int64_t since_submit_us)
+bool jsd__relay_acks_due(size_t in_flight, int64_t short_submitted_us, int64_t now_us)
 {
-    return in_flight > 0 && in_flight < JSD__ACKS_DUE_MAX && since_submit_us >= 0 &&
-           since_submit_us < JSD__ACKS_DUE_US;
+    int64_t since = now_us - short_submitted_us;
+    return short_submitted_us > 0 && in_flight > 0 && in_flight < JSD__ACKS_DUE_MAX && since >= 0 &&
+           since < JSD__ACKS_DUE_US;
 }
 
 /* ---- metrics: the one place relay counters reach the metrics module ----------- */
@@ -790,7 +793,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
         size_t full = JSD_MIN((size_t)r->o.batch_size, (size_t)r->o.max_in_flight);
         bool claimed_full = false;
         if (want_claim && connected && now >= pause_until && room >= full &&
-            !jsd__relay_acks_due(r->in_flight, jsd__mono_us() - r->submitted_us) &&
+            !jsd__relay_acks_due(r->in_flight, r->short_submitted_us, jsd__mono_us()) &&
             !atomic_load(&r->receipts_held)) {
             int ask = (int)JSD_MIN(room, (size_t)r->o.batch_size);
             int got = jsd__relay_claim_and_submit(r, ask);
@@ -806,8 +809,12 @@ static jsd_status run(jsd_relay *r, bool until_idle)
                  * flusher's millisecond would only be latency (DESIGN 11). */
                 if (got > 0 && (got < ask || r->in_flight < ACK_GATHER_MIN))
                     jsd__conn_write_now(r->conn);
-                if (got > 0)
-                    r->submitted_us = jsd__mono_us();
+                /* Only a short claim's PubAcks are waited for: a full one
+                 * means a backlog, where claims go on while publishing. */
+                if (got == ask)
+                    r->short_submitted_us = 0;
+                else if (got > 0)
+                    r->short_submitted_us = jsd__mono_us();
             }
             pause_if_broker_out(r, &pause_until);
         }

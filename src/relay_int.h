@@ -81,8 +81,10 @@ struct jsd_relay {
     rbatch *head, *tail; /* batches in flight, oldest first */
     rbatch *spare;       /* recycled batches, linked by next (under wq_mu) */
     int n_spare;
-    size_t in_flight;     /* slots PENDING */
-    int64_t submitted_us; /* monotonic: when the last claimed batch was submitted */
+    size_t in_flight; /* slots PENDING */
+    /* monotonic µs: when the last claim, if it came back short, was
+     * submitted; 0 after a full one (DESIGN 11) */
+    int64_t short_submitted_us;
     /* a publication or a stream lookup found the broker out (NATS down, or
      * a stream without responders): the loop pauses claims
      * (UNAVAILABLE_PAUSE_MS); the publishing thread's */
@@ -158,16 +160,18 @@ typedef enum relay_counter {
 size_t jsd__relay_claim_room(size_t max_in_flight, size_t in_flight, size_t unrecorded);
 
 /* Whether the next claim waits for the PubAcks of what is in flight
- * (DESIGN 11): true while fewer than JSD__ACKS_DUE_MAX publications are in
- * flight and the last batch was submitted less than JSD__ACKS_DUE_US ago.
- * Their PubAcks are due (on loopback about 0.1 ms after the write), and a
- * claim holds the loop for 1.5-3 ms on PostgreSQL, so PubAcks that arrive
- * meanwhile would be settled only after it. A full pipeline (throughput)
- * has more in flight and is never held, and late PubAcks hold a claim back
+ * (DESIGN 11). short_submitted_us: when the last claim was submitted if it
+ * came back short (the outbox drained), 0 if it came back full (a backlog:
+ * claims go on while publishing, whatever the batch size). True while fewer
+ * than JSD__ACKS_DUE_MAX publications of a short claim are in flight and
+ * it went out less than JSD__ACKS_DUE_US before now_us (monotonic µs):
+ * their PubAcks are due (on loopback about 0.1 ms after the write), and a
+ * claim holds the loop for 1.5-3 ms on PostgreSQL, so PubAcks arriving
+ * meanwhile would be settled only after it. Late PubAcks hold a claim back
  * at most JSD__ACKS_DUE_US. */
 #define JSD__ACKS_DUE_MAX 32
 #define JSD__ACKS_DUE_US  1000
-bool jsd__relay_acks_due(size_t in_flight, int64_t since_submit_us);
+bool jsd__relay_acks_due(size_t in_flight, int64_t short_submitted_us, int64_t now_us);
 
 /* Count n relay events (any thread): the handle's counter and, with a
  * registry, its metric. */

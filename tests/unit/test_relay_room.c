@@ -62,31 +62,37 @@ static void held_effects_stay_under_twice_the_window(void **state)
     }
 }
 
-static void a_few_fresh_publications_are_settled_before_a_claim(void **state)
+static void a_short_claims_fresh_publications_are_settled_before_a_claim(void **state)
 {
     (void)state;
-    ASSERT_TRUE(jsd__relay_acks_due(1, 0));
-    ASSERT_TRUE(jsd__relay_acks_due(3, 150));
-    ASSERT_TRUE(jsd__relay_acks_due(JSD__ACKS_DUE_MAX - 1, JSD__ACKS_DUE_US - 1));
+    int64_t t = 5000000; /* a short claim went out at t */
+    ASSERT_TRUE(jsd__relay_acks_due(1, t, t));
+    ASSERT_TRUE(jsd__relay_acks_due(3, t, t + 150));
+    ASSERT_TRUE(jsd__relay_acks_due(JSD__ACKS_DUE_MAX - 1, t, t + JSD__ACKS_DUE_US - 1));
     /* nothing in flight: nothing to wait for */
-    ASSERT_TRUE(!jsd__relay_acks_due(0, 0));
+    ASSERT_TRUE(!jsd__relay_acks_due(0, t, t));
 }
 
-static void late_acks_and_a_full_pipeline_never_hold_claims(void **state)
+static void late_acks_and_a_backlog_never_hold_claims(void **state)
 {
     (void)state;
+    int64_t t = 5000000;
     /* PubAcks later than the bound (a slow broker): claim anyway */
-    ASSERT_TRUE(!jsd__relay_acks_due(1, JSD__ACKS_DUE_US));
-    ASSERT_TRUE(!jsd__relay_acks_due(2, 60 * 1000 * 1000));
-    /* a pipeline of full batches keeps claiming while it publishes */
-    ASSERT_TRUE(!jsd__relay_acks_due(JSD__ACKS_DUE_MAX, 0));
-    ASSERT_TRUE(!jsd__relay_acks_due(1024, 10));
-    /* a clock that went backwards does not hold claims */
-    ASSERT_TRUE(!jsd__relay_acks_due(1, -5));
+    ASSERT_TRUE(!jsd__relay_acks_due(1, t, t + JSD__ACKS_DUE_US));
+    ASSERT_TRUE(!jsd__relay_acks_due(2, t, t + 60 * 1000 * 1000));
+    /* the last claim came back full (0): a backlog keeps claiming while it
+     * publishes, even with batches smaller than JSD__ACKS_DUE_MAX */
+    ASSERT_TRUE(!jsd__relay_acks_due(1, 0, t));
+    ASSERT_TRUE(!jsd__relay_acks_due(16, 0, 100));
+    /* many in flight: a short claim of a large batch is not waited for */
+    ASSERT_TRUE(!jsd__relay_acks_due(JSD__ACKS_DUE_MAX, t, t));
+    ASSERT_TRUE(!jsd__relay_acks_due(1024, t, t + 10));
+    /* a clock read before the submission does not hold claims */
+    ASSERT_TRUE(!jsd__relay_acks_due(1, t, t - 5));
 }
 
 JSD_TEST_MAIN(cmocka_unit_test(publications_use_the_whole_window),
-              cmocka_unit_test(a_few_fresh_publications_are_settled_before_a_claim),
-              cmocka_unit_test(late_acks_and_a_full_pipeline_never_hold_claims),
+              cmocka_unit_test(a_short_claims_fresh_publications_are_settled_before_a_claim),
+              cmocka_unit_test(late_acks_and_a_backlog_never_hold_claims),
               cmocka_unit_test(receipts_waiting_take_no_publication_slots),
               cmocka_unit_test(held_effects_stay_under_twice_the_window))
