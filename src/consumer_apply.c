@@ -174,6 +174,8 @@ static jsd_status handler_saw_outage(jsd_tx *tx, int sqlite_before)
     PGconn *pg = jsd_tx_pg(tx);
     if (pg)
         return PQstatus(pg) == CONNECTION_BAD ? JSD_ERR_CONNECT : JSD_OK;
+    if (jsd_store_backend_of(jsd__tx_store(tx)) == JSD_STORE_POSTGRES)
+        return JSD_ERR_CONNECT; /* the transaction's BEGIN, sent now, failed */
     int now = sqlite_code(tx);
     if (now == sqlite_before)
         return JSD_OK;

@@ -161,9 +161,15 @@ typedef struct jsd_effect {
     const char *tracestate;
 } jsd_effect;
 
+/* Open a transaction. On PostgreSQL this sends nothing: BEGIN goes in one
+ * pipeline with the transaction's first statement (so an emit-only
+ * transaction costs two round trips), and a connection lost meanwhile shows
+ * in that statement's status. */
 JSD_EXTERN jsd_status jsd_tx_begin(jsd_tx **out, jsd_store *s);
 /* The native handle for the application's own SQL inside the transaction:
- * NULL when the store is of the other kind. */
+ * NULL when the store is of the other kind. On PostgreSQL the first call
+ * sends the transaction's BEGIN, if nothing did yet, and gives NULL when
+ * that fails (the connection is lost; jsd_store_errmsg says so). */
 JSD_EXTERN struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx);
 JSD_EXTERN struct pg_conn *jsd_tx_pg(jsd_tx *tx);
 /* Add an outbox effect to the transaction. Emitting the same (owner, id)

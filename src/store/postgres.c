@@ -467,6 +467,7 @@ typedef struct pg {
     char prefix[72]; /* "schema". */
     bool prepared[P__COUNT];
     bool listening;
+    bool begin_pending;     /* jsd_tx_begin ran; BEGIN goes with the next statement */
     bool plans_set;         /* relay_plans ran on this session */
     int64_t claim_floor;    /* see pg_claim */
     int64_t floor_since_ms; /* monotonic: when the floor left 0 */
@@ -594,6 +595,63 @@ static jsd_status ready(jsd_store *s)
     return JSD_OK;
 }
 
+/* DESIGN (deferred BEGIN): jsd_tx_begin sends nothing. The transaction's
+ * BEGIN goes in one pipeline with its first statement (libpq pipeline
+ * mode: BEGIN, the prepared statement, one Sync), so an application
+ * transaction costs one round trip less: an emit-only one is two (the
+ * INSERT with its BEGIN, NOTIFY with COMMIT), not three. Nothing else
+ * changes: every statement of the transaction still runs after BEGIN, on
+ * the server, in order. Statements that do not go through pexec send the
+ * BEGIN first on its own (begin_owed): savepoints, and the connection an
+ * application gets from jsd_tx_pg. A transaction in which nothing ran
+ * commits or rolls back without a round trip. */
+
+/* BEGIN, then prepared statement name, in one pipeline. Returns the
+ * statement's result (a failed BEGIN's when BEGIN failed: the statement
+ * then did not run); NULL only when libpq could not send (error in
+ * PQerrorMessage, and the caller's PQresultStatus(NULL) is a failure). */
+static PGresult *begin_and_exec(jsd_store *s, const char *name, int n, const char *const *vals,
+                                const int *lens, const int *fmts)
+{
+    PGconn *c = PG(s)->conn;
+    PG(s)->begin_pending = false;
+    if (!PQenterPipelineMode(c))
+        return NULL;
+    PGresult *out = NULL;
+    if (PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
+        PQsendQueryPrepared(c, name, n, vals, lens, fmts, 1) && PQpipelineSync(c)) {
+        /* BEGIN's result, then the statement's (or PIPELINE_ABORTED after a
+         * failed BEGIN), each followed by NULL, then the Sync. */
+        for (int query = 0; query < 2; query++) {
+            PGresult *r;
+            while ((r = PQgetResult(c)) != NULL) {
+                ExecStatusType st = PQresultStatus(r);
+                bool keep = !out && (query == 1 || st != PGRES_COMMAND_OK);
+                if (keep && st != PGRES_PIPELINE_ABORTED)
+                    out = r;
+                else
+                    PQclear(r);
+            }
+            if (PQstatus(c) == CONNECTION_BAD)
+                break;
+        }
+        PGresult *r;
+        while (PQstatus(c) != CONNECTION_BAD && (r = PQgetResult(c)) != NULL) {
+            bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+            PQclear(r);
+            if (sync)
+                break;
+        }
+    }
+    if (!PQexitPipelineMode(c) && PQstatus(c) != CONNECTION_BAD) {
+        /* results left unread cannot happen after the Sync; keep the
+         * connection usable all the same */
+        PQclear(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* Execute prepared statement id; NULL on failure (error recorded). want is
  * PGRES_TUPLES_OK or PGRES_COMMAND_OK. */
 static PGresult *pexec(jsd_store *s, int id, int n, const char *const *vals, const int *lens,
@@ -618,7 +676,8 @@ static PGresult *pexec(jsd_store *s, int id, int n, const char *const *vals, con
         PQclear(r);
         p->prepared[id] = true;
     }
-    PGresult *r = PQexecPrepared(p->conn, name, n, vals, lens, fmts, 1);
+    PGresult *r = p->begin_pending ? begin_and_exec(s, name, n, vals, lens, fmts)
+                                   : PQexecPrepared(p->conn, name, n, vals, lens, fmts, 1);
     if (PQresultStatus(r) != want) {
         pg_fail(s, r, what);
         PQclear(r);
@@ -627,10 +686,28 @@ static PGresult *pexec(jsd_store *s, int id, int n, const char *const *vals, con
     return r;
 }
 
+/* A transaction's BEGIN still owed by jsd_tx_begin, sent on its own: for
+ * statements that do not go through pexec (savepoints, the application's
+ * own SQL on jsd_tx_pg's connection). */
+static jsd_status begin_owed(jsd_store *s)
+{
+    pg *p = PG(s);
+    if (!p->begin_pending)
+        return JSD_OK;
+    p->begin_pending = false;
+    PGresult *r = PQexec(p->conn, "BEGIN");
+    jsd_status rc = PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, "BEGIN");
+    PQclear(r);
+    return rc;
+}
+
 static jsd_status simple(jsd_store *s, const char *sql, const char *what)
 {
+    jsd_status rc = begin_owed(s);
+    if (rc != JSD_OK)
+        return rc;
     PGresult *r = PQexec(PG(s)->conn, sql);
-    jsd_status rc = PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, what);
+    rc = PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, what);
     PQclear(r);
     return rc;
 }
@@ -835,10 +912,16 @@ static jsd_status pg_tx(jsd_store *s, jsd__txop op)
     switch (op) {
     case JSD__TX_BEGIN: {
         jsd_status rc = ready(s);
-        return rc != JSD_OK ? rc : simple(s, "BEGIN", "BEGIN");
+        if (rc == JSD_OK)
+            PG(s)->begin_pending = true; /* sent with the first statement */
+        return rc;
     }
     case JSD__TX_COMMIT:
     case JSD__TX_COMMIT_NOTIFY: {
+        if (PG(s)->begin_pending) { /* nothing ran: nothing to commit */
+            PG(s)->begin_pending = false;
+            return JSD_OK;
+        }
         /* One round trip; NOTIFY is delivered only if the COMMIT succeeds. */
         PGresult *r = PQexec(
             PG(s)->conn, op == JSD__TX_COMMIT ? "COMMIT" : "NOTIFY " JSD__PG_CHANNEL "; COMMIT");
@@ -863,6 +946,7 @@ static jsd_status pg_tx(jsd_store *s, jsd__txop op)
         return rc;
     }
     case JSD__TX_ROLLBACK:
+        PG(s)->begin_pending = false;
         if (PQtransactionStatus(PG(s)->conn) == PQTRANS_IDLE)
             return JSD_OK;
         return simple(s, "ROLLBACK", "ROLLBACK");
@@ -1661,7 +1745,7 @@ static const char *const tool_list_sql[4] = {
 static PGresult *tool_exec(jsd_store *s, const char *sql, const params *p, ExecStatusType want,
                            const char *what)
 {
-    if (ready(s) != JSD_OK)
+    if (ready(s) != JSD_OK || begin_owed(s) != JSD_OK)
         return NULL;
     char *full = with_schema(s, sql);
     if (!full) {
@@ -2080,5 +2164,11 @@ fail:
 
 struct pg_conn *jsd__pg_handle(jsd_store *s)
 {
-    return s && s->backend == JSD_STORE_POSTGRES && s->be ? PG(s)->conn : NULL;
+    if (!s || s->backend != JSD_STORE_POSTGRES || !s->be)
+        return NULL;
+    /* The application's statements on it run inside the transaction: its
+     * BEGIN goes first. When that fails (the connection is lost), no
+     * statement may run outside the transaction: NULL, and the error is in
+     * jsd_store_errmsg. */
+    return s->tx.active && begin_owed(s) != JSD_OK ? NULL : PG(s)->conn;
 }

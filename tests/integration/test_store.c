@@ -2426,6 +2426,103 @@ static void pg_reconnects_after_connection_loss(void **state)
     jsd_store_close(s);
 }
 
+/* The state of session pid as another session sees it. */
+static void session_state(PGconn *admin, int pid, char *out, size_t cap)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SELECT state FROM pg_stat_activity WHERE pid = %d", pid);
+    pg_text(admin, sql, out, cap);
+}
+
+/* jsd_tx_begin sends nothing on PostgreSQL: BEGIN goes in one pipeline with
+ * the transaction's first statement (postgres.c, "deferred BEGIN"). What the
+ * transaction does is unchanged: the first statement already runs inside
+ * it, a rollback takes everything back, the application's own SQL on
+ * jsd_tx_pg runs inside it, and a transaction in which nothing ran commits
+ * without a word to the server. A connection lost before the first
+ * statement shows in that statement's status, and the next one reconnects. */
+static void pg_begin_goes_with_the_first_statement(void **state)
+{
+    (void)state;
+    char url[512], st[64];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    jsd_store *s = open_url(url);
+    app_sql(s, "CREATE TABLE app_orders (id TEXT PRIMARY KEY)");
+    PGconn *admin = PQconnectdb(url);
+    assert_int_equal(PQstatus(admin), CONNECTION_OK);
+    int pid = PQbackendPID(jsd__pg_handle(s)); /* no transaction open: sends nothing */
+
+    /* begin: nothing sent; the first statement opens the transaction */
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    session_state(admin, pid, st, sizeof(st));
+    ASSERT_STREQ(st, "idle");
+    jsd_effect e = {.owner = "o", .id = "d1", .subject = "orders.x", .payload = "p", .len = 1};
+    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
+    session_state(admin, pid, st, sizeof(st));
+    ASSERT_STREQ(st, "idle in transaction");
+    tx_sql(tx, "INSERT INTO app_orders VALUES ('a1')");
+    jsd_tx_rollback(tx);
+    ASSERT_EQ(stats(s).backlog, 0);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app_orders"), 0);
+
+    /* the same, committed: both rows, and a duplicate emit as the first
+     * statement leaves the transaction usable */
+    emit1(s, "o", "d2", "orders.x");
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    jsd_effect dup = {.owner = "o", .id = "d2", .subject = "orders.x", .payload = "p", .len = 1};
+    ASSERT_STATUS(jsd_tx_emit(tx, &dup), JSD_ERR_EXISTS);
+    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
+    tx_sql(tx, "INSERT INTO app_orders VALUES ('a1')");
+    ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
+    ASSERT_EQ(stats(s).backlog, 2);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app_orders"), 1);
+
+    /* the application's SQL first: jsd_tx_pg sends the BEGIN */
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    tx_sql(tx, "INSERT INTO app_orders VALUES ('a2')");
+    session_state(admin, pid, st, sizeof(st));
+    ASSERT_STREQ(st, "idle in transaction");
+    jsd_tx_rollback(tx);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app_orders"), 1);
+
+    /* nothing ran: commit and rollback without a round trip, session idle */
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    jsd_tx_rollback(tx);
+    session_state(admin, pid, st, sizeof(st));
+    ASSERT_STREQ(st, "idle");
+
+    /* the session is gone before the first statement: the emit says so,
+     * nothing is committed, and the next transaction reconnects */
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    char sql[96];
+    snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d)::text", pid);
+    pg_text(admin, sql, st, sizeof(st));
+    ASSERT_STREQ(st, "true");
+    jsd_effect lost = {.owner = "o", .id = "d3", .subject = "orders.x", .payload = "p", .len = 1};
+    ASSERT_STATUS(jsd_tx_emit(tx, &lost), JSD_ERR_CONNECT);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "connection to PostgreSQL is lost");
+    jsd_tx_rollback(tx);
+    emit1(s, "o", "d4", "orders.x");
+    ASSERT_EQ(stats(s).backlog, 3);
+    /* and then jsd_tx_pg gives no handle whose statements would run
+     * outside the transaction */
+    pid = PQbackendPID(jsd__pg_handle(s));
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d)::text", pid);
+    pg_text(admin, sql, st, sizeof(st));
+    ASSERT_STREQ(st, "true");
+    assert_null(jsd_tx_pg(tx));
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "BEGIN failed");
+    jsd_tx_rollback(tx);
+    emit1(s, "o", "d5", "orders.x");
+    ASSERT_EQ(stats(s).backlog, 4);
+    PQfinish(admin);
+    jsd_store_close(s);
+}
+
 /* Options: a smaller payload cap, and the SQLite busy timeout: a writer that
  * waits past it gets JSD_ERR_BUSY, and loses nothing. */
 static void sqlite_options_payload_cap_and_busy(void **state)
@@ -2598,6 +2695,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
               cmocka_unit_test(pg_claims_stay_on_their_page),
               cmocka_unit_test(pg_reconnects_after_connection_loss),
+              cmocka_unit_test(pg_begin_goes_with_the_first_statement),
               cmocka_unit_test(pg_concurrent_duplicate_identity),
               cmocka_unit_test(pg_writer_handle_is_a_second_session),
               cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable))
