@@ -606,10 +606,22 @@ static jsd_status ready(jsd_store *s)
  * application gets from jsd_tx_pg. A transaction in which nothing ran
  * commits or rolls back without a round trip. */
 
+/* The first result of the pipeline's next query; its other results (and
+ * the NULL that ends them) are read and cleared. */
+static PGresult *next_query_result(PGconn *c)
+{
+    PGresult *first = PQgetResult(c), *r;
+    if (first)
+        while ((r = PQgetResult(c)) != NULL)
+            PQclear(r);
+    return first;
+}
+
 /* BEGIN, then prepared statement name, in one pipeline. Returns the
- * statement's result (a failed BEGIN's when BEGIN failed: the statement
- * then did not run); NULL only when libpq could not send (error in
- * PQerrorMessage, and the caller's PQresultStatus(NULL) is a failure). */
+ * statement's result, or a failed BEGIN's (the statement then did not
+ * run); NULL when libpq could not send or the connection broke (the error
+ * is in PQerrorMessage, and the caller's PQresultStatus(NULL) is a
+ * failure). */
 static PGresult *begin_and_exec(jsd_store *s, const char *name, int n, const char *const *vals,
                                 const int *lens, const int *fmts)
 {
@@ -620,20 +632,13 @@ static PGresult *begin_and_exec(jsd_store *s, const char *name, int n, const cha
     PGresult *out = NULL;
     if (PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
         PQsendQueryPrepared(c, name, n, vals, lens, fmts, 1) && PQpipelineSync(c)) {
-        /* BEGIN's result, then the statement's (or PIPELINE_ABORTED after a
-         * failed BEGIN), each followed by NULL, then the Sync. */
-        for (int query = 0; query < 2; query++) {
-            PGresult *r;
-            while ((r = PQgetResult(c)) != NULL) {
-                ExecStatusType st = PQresultStatus(r);
-                bool keep = !out && (query == 1 || st != PGRES_COMMAND_OK);
-                if (keep && st != PGRES_PIPELINE_ABORTED)
-                    out = r;
-                else
-                    PQclear(r);
-            }
-            if (PQstatus(c) == CONNECTION_BAD)
-                break;
+        PGresult *begin = next_query_result(c);
+        out = next_query_result(c); /* PIPELINE_ABORTED after a failed BEGIN */
+        if (PQresultStatus(begin) != PGRES_COMMAND_OK) {
+            PQclear(out);
+            out = begin;
+        } else {
+            PQclear(begin);
         }
         PGresult *r;
         while (PQstatus(c) != CONNECTION_BAD && (r = PQgetResult(c)) != NULL) {
@@ -644,8 +649,7 @@ static PGresult *begin_and_exec(jsd_store *s, const char *name, int n, const cha
         }
     }
     if (!PQexitPipelineMode(c) && PQstatus(c) != CONNECTION_BAD) {
-        /* results left unread cannot happen after the Sync; keep the
-         * connection usable all the same */
+        /* the Sync was not reached: the outcome is not known */
         PQclear(out);
         return NULL;
     }
@@ -1745,7 +1749,7 @@ static const char *const tool_list_sql[4] = {
 static PGresult *tool_exec(jsd_store *s, const char *sql, const params *p, ExecStatusType want,
                            const char *what)
 {
-    if (ready(s) != JSD_OK || begin_owed(s) != JSD_OK)
+    if (ready(s) != JSD_OK)
         return NULL;
     char *full = with_schema(s, sql);
     if (!full) {
@@ -2170,5 +2174,5 @@ struct pg_conn *jsd__pg_handle(jsd_store *s)
      * BEGIN goes first. When that fails (the connection is lost), no
      * statement may run outside the transaction: NULL, and the error is in
      * jsd_store_errmsg. */
-    return s->tx.active && begin_owed(s) != JSD_OK ? NULL : PG(s)->conn;
+    return begin_owed(s) == JSD_OK ? PG(s)->conn : NULL;
 }
