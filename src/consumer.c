@@ -240,7 +240,7 @@ void jsd__batch_release(jsd_consumer *c)
 {
     for (size_t i = 0; i < c->nd; i++) {
         jsMsgMetaData_Destroy(c->d[i].meta);
-        natsMsg_Destroy(c->d[i].msg);
+        jsd__msg_free(c->d[i].msg);
     }
     c->nd = 0;
     atomic_store(&c->in_hand, 0);

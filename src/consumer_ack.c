@@ -76,7 +76,7 @@ static void on_ack_reply(natsConnection *nc, natsSubscription *sub, natsMsg *m, 
             pthread_mutex_unlock(&a->mu);
         }
     }
-    natsMsg_Destroy(m);
+    jsd__msg_free(m);
 }
 
 /* Under mu: close the books of generations that are complete or past their

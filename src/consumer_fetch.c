@@ -256,7 +256,7 @@ jsd_status jsd__fetch_batch(jsd_consumer *c, bool *idle)
         list.Msgs[i] = NULL;
         if (!parse_meta(d)) {
             /* Not a JetStream delivery (a status message): nothing to settle. */
-            natsMsg_Destroy(d->msg);
+            jsd__msg_free(d->msg);
             continue;
         }
         c->nd++;

@@ -33,10 +33,9 @@
 
 #define SLOT_BITS      11
 #define SLOT_MASK      ((1u << SLOT_BITS) - 1)
-#define CONN_CHECK_MS  50   /* how often a waiting poll looks at the connection */
-#define BATCH_WAIT_MS  2    /* a completion waits this long for its batch-mates, */
-#define BATCH_WAIT_MAX 16   /* growing to this while completions trickle in */
-#define KEEP_OUT_MAX   4096 /* payloads up to this size are freed by the reply thread */
+#define CONN_CHECK_MS  50 /* how often a waiting poll looks at the connection */
+#define BATCH_WAIT_MS  2  /* a completion waits this long for its batch-mates, */
+#define BATCH_WAIT_MAX 16 /* growing to this while completions trickle in */
 
 enum { E_FREE = 0, E_WRITING, E_INFLIGHT, E_QUEUED, E_TAKEN };
 
@@ -53,11 +52,6 @@ typedef struct entry {
     int64_t seen_ms;
     bool has_reply;
     jsd__reply rp;
-    /* The published message, kept (small ones only) so that the thread that
-     * destroys the reply destroys it too: nats.c hands each destroyed message
-     * to its collector thread under one lock, and two threads doing so
-     * contend for it. */
-    natsMsg *out;
     void *user;
     char stream[JSD_STREAM_NAME_MAX + 1];
     char subject[JSD_SUBJECT_MAX + 1];
@@ -130,10 +124,6 @@ static void release_slot(jsd__pubengine *e, uint32_t slot)
 {
     entry *en = &e->entries[slot];
     en->has_reply = false;
-    if (en->out) {
-        natsMsg_Destroy(en->out);
-        en->out = NULL;
-    }
     en->state = E_FREE;
     en->user = NULL;
     e->free_stack[e->n_free++] = slot;
@@ -165,7 +155,6 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
     jsd__reply rp;
     if (ok)
         jsd__reply_parse(msg, &rp);
-    natsMsg *out = NULL;
     bool matched = false;
     pthread_mutex_lock(&e->lk);
     uint32_t slot = (uint32_t)(id & SLOT_MASK);
@@ -175,14 +164,11 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
         en->rp = rp;
         en->has_reply = true;
         en->seen_ms = seen;
-        out = en->out;
-        en->out = NULL;
         matched = true;
         queue_slot(e, slot);
     }
     pthread_mutex_unlock(&e->lk);
-    natsMsg_Destroy(msg);
-    natsMsg_Destroy(out);
+    jsd__msg_free(msg);
     if (!matched)
         atomic_fetch_add(&e->late, 1);
 }
@@ -346,8 +332,6 @@ void jsd__pubengine_destroy(jsd__pubengine *e)
             return;
         }
     }
-    for (size_t i = 0; e->entries && i < e->cap; i++)
-        natsMsg_Destroy(e->entries[i].out);
     jsd__free(e->entries);
     jsd__free(e->free_stack);
     jsd__free(e->ring);
@@ -499,7 +483,6 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     en->state = E_WRITING;
     en->denied = en->lost = en->expired = false;
     en->has_reply = false;
-    en->out = NULL;
     en->user = r->user;
     en->epoch = epoch;
     en->deadline_ms = r->deadline_ms ? r->deadline_ms : e->deadline_ms;
@@ -531,13 +514,9 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     bool built = s == NATS_OK;
     if (built)
         s = natsConnection_PublishMsg(e->nc, m);
+    jsd__msg_free(m); /* written (or not) by now: nats.c keeps no reference */
 
     pthread_mutex_lock(&e->lk);
-    if (s == NATS_OK && (en->state == E_WRITING || en->state == E_INFLIGHT) &&
-        r->len <= KEEP_OUT_MAX) {
-        en->out = m; /* destroyed with its reply, or when the slot is released */
-        m = NULL;
-    }
     if (s == NATS_OK) {
         if (en->state == E_WRITING) {
             if (en->denied) {
@@ -549,18 +528,15 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
             }
         }
         pthread_mutex_unlock(&e->lk);
-        natsMsg_Destroy(m);
         return true;
     }
     if (en->state != E_WRITING) {
         /* A reply arrived, so it was written after all: poll reports it. */
         pthread_mutex_unlock(&e->lk);
-        natsMsg_Destroy(m);
         return true;
     }
     release_slot(e, slot);
     pthread_mutex_unlock(&e->lk);
-    natsMsg_Destroy(m);
 
     res->nats_status = (int)s;
     if (!built) {
