@@ -85,34 +85,6 @@ jsd_status jsd_conn_shutdown(int timeout_ms)
     return JSD_OK; /* NATS_ILLEGAL_STATE: nats.c was never opened, or is closed */
 }
 
-/* The one place that frees nats.c messages at once. nats.c 3.4.1's
- * natsMsg_Destroy (src/msg.c) hands every message made by natsMsg_Create, and
- * every one it received, to its collector thread (natsGC_collect in
- * src/nats.c), signalling that thread under a lock whenever it sleeps: a
- * wake-up for nearly every message at tens of thousands a second, paid in
- * context switches on both sides (the relay's process spent about a tenth of
- * its CPU on it, most of it in the collector's wake-ups). natsMsg_free, the
- * collector's own free, is exported by libnats.so though not declared in
- * nats.h; a message its owner is done with can go to it directly. Looked up
- * as a weak symbol, so that a libnats without it falls back to
- * natsMsg_Destroy (tests/unit/test_msg_free checks that this one has it). */
-extern void natsMsg_free(void *object) __attribute__((weak));
-
-void jsd__msg_free(natsMsg *m)
-{
-    if (!m)
-        return;
-    if (natsMsg_free)
-        natsMsg_free(m);
-    else
-        natsMsg_Destroy(m);
-}
-
-bool jsd__msg_free_is_direct(void)
-{
-    return natsMsg_free != NULL;
-}
-
 /* ---- defaults ---------------------------------------------------------------- */
 
 void jsd_conn_opts_init(jsd_conn_opts *o)

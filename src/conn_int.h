@@ -26,13 +26,6 @@ void jsd__conn_write_now(jsd_conn *c);
  * API requests a module makes itself ("<prefix>.STREAM.NAMES"). */
 const char *jsd__conn_js_api_prefix(const jsd_conn *c);
 
-/* Free a message its owner is done with (made by natsMsg_Create, or received
- * and no longer referenced) at once, not through nats.c's collector thread;
- * see conn.c. NULL is ignored. jsd__msg_free_is_direct says whether this
- * libnats lets it (else it is natsMsg_Destroy). */
-void jsd__msg_free(natsMsg *m);
-bool jsd__msg_free_is_direct(void);
-
 /* Asynchronous errors the server reports on the connection (for example
  * "Permissions Violation for Publish to ..."), fanned out to listeners from
  * nats.c's thread. A listener only records what it needs under its own lock,

@@ -96,6 +96,7 @@
 #include <string.h>
 
 #include "conn_int.h"
+#include "natsmsg.h"
 #include "consumer_int.h"
 #include "store/store.h"
 #include "subject.h"

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "conn_int.h"
+#include "natsmsg.h"
 #include "consumer_int.h"
 
 #define ACK_GENS 4

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "conn_int.h"
+#include "natsmsg.h"
 #include "consumer_int.h"
 
 /* ---- the fetcher thread ------------------------------------------------------------ */

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "conn_int.h"
+#include "natsmsg.h"
 #include "puback.h"
 #include "pubengine.h"
 #include "subject.h"
@@ -68,6 +69,7 @@ struct jsd__pubengine {
     int64_t server_max;
     char prefix[48]; /* "_INBOX.<hex>." */
     size_t prefix_len;
+    jsd__msg_scratch scratch; /* submit's (the owner thread's) message buffer */
 
     pthread_mutex_t lk;
     pthread_cond_t cv;
@@ -335,6 +337,7 @@ void jsd__pubengine_destroy(jsd__pubengine *e)
     jsd__free(e->entries);
     jsd__free(e->free_stack);
     jsd__free(e->ring);
+    jsd__msg_scratch_free(&e->scratch);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->lk);
     jsd__free(e);
@@ -501,16 +504,11 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     for (size_t i = 0; i < nd; i++)
         reply[e->prefix_len + i] = digits[nd - 1 - i];
     reply[e->prefix_len + nd] = '\0';
-    s = natsMsg_Create(&m, r->subject, reply, (const char *)r->payload, (int)r->len);
-    if (s == NATS_OK)
-        s = natsMsgHeader_Set(m, "Nats-Msg-Id", r->msg_id);
-    if (s == NATS_OK)
-        s = natsMsgHeader_Set(m, "Nats-Expected-Stream", r->expected_stream);
-    if (s == NATS_OK && r->has_expected_last_subject_seq)
-        s = natsMsgHeader_Set(m, "Nats-Expected-Last-Subject-Sequence", lss);
-    for (size_t i = 0; s == NATS_OK && i < r->n_headers; i++)
-        s = natsMsgHeader_Add(m, r->headers[i].name,
-                              r->headers[i].value ? r->headers[i].value : "");
+    const jsd_header fixed[] = {{"Nats-Msg-Id", r->msg_id},
+                                {"Nats-Expected-Stream", r->expected_stream},
+                                {"Nats-Expected-Last-Subject-Sequence", lss}};
+    s = jsd__msg_make(&m, r->subject, reply, fixed, r->has_expected_last_subject_seq ? 3 : 2,
+                      r->headers, r->n_headers, r->payload, r->len, &e->scratch);
     bool built = s == NATS_OK;
     if (built)
         s = natsConnection_PublishMsg(e->nc, m);
