@@ -49,9 +49,23 @@ static void header_text(const char *in, char *out, size_t cap)
     size_t j = 0;
     for (size_t i = 0; in && in[i] && j + 1 < cap; i++) {
         unsigned char ch = (unsigned char)in[i];
+        if (j == 0 && (ch <= 0x20 || ch == 0x7f))
+            continue; /* no white space first */
         out[j++] = (ch < 0x20 || ch == 0x7f) ? ' ' : (char)ch;
     }
+    while (j > 0 && out[j - 1] == ' ')
+        j--; /* nor last */
     out[j] = '\0';
+}
+
+/* A header of the envelope; an empty text is left out, since nats.c 3.4.1
+ * cannot read a message with an empty header value (jsd__header_value_edges
+ * in subject.h). */
+static natsStatus set_text(natsMsg *m, const char *name, const char *in)
+{
+    char v[257];
+    header_text(in, v, sizeof(v));
+    return v[0] ? natsMsgHeader_Set(m, name, v) : NATS_OK;
 }
 
 jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dlq_stream,
@@ -63,7 +77,7 @@ jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dl
     jsErrCode jerr = 0;
     natsStatus s;
     jsd_status st = JSD_OK;
-    char id[65], seq[24], dlv[24], when[40], errtext[257];
+    char id[65], seq[24], dlv[24], when[40];
 
     if ((st = jsd_dlq_msg_id(d->stream, d->stream_seq, id)) != JSD_OK)
         return jsd__err(err, st, "cannot derive the death envelope's message id (%s)",
@@ -71,33 +85,28 @@ jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dl
     jsd__snprintf(seq, sizeof(seq), "%" PRIu64, d->stream_seq);
     jsd__snprintf(dlv, sizeof(dlv), "%" PRIu64, d->deliveries);
     rfc3339(d->time_ms ? d->time_ms : jsd__now_ms(), when, sizeof(when));
-    header_text(d->error ? d->error : "", errtext, sizeof(errtext));
 
     s = natsMsg_Create(&m, dlq_subject, NULL, d->payload, (int)d->len);
     if (s == NATS_OK)
-        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_SUBJECT, d->subject ? d->subject : "");
+        s = set_text(m, JSD_HDR_DLQ_SUBJECT, d->subject);
     if (s == NATS_OK)
-        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_STREAM, d->stream ? d->stream : "");
+        s = set_text(m, JSD_HDR_DLQ_STREAM, d->stream);
     if (s == NATS_OK)
-        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_CONSUMER, d->consumer ? d->consumer : "");
+        s = set_text(m, JSD_HDR_DLQ_CONSUMER, d->consumer);
     if (s == NATS_OK)
         s = natsMsgHeader_Set(m, JSD_HDR_DLQ_SEQ, seq);
     if (s == NATS_OK)
         s = natsMsgHeader_Set(m, JSD_HDR_DLQ_DELIVERIES, dlv);
     if (s == NATS_OK)
-        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_REASON, d->reason ? d->reason : "poison");
-    if (s == NATS_OK && errtext[0])
-        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_ERROR, errtext);
+        s = set_text(m, JSD_HDR_DLQ_REASON, d->reason && *d->reason ? d->reason : "poison");
+    if (s == NATS_OK)
+        s = set_text(m, JSD_HDR_DLQ_ERROR, d->error);
     if (s == NATS_OK)
         s = natsMsgHeader_Set(m, JSD_HDR_DLQ_TIME, when);
-    if (s == NATS_OK && d->msg_id && *d->msg_id) {
-        header_text(d->msg_id, errtext, sizeof(errtext));
-        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_MSG_ID, errtext);
-    }
-    if (s == NATS_OK && d->type && *d->type) {
-        header_text(d->type, errtext, sizeof(errtext));
-        s = natsMsgHeader_Set(m, JSD_HDR_DLQ_TYPE, errtext);
-    }
+    if (s == NATS_OK)
+        s = set_text(m, JSD_HDR_DLQ_MSG_ID, d->msg_id);
+    if (s == NATS_OK)
+        s = set_text(m, JSD_HDR_DLQ_TYPE, d->type);
     if (s != NATS_OK) {
         st = jsd__err_nats(err, s, 0, "death envelope: build message");
         goto done;

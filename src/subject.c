@@ -390,6 +390,21 @@ bool jsd__header_name_valid(const char *name, size_t max_len, const char *what, 
     return true;
 }
 
+/* isspace() of the C locale; CR and LF are refused on their own */
+static bool blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r' || c == '\n';
+}
+
+const char *jsd__header_value_edges(const char *value, size_t len)
+{
+    if (!value || len == 0)
+        return "is empty: nats.c receivers cannot read a message with an empty header value";
+    if (blank(value[0]) || blank(value[len - 1]))
+        return "starts or ends with white space, which receivers drop";
+    return NULL;
+}
+
 bool jsd__header_value_valid(const char *value, size_t len, size_t max_len, const char *what,
                              jsd_error *err)
 {
@@ -413,6 +428,11 @@ bool jsd__header_value_valid(const char *value, size_t len, size_t max_len, cons
                      i);
             return false;
         }
+    }
+    const char *edge = jsd__header_value_edges(value, len);
+    if (edge) {
+        jsd__err(err, JSD_ERR_INVALID, "%s value %s", what, edge);
+        return false;
     }
     return true;
 }

@@ -87,12 +87,22 @@ bool jsd__subject_roots_nested(const char *a, size_t la, const char *b, size_t l
 bool jsd__subject_pattern_check(const char *s, char *why, size_t cap);
 
 /* A header name: 1..max_len bytes of printable ASCII (0x21..0x7e) without ':'.
- * A header value: at most max_len bytes with no CR, LF or NUL (len given
- * explicitly so an embedded NUL is caught). what names the field in errors,
- * e.g. "attribute". */
+ * A header value: 1..max_len bytes with no CR, LF or NUL (len given
+ * explicitly so an embedded NUL is caught), and no white space first or last
+ * (jsd__header_value_edges). what names the field in errors, e.g.
+ * "attribute". */
 bool jsd__header_name_valid(const char *name, size_t max_len, const char *what, jsd_error *err);
 bool jsd__header_value_valid(const char *value, size_t len, size_t max_len, const char *what,
                              jsd_error *err);
+
+/* What a receiver could not read back as it was sent, or NULL: an empty value
+ * ("is empty"), or one with white space first or last. nats.c 3.4.1 reads a
+ * header line by skipping every white-space byte after the ':' (CR and LF
+ * among them, src/msg.c _processKeyValue): an empty value makes it take the
+ * next line as the value, or fail on the whole message, so that not even its
+ * Nats-Msg-Id can be read; white space around a value is trimmed by it (and
+ * by the other clients). tests/unit/test_subject shows both. */
+const char *jsd__header_value_edges(const char *value, size_t len);
 
 /* W3C trace context (JSD_TRACESTATE_MAX in store.h has the rule): name is
  * "traceparent" or "tracestate" (jsd__trace_header tells, ignoring case), value

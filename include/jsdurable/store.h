@@ -179,7 +179,8 @@ JSD_EXTERN struct pg_conn *jsd_tx_pg(jsd_tx *tx);
  * separated by dots, not starting with the reserved "_INBOX" token ("$" is
  * outside the character set); owner, id and order_key <= 256 bytes of UTF-8
  * text; headers <= 16 with names <= 64 bytes of printable ASCII without ':'
- * (names starting "Nats-" are reserved), values <= 256 bytes without CR/LF,
+ * (names starting "Nats-" are reserved), values 1..256 bytes without CR/LF
+ * and without white space first or last (an empty tracestate is none),
  * and <= 3840 bytes together as encoded on the wire; payload <= payload_max
  * (256 KiB). Errors name the field and the limit and are read with
  * jsd_store_errmsg() on the transaction's store. */

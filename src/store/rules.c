@@ -102,6 +102,9 @@ jsd_status jsd__effect_check_header(const char *name, const char *value, size_t 
                         "header name \"%s\" is reserved: names starting with \"Nats-\" are set by "
                         "jsdurable and the server",
                         name);
+    const char *edge = jsd__header_value_edges(value, vl);
+    if (edge)
+        return jsd__err(err, JSD_ERR_INVALID, "header \"%s\" value %s", name, edge);
     if (jsd__trace_header(name)) { /* trace context: its own rule (and tracestate's limit) */
         jsd_error te;
         jsd_error_clear(&te);

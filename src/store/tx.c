@@ -106,7 +106,10 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
     /* The application's headers, then the trace context fields as headers of
      * their names (counted like any other). */
     jsd_header all[JSD_HEADERS_MAX];
-    size_t nh = e->n_headers + (e->traceparent != NULL) + (e->tracestate != NULL);
+    /* An empty tracestate is no tracestate (W3C trace context), and is not
+     * sent: nats.c receivers cannot read an empty header value. */
+    const char *tracestate = e->tracestate && *e->tracestate ? e->tracestate : NULL;
+    size_t nh = e->n_headers + (e->traceparent != NULL) + (tracestate != NULL);
     if (nh > JSD_HEADERS_MAX)
         return jsd__store_err(s, JSD_ERR_LIMIT, "effect has %zu headers%s; the limit is %d", nh,
                               nh > e->n_headers ? " with its trace context" : "", JSD_HEADERS_MAX);
@@ -117,8 +120,8 @@ static jsd_status prepare_row(jsd_store *s, const jsd_effect *e, int64_t now, js
         size_t k = e->n_headers;
         if (e->traceparent)
             all[k++] = (jsd_header){.name = "traceparent", .value = e->traceparent};
-        if (e->tracestate)
-            all[k++] = (jsd_header){.name = "tracestate", .value = e->tracestate};
+        if (tracestate)
+            all[k++] = (jsd_header){.name = "tracestate", .value = tracestate};
         hdrs = all;
     }
     size_t wire = JSD_HEADERS_RESERVED_BYTES;

@@ -491,6 +491,7 @@ static void slipped_past(rt_backend kind)
         {"big", "o", NULL, NULL, "payload is 262145 bytes", true},
         {"colon", "o", "{\"a:b\": \"x\"}", NULL, "names are printable ASCII", false},
         {"crlf", "o", "{\"a\": \"x\\ny\"}", NULL, "holds CR or LF", false},
+        {"empty", "o", "{\"a\": \"\"}", NULL, "value is empty", false},
     };
     for (size_t i = 0; i < JSD_ARRAY_LEN(bad); i++) {
         char hdr[200] = "NULL", subj[200];

@@ -551,6 +551,20 @@ static void limits_are_enforced(void **state)
     ASSERT_STATUS(emit_status(s, &e), JSD_ERR_LIMIT);
     ASSERT_CONTAINS(jsd_store_errmsg(s), "17 headers with its trace context; the limit is 16");
 
+    /* a value a receiver would not read back as sent (jsd__header_value_edges) */
+    jsd_header hv = {.name = "X-Empty", .value = ""};
+    e = (jsd_effect){.id = "hv-empty", .subject = "a.b", .headers = &hv, .n_headers = 1};
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "header \"X-Empty\" value is empty");
+    hv.value = "padded ";
+    e.id = "hv-padded";
+    ASSERT_STATUS(emit_status(s, &e), JSD_ERR_INVALID);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "white space");
+    /* an empty tracestate is none (tx.c sends no header for it): accepted */
+    e = (jsd_effect){.id = "ts-empty", .subject = "a.b", .traceparent = tp, .tracestate = ""};
+    ASSERT_OK_E(emit_status(s, &e), jsd_store_errmsg(s));
+    ok++;
+
     /* Nothing refused reached the store. */
     ASSERT_EQ(stats(s).backlog, ok);
     jsd_store_close(s);

@@ -120,6 +120,39 @@ static void a_message_without_headers(void **state)
     jsd__msg_scratch_free(&sc);
 }
 
+/* Why header values are never empty and never start or end with white space
+ * (jsd__header_value_edges in src/subject.h): nats.c 3.4.1 reads a message's
+ * headers (as received: the made message is one) by skipping all white space
+ * after a ':', line ends included. An empty value last makes every header of
+ * the message unreadable, Nats-Msg-Id among them; one before another header
+ * takes that header's line as its value; white space around a value is
+ * dropped. If this test fails, nats.c reads them right and the rule could go. */
+static void nats_c_misreads_empty_and_padded_header_values(void **state)
+{
+    (void)state;
+    jsd__msg_scratch sc = {0};
+    const jsd_header last[] = {{"Nats-Msg-Id", "m-1"}, {"X", ""}};
+    const jsd_header first[] = {{"X", ""}, {"Nats-Msg-Id", "m-1"}};
+    const jsd_header padded[] = {{"Nats-Msg-Id", "m-1"}, {"X", " v "}};
+    natsMsg *m = NULL;
+    const char *v = NULL;
+
+    ASSERT_EQ(jsd__msg_make(&m, "a.b", NULL, last, 2, NULL, 0, "d", 1, &sc), NATS_OK);
+    ASSERT_TRUE(natsMsgHeader_Get(m, "Nats-Msg-Id", &v) != NATS_OK);
+    jsd__msg_free(m);
+
+    ASSERT_EQ(jsd__msg_make(&m, "a.b", NULL, first, 2, NULL, 0, "d", 1, &sc), NATS_OK);
+    ASSERT_EQ(natsMsgHeader_Get(m, "X", &v), NATS_OK);
+    ASSERT_STREQ(v, "Nats-Msg-Id: m-1");
+    jsd__msg_free(m);
+
+    ASSERT_EQ(jsd__msg_make(&m, "a.b", NULL, padded, 2, NULL, 0, "d", 1, &sc), NATS_OK);
+    ASSERT_EQ(natsMsgHeader_Get(m, "X", &v), NATS_OK);
+    ASSERT_STREQ(v, "v");
+    jsd__msg_free(m);
+    jsd__msg_scratch_free(&sc);
+}
+
 /* A message is gone when jsd__msg_free returns: the memory glibc mapped for
  * it is unmapped by then, not later by nats.c's collector thread. */
 static void a_message_is_freed_before_the_call_returns(void **state)
@@ -152,5 +185,6 @@ static void null_is_ignored(void **state)
 JSD_TEST_MAIN(cmocka_unit_test(this_libnats_allows_the_shortcuts),
               cmocka_unit_test(a_made_message_equals_the_public_apis),
               cmocka_unit_test(a_message_without_headers),
+              cmocka_unit_test(nats_c_misreads_empty_and_padded_header_values),
               cmocka_unit_test(a_message_is_freed_before_the_call_returns),
               cmocka_unit_test(null_is_ignored))

@@ -142,7 +142,16 @@ static void header_names_and_values(void **state)
     ASSERT_TRUE(!jsd__header_name_valid(big, 64, "attribute", &e));
     ASSERT_CONTAINS(e.msg, "65 bytes; the limit is 64");
     ASSERT_TRUE(jsd__header_value_valid("x y: z", 6, 256, "attribute", NULL));
-    ASSERT_TRUE(jsd__header_value_valid("", 0, 256, "attribute", NULL));
+    /* what a receiver would not read back as sent (jsd__header_value_edges;
+     * test_natsmsg shows nats.c's reading of them) */
+    ASSERT_TRUE(!jsd__header_value_valid("", 0, 256, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "attribute value is empty");
+    ASSERT_TRUE(!jsd__header_value_valid(" x", 2, 256, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "white space");
+    ASSERT_TRUE(!jsd__header_value_valid("x\t", 2, 256, "attribute", &e));
+    ASSERT_CONTAINS(e.msg, "white space");
+    ASSERT_TRUE(!jsd__header_value_valid(" ", 1, 256, "attribute", &e));
+    ASSERT_TRUE(jsd__header_value_valid("x", 1, 256, "attribute", NULL));
     ASSERT_TRUE(!jsd__header_value_valid("a\rb", 3, 256, "attribute", &e));
     ASSERT_CONTAINS(e.msg, "CR at byte 1");
     ASSERT_TRUE(!jsd__header_value_valid("a\nb", 3, 256, "attribute", &e));
