@@ -866,7 +866,7 @@ static void receipt_runs_keep_each_rows_values(void **state)
 {
     char url[512];
     jsd_store *s = open_new(state, url, sizeof(url));
-    char id[8];
+    char id[16];
     for (int i = 0; i < 8; i++) {
         snprintf(id, sizeof(id), "u%d", i);
         emit_key(s, id, NULL, 0);
