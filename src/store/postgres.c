@@ -327,6 +327,64 @@ static const char *const migration_3[] = {
 #define PG_RULE(name, ok)                                                                          \
     "IF r IS NULL AND NOT coalesce((" ok "), true) THEN r := '" name "'; END IF; "
 /* clang-format off */
+/* The insert trigger of the SQL contract (migration 4, and 7 with the
+ * header-value rule of subject.h's jsd__header_value_edges), and the
+ * headers_json rules it applies. */
+#define PG_OUTBOX_FILL(value_rule) \
+    "CREATE OR REPLACE FUNCTION @jsd_outbox_fill() RETURNS trigger LANGUAGE plpgsql AS $$ " \
+    "DECLARE rule text; r text; BEGIN " \
+    "NEW.created_at := coalesce(NEW.created_at, " PG_NOW_MS "); " \
+    "NEW.not_before := coalesce(NEW.not_before, NEW.created_at); " \
+    "NEW.next_attempt_at := coalesce(NEW.next_attempt_at, NEW.not_before); " \
+    "IF NEW.msg_id IS NULL THEN NEW.msg_id := @jsd_msg_id(NEW.owner, NEW.effect_id); END IF; " \
+    PG_RULE("jsd_outbox_owner", PG_IDENT_OK("NEW.owner")) \
+    PG_RULE("jsd_outbox_effect_id", "NEW.effect_id <> '' AND " PG_IDENT_OK("NEW.effect_id")) \
+    PG_RULE("jsd_outbox_order_key", "NEW.order_key IS NULL OR (NEW.order_key <> '' AND " \
+            PG_IDENT_OK("NEW.order_key") ")") \
+    PG_RULE("jsd_outbox_subject_length", \
+            "octet_length(NEW.subject) BETWEEN 1 AND " JSD__XSTR(JSD_SUBJECT_MAX)) \
+    PG_RULE("jsd_outbox_subject_exact", "NEW.subject !~ '[^A-Za-z0-9_.-]' AND " \
+            "left(NEW.subject, 1) <> '.' AND right(NEW.subject, 1) <> '.' AND " \
+            "strpos(NEW.subject, '..') = 0") \
+    PG_RULE("jsd_outbox_subject_reserved", \
+            "NEW.subject <> '_INBOX' AND left(NEW.subject, 7) <> '_INBOX.'") \
+    PG_RULE("jsd_outbox_payload", "octet_length(NEW.payload) <= " JSD__XSTR(JSD__PAYLOAD_CAP_SQL)) \
+    PG_RULE("jsd_outbox_msg_id", "octet_length(NEW.msg_id) BETWEEN 1 AND " \
+            JSD__XSTR(JSD__MSG_ID_CHARS) " AND NEW.msg_id !~ '[^!-~]'") \
+    PG_RULE("jsd_outbox_times", "NEW.not_before >= 0") \
+    PG_RULE("jsd_outbox_headers_one_form", "NEW.headers IS NULL OR NEW.headers_json IS NULL") \
+    "IF r IS NOT NULL THEN RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = r, " \
+    "MESSAGE = r || ': the effect (owner ' || quote_literal(coalesce(NEW.owner, '')) || ', id ' " \
+    "|| quote_literal(coalesce(NEW.effect_id, '')) || ') breaks this rule of the outbox " \
+    "(docs/SQL-CONTRACT.md)'; END IF; " \
+    "rule := @jsd_headers_rule(NEW.headers_json); " \
+    "IF rule = 'json' THEN RAISE EXCEPTION USING ERRCODE = 'check_violation', " \
+    "CONSTRAINT = 'jsd_outbox_headers_json', MESSAGE = 'jsd_outbox_headers_json: headers_json " \
+    "is not a JSON object ({\"Name\": \"value\", ...})'; END IF; " \
+    "IF rule IN ('count', 'name', 'value', 'size') THEN RAISE EXCEPTION USING " \
+    "ERRCODE = 'check_violation', CONSTRAINT = 'jsd_outbox_header' || " \
+    "CASE WHEN rule IN ('count', 'size') THEN 's_' ELSE '_' END || rule, MESSAGE = CASE rule " \
+    "WHEN 'count' THEN 'jsd_outbox_headers_count: headers_json holds more than " \
+    JSD__XSTR(JSD_HEADERS_MAX) " headers' " \
+    "WHEN 'name' THEN 'jsd_outbox_header_name: a header name is 1.." JSD__XSTR(JSD_HEADER_NAME_MAX) \
+    " bytes of printable ASCII without spaces or '':'' and does not start with \"Nats-\"' " \
+    "WHEN 'value' THEN 'jsd_outbox_header_value: a header value is a JSON string of " value_rule "' " \
+    "ELSE 'jsd_outbox_headers_size: the headers take more than " JSD__XSTR(JSD__HEADERS_OWN_MAX) \
+    " bytes as encoded on the wire (name: value CRLF each)' END; END IF; " \
+    "RETURN NEW; END $$"
+#define PG_HEADERS_RULE(value_more) \
+    "CREATE OR REPLACE FUNCTION @jsd_headers_rule(h jsonb) RETURNS text LANGUAGE plpgsql " \
+    "IMMUTABLE PARALLEL SAFE AS $$ BEGIN IF h IS NULL THEN RETURN NULL; END IF; " \
+    "IF jsonb_typeof(h) <> 'object' THEN RETURN 'json'; END IF; " \
+    "RETURN (SELECT CASE " \
+    "WHEN count(*) > " JSD__XSTR(JSD_HEADERS_MAX) " THEN 'count' " \
+    "WHEN bool_or(key = '' OR octet_length(key) > " JSD__XSTR(JSD_HEADER_NAME_MAX) \
+    " OR key ~ '[^!-9;-~]' " \
+    "OR upper(left(key, 5)) = 'NATS-') THEN 'name' " \
+    "WHEN bool_or(jsonb_typeof(value) <> 'string' OR octet_length(value #>> '{}') > " \
+    JSD__XSTR(JSD_HEADER_VALUE_MAX) " OR (value #>> '{}') ~ '[\\r\\n]'" value_more ") THEN 'value' " \
+    "WHEN coalesce(sum(octet_length(key) + octet_length(value #>> '{}') + 4), 0) > " \
+    JSD__XSTR(JSD__HEADERS_OWN_MAX) " THEN 'size' END FROM jsonb_each(h)); END $$"
 static const char *const migration_4[] = {
     /* the IF EXISTS of a first run says "skipping" at NOTICE: not worth a log line */
     "SET LOCAL client_min_messages = warning",
@@ -343,66 +401,14 @@ static const char *const migration_4[] = {
     "STABLE AS "
     "$$ SELECT encode(sha256(@jsd_ld('jsdurable.effect.v2') || @jsd_ld(@jsd_msg_id_namespace()) "
     "|| @jsd_ld(coalesce($1, '')) || @jsd_ld($2)), 'hex') $$",
-    "CREATE OR REPLACE FUNCTION @jsd_outbox_fill() RETURNS trigger LANGUAGE plpgsql AS $$ "
-    "DECLARE rule text; r text; BEGIN "
-    "NEW.created_at := coalesce(NEW.created_at, " PG_NOW_MS "); "
-    "NEW.not_before := coalesce(NEW.not_before, NEW.created_at); "
-    "NEW.next_attempt_at := coalesce(NEW.next_attempt_at, NEW.not_before); "
-    "IF NEW.msg_id IS NULL THEN NEW.msg_id := @jsd_msg_id(NEW.owner, NEW.effect_id); END IF; "
-    PG_RULE("jsd_outbox_owner", PG_IDENT_OK("NEW.owner"))
-    PG_RULE("jsd_outbox_effect_id", "NEW.effect_id <> '' AND " PG_IDENT_OK("NEW.effect_id"))
-    PG_RULE("jsd_outbox_order_key", "NEW.order_key IS NULL OR (NEW.order_key <> '' AND "
-            PG_IDENT_OK("NEW.order_key") ")")
-    PG_RULE("jsd_outbox_subject_length",
-            "octet_length(NEW.subject) BETWEEN 1 AND " JSD__XSTR(JSD_SUBJECT_MAX))
-    PG_RULE("jsd_outbox_subject_exact", "NEW.subject !~ '[^A-Za-z0-9_.-]' AND "
-            "left(NEW.subject, 1) <> '.' AND right(NEW.subject, 1) <> '.' AND "
-            "strpos(NEW.subject, '..') = 0")
-    PG_RULE("jsd_outbox_subject_reserved",
-            "NEW.subject <> '_INBOX' AND left(NEW.subject, 7) <> '_INBOX.'")
-    PG_RULE("jsd_outbox_payload", "octet_length(NEW.payload) <= " JSD__XSTR(JSD__PAYLOAD_CAP_SQL))
-    PG_RULE("jsd_outbox_msg_id", "octet_length(NEW.msg_id) BETWEEN 1 AND "
-            JSD__XSTR(JSD__MSG_ID_CHARS) " AND NEW.msg_id !~ '[^!-~]'")
-    PG_RULE("jsd_outbox_times", "NEW.not_before >= 0")
-    PG_RULE("jsd_outbox_headers_one_form", "NEW.headers IS NULL OR NEW.headers_json IS NULL")
-    "IF r IS NOT NULL THEN RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = r, "
-    "MESSAGE = r || ': the effect (owner ' || quote_literal(coalesce(NEW.owner, '')) || ', id ' "
-    "|| quote_literal(coalesce(NEW.effect_id, '')) || ') breaks this rule of the outbox "
-    "(docs/SQL-CONTRACT.md)'; END IF; "
-    "rule := @jsd_headers_rule(NEW.headers_json); "
-    "IF rule = 'json' THEN RAISE EXCEPTION USING ERRCODE = 'check_violation', "
-    "CONSTRAINT = 'jsd_outbox_headers_json', MESSAGE = 'jsd_outbox_headers_json: headers_json "
-    "is not a JSON object ({\"Name\": \"value\", ...})'; END IF; "
-    "IF rule IN ('count', 'name', 'value', 'size') THEN RAISE EXCEPTION USING "
-    "ERRCODE = 'check_violation', CONSTRAINT = 'jsd_outbox_header' || "
-    "CASE WHEN rule IN ('count', 'size') THEN 's_' ELSE '_' END || rule, MESSAGE = CASE rule "
-    "WHEN 'count' THEN 'jsd_outbox_headers_count: headers_json holds more than "
-    JSD__XSTR(JSD_HEADERS_MAX) " headers' "
-    "WHEN 'name' THEN 'jsd_outbox_header_name: a header name is 1.." JSD__XSTR(JSD_HEADER_NAME_MAX)
-    " bytes of printable ASCII without spaces or '':'' and does not start with \"Nats-\"' "
-    "WHEN 'value' THEN 'jsd_outbox_header_value: a header value is a JSON string of at most "
-    JSD__XSTR(JSD_HEADER_VALUE_MAX) " bytes without CR or LF' "
-    "ELSE 'jsd_outbox_headers_size: the headers take more than " JSD__XSTR(JSD__HEADERS_OWN_MAX)
-    " bytes as encoded on the wire (name: value CRLF each)' END; END IF; "
-    "RETURN NEW; END $$",
+    PG_OUTBOX_FILL("at most " JSD__XSTR(JSD_HEADER_VALUE_MAX) " bytes without CR or LF"),
     "DROP TRIGGER IF EXISTS jsd_outbox_fill ON @jsd_outbox",
     "CREATE TRIGGER jsd_outbox_fill BEFORE INSERT ON @jsd_outbox FOR EACH ROW "
     "WHEN (NEW.msg_id IS NULL OR NEW.not_before IS NULL OR NEW.next_attempt_at IS NULL "
     "OR NEW.created_at IS NULL OR NEW.headers_json IS NOT NULL) EXECUTE FUNCTION @jsd_outbox_fill()",
     /* The first header rule h breaks: json, count, name, value, size; NULL
      * when none. */
-    "CREATE OR REPLACE FUNCTION @jsd_headers_rule(h jsonb) RETURNS text LANGUAGE plpgsql "
-    "IMMUTABLE PARALLEL SAFE AS $$ BEGIN IF h IS NULL THEN RETURN NULL; END IF; "
-    "IF jsonb_typeof(h) <> 'object' THEN RETURN 'json'; END IF; "
-    "RETURN (SELECT CASE "
-    "WHEN count(*) > " JSD__XSTR(JSD_HEADERS_MAX) " THEN 'count' "
-    "WHEN bool_or(key = '' OR octet_length(key) > " JSD__XSTR(JSD_HEADER_NAME_MAX)
-    " OR key ~ '[^!-9;-~]' "
-    "OR upper(left(key, 5)) = 'NATS-') THEN 'name' "
-    "WHEN bool_or(jsonb_typeof(value) <> 'string' OR octet_length(value #>> '{}') > "
-    JSD__XSTR(JSD_HEADER_VALUE_MAX) " OR (value #>> '{}') ~ '[\\r\\n]') THEN 'value' "
-    "WHEN coalesce(sum(octet_length(key) + octet_length(value #>> '{}') + 4), 0) > "
-    JSD__XSTR(JSD__HEADERS_OWN_MAX) " THEN 'size' END FROM jsonb_each(h)); END $$",
+    PG_HEADERS_RULE(""),
     /* An effect from any language, inside the caller's transaction: the
      * msg id back; a repeated (owner, id) raises unique_violation as
      * jsd_tx_emit answers JSD_ERR_EXISTS (here the transaction is aborted,
@@ -444,8 +450,22 @@ static const char *const migration_5[] = {
  * published rows are packed at 50 too. */
 static const char *const migration_6[] = {"ALTER TABLE @jsd_outbox SET (fillfactor = 50)", NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
-                                                migration_4, migration_5, migration_6};
+/* 7: header values as subject.h's jsd__header_value_edges has them: not
+ * empty, no white space first or last (nats.c 3.4.1 receivers cannot read an
+ * empty value back and drop the white space), refused at insert as the
+ * other rules are. Rows already in the outbox keep their values; the relay
+ * dead-letters such a row with the reason when it claims it. */
+/* clang-format off */
+static const char *const migration_7[] = {
+    PG_HEADERS_RULE(" OR (value #>> '{}') = '' OR (value #>> '{}') ~ '^\\s' "
+                    "OR (value #>> '{}') ~ '\\s$'"),
+    PG_OUTBOX_FILL("1.." JSD__XSTR(JSD_HEADER_VALUE_MAX) " bytes without CR or LF and without "
+                   "white space first or last"),
+    NULL};
+/* clang-format on */
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
+                                                migration_5, migration_6, migration_7};
 
 const char *const *jsd__pg_migration(int v)
 {

@@ -462,8 +462,13 @@ static const char *const migration_5[] = {
  * none, and the version is shared by both back ends. */
 static const char *const migration_6[] = {NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
-                                                migration_4, migration_5, migration_6};
+/* 7: PostgreSQL's insert rule for header values (postgres.c's migration_7);
+ * SQLite checks headers_json when the relay claims a row, with the same rule
+ * (rules.c), and the version is shared by both back ends. */
+static const char *const migration_7[] = {NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
+                                                migration_5, migration_6, migration_7};
 
 const char *const *jsd__sqlite_migration(int v)
 {

@@ -189,6 +189,9 @@ static void refused(rt_backend kind)
         {.rule = "jsd_outbox_header_value", .headers = "{\"a\": \"x\\ny\"}"},
         {.rule = "jsd_outbox_header_value", .headers = "{\"a\": \"x\\ry\"}"},
         {.rule = "jsd_outbox_header_value", .headers = value_long},
+        {.rule = "jsd_outbox_header_value", .headers = "{\"a\": \"\"}"},
+        {.rule = "jsd_outbox_header_value", .headers = "{\"a\": \" x\"}"},
+        {.rule = "jsd_outbox_header_value", .headers = "{\"a\": \"x\\t\"}"},
         {.rule = "jsd_outbox_headers_size", .headers = big},
     };
     char sql[300000], why[4096], pay[64];
