@@ -96,8 +96,8 @@
 #include <string.h>
 
 #include "conn_int.h"
-#include "natsmsg.h"
 #include "consumer_int.h"
+#include "natsmsg.h"
 #include "store/store.h"
 #include "subject.h"
 

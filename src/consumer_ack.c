@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "conn_int.h"
-#include "natsmsg.h"
 #include "consumer_int.h"
+#include "natsmsg.h"
 
 #define ACK_GENS 4
 

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "conn_int.h"
-#include "natsmsg.h"
 #include "consumer_int.h"
+#include "natsmsg.h"
 
 /* ---- the fetcher thread ------------------------------------------------------------ */
 

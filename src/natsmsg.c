@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "natsmsg.h"
+#include "subject.h"
 
 extern void natsMsg_free(void *object) __attribute__((weak));
 extern natsStatus natsMsg_create(natsMsg **newMsg, const char *subject, int subjLen,
@@ -61,11 +62,6 @@ void jsd__msg_scratch_free(jsd__msg_scratch *sc)
     sc->cap = 0;
 }
 
-static size_t line_len(const jsd_header *h)
-{
-    return strlen(h->name) + 2 + (h->value ? strlen(h->value) : 0) + 2;
-}
-
 static char *put(char *at, const char *s, size_t n)
 {
     memcpy(at, s, n);
@@ -76,8 +72,7 @@ static char *put_line(char *at, const jsd_header *h)
 {
     at = put(at, h->name, strlen(h->name));
     at = put(at, ": ", 2);
-    if (h->value)
-        at = put(at, h->value, strlen(h->value));
+    at = put(at, h->value, strlen(h->value));
     return put(at, "\r\n", 2);
 }
 
@@ -89,7 +84,7 @@ static natsStatus make_public(natsMsg **out, const char *subject, const char *re
     natsStatus s = natsMsg_Create(&m, subject, reply, (const char *)data, (int)len);
     for (size_t i = 0; s == NATS_OK && i < n_fixed + n_extra; i++) {
         const jsd_header *h = i < n_fixed ? &fixed[i] : &extra[i - n_fixed];
-        s = natsMsgHeader_Add(m, h->name, h->value ? h->value : "");
+        s = natsMsgHeader_Add(m, h->name, h->value);
     }
     if (s != NATS_OK) {
         natsMsg_Destroy(m);
@@ -106,9 +101,11 @@ natsStatus jsd__msg_make(natsMsg **out, const char *subject, const char *reply,
     *out = NULL;
     if (!jsd__msg_direct() || n_fixed + n_extra == 0)
         return make_public(out, subject, reply, fixed, n_fixed, extra, n_extra, data, len);
-    size_t hdr = strlen(HDR_LINE) + 2;
-    for (size_t i = 0; i < n_fixed + n_extra; i++)
-        hdr += line_len(i < n_fixed ? &fixed[i] : &extra[i - n_fixed]);
+    size_t hdr = JSD__HEADERS_FRAME_BYTES;
+    for (size_t i = 0; i < n_fixed + n_extra; i++) {
+        const jsd_header *h = i < n_fixed ? &fixed[i] : &extra[i - n_fixed];
+        hdr += jsd__header_wire_size(strlen(h->name), strlen(h->value));
+    }
     if (hdr + len > (size_t)INT32_MAX)
         return NATS_INVALID_ARG;
     if (sc->cap < hdr + len) {

@@ -21,10 +21,10 @@ typedef struct jsd__msg_scratch {
 } jsd__msg_scratch;
 
 /* Make a message to publish: subject, reply (or NULL), the headers of
- * `fixed` then those of `extra` (a NULL value is sent empty), and len bytes
- * of data. Names and values must already be valid header text (no CR, LF or
- * ':' in a name; src/subject.c). The message is the caller's, to free with
- * jsd__msg_free. */
+ * `fixed` then those of `extra`, and len bytes of data. Names and values
+ * must already be valid (jsd__header_name_valid, jsd__header_value_valid in
+ * src/subject.h: no value is NULL or empty). The message is the caller's, to
+ * free with jsd__msg_free. */
 natsStatus jsd__msg_make(natsMsg **out, const char *subject, const char *reply,
                          const jsd_header *fixed, size_t n_fixed, const jsd_header *extra,
                          size_t n_extra, const void *data, size_t len, jsd__msg_scratch *sc);

@@ -390,7 +390,7 @@ bool jsd__header_name_valid(const char *name, size_t max_len, const char *what, 
     return true;
 }
 
-/* isspace() of the C locale; CR and LF are refused on their own */
+/* isspace() of the C locale, which nats.c's header parser skips */
 static bool blank(char c)
 {
     return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r' || c == '\n';

@@ -101,7 +101,8 @@ bool jsd__header_value_valid(const char *value, size_t len, size_t max_len, cons
  * among them, src/msg.c _processKeyValue): an empty value makes it take the
  * next line as the value, or fail on the whole message, so that not even its
  * Nats-Msg-Id can be read; white space around a value is trimmed by it (and
- * by the other clients). tests/unit/test_subject shows both. */
+ * by the other clients). tests/unit/test_natsmsg shows nats.c's reading,
+ * tests/unit/test_subject the rule. */
 const char *jsd__header_value_edges(const char *value, size_t len);
 
 /* W3C trace context (JSD_TRACESTATE_MAX in store.h has the rule): name is
