@@ -55,10 +55,16 @@
  *    uses the same M.
  * 4a. A duplicate PubAck is the expected answer to a retry (attempts > 0, or
  *    an earlier lease that ended unsettled, which the claim marks
- *    maybe_published). On an effect with neither, no relay ever sent M: the
- *    stream holds another producer's message under M and ours was not
- *    stored, so the effect is dead-lettered (JSD__FIRST_DUP_REASON), logged
- *    and counted rather than retired by a receipt.
+ *    maybe_published). On an effect with neither, the store has no record
+ *    of an earlier attempt, so the relay reads the stream's message at the
+ *    sequence the PubAck names (relay_claim.c, stored_copy). If it carries
+ *    M, the effect's subject, payload and headers, it is this effect's own
+ *    message, stored by an attempt whose claim did not survive (point 8; an
+ *    SQLite host's crash): the PubAck is its receipt (a duplicate, logged at
+ *    warn). If it differs, or cannot be read, the stream holds another
+ *    producer's message under M and ours was not stored, so the effect is
+ *    dead-lettered (JSD__FIRST_DUP_REASON, with what differed), logged and
+ *    counted rather than retired by a receipt.
  * 4b. Point 2 needs every retry inside the stream's duplicate window: the
  *    first time a stream is targeted (and every minute) its window is read
  *    and must exceed deadline + backoff cap + lease + poll, or the relay releases
@@ -94,11 +100,26 @@
  *    migration 6), so a claim is a HOT update that adds no index entries;
  *    only the receipt makes a new indexed row version. The receipt writer
  *    has its own connection (jsd__store_open_writer), so receipts overlap
- *    the next claims instead of taking turns with them. Both commit
- *    synchronously: a receipt lost in a server crash would be republished
- *    after a restart that may come later than the duplicate window, and a
- *    lost claim would hide that an effect was sent. A full batch moves a claim
- *    floor above its largest id, so the next claim does not step over the
+ *    the next claims instead of taking turns with them. Receipts,
+ *    failures, releases and dead letters commit synchronously: a receipt
+ *    lost in a server crash would be republished after a restart that may
+ *    come later than the duplicate window, and a lost dead letter would be
+ *    published. The claim alone commits without waiting for its WAL flush
+ *    (synchronous_commit off for its own transaction, set inside the
+ *    statement): that wait was on every commit -> PubAck path (p50 about
+ *    2 ms against 0.8 ms in bench_relay's latency run). A relay that dies
+ *    loses nothing by it (the server holds the commit); a server crash or
+ *    failover may lose the last claims. Such an effect is then unleased and
+ *    unmarked, possibly published under a lease nobody remembers: its
+ *    receipt under that lease is refused (point 3, lease_lost), it is
+ *    claimed again like a new one, its republication is collapsed by the
+ *    stream, and the first-attempt duplicate is settled by reading the
+ *    stream (point 4a): still one message and one receipt. (A server that
+ *    stays down past the duplicate window makes that republication a
+ *    second copy, as for held receipts in point 10; the inbox applies it
+ *    once.) The receipt's own synchronous commit flushes every claim
+ *    committed before it. A full batch moves a claim floor above its
+ *    largest id, so the next claim does not step over the
  *    index entries published rows leave until vacuum; a claim from the start
  *    runs whenever one comes back short and at least once a second, so an
  *    expired lease or an ended backoff below the floor waits at most that.

@@ -11,8 +11,11 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "conn_int.h"
 #include "jsd_int.h"
 #include "pubengine.h"
 #include "relay_int.h"
@@ -168,31 +171,142 @@ static void slot_fail(slot *sl, slot_fate fate, const char *fmt, ...)
     sl->state = SLOT_DONE;
 }
 
+/* ---- a duplicate on the first attempt ----------------------------------------------- */
+
+typedef enum { COPY_OURS, COPY_FOREIGN, COPY_UNREAD } copy_verdict;
+
+/* Whether the stored message m is e's own: the same Nats-Msg-Id, subject and
+ * payload, and exactly e's headers besides the Nats-* ones the publisher
+ * adds. On a difference, what differs goes to why. */
+static copy_verdict copy_compare(natsMsg *m, const jsd__claimed *e, char *why, size_t cap)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get(m, "Nats-Msg-Id", &v) != NATS_OK || !v || strcmp(v, e->msg_id) != 0) {
+        jsd__snprintf(why, cap, "its msg id differs");
+        return COPY_FOREIGN;
+    }
+    const char *subj = natsMsg_GetSubject(m);
+    if (!subj || strcmp(subj, e->subject) != 0) {
+        jsd__snprintf(why, cap, "its subject differs");
+        return COPY_FOREIGN;
+    }
+    int len = natsMsg_GetDataLength(m);
+    if (len < 0 || (size_t)len != e->len ||
+        (len > 0 && memcmp(natsMsg_GetData(m), e->payload, e->len) != 0)) {
+        jsd__snprintf(why, cap, "its payload differs");
+        return COPY_FOREIGN;
+    }
+    const char **keys = NULL;
+    int nkeys = 0;
+    size_t theirs = 0;
+    natsStatus s = natsMsgHeader_Keys(m, &keys, &nkeys);
+    if (s != NATS_OK && s != NATS_NOT_FOUND) {
+        jsd__snprintf(why, cap, "its headers could not be read (%s)", natsStatus_GetText(s));
+        return COPY_UNREAD;
+    }
+    for (int i = 0; i < nkeys; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        if (strncasecmp(keys[i], "Nats-", 5) != 0 &&
+            natsMsgHeader_Values(m, keys[i], &vals, &nv) == NATS_OK) {
+            theirs += (size_t)nv;
+            free((void *)vals);
+        }
+    }
+    free((void *)keys);
+    bool same = theirs == e->n_headers;
+    for (size_t i = 0; same && i < e->n_headers; i++) {
+        const char **vals = NULL;
+        int nv = 0;
+        same = false;
+        if (natsMsgHeader_Values(m, e->headers[i].name, &vals, &nv) == NATS_OK) {
+            for (int k = 0; k < nv && !same; k++)
+                same = strcmp(vals[k], e->headers[i].value) == 0;
+            free((void *)vals);
+        }
+    }
+    if (!same) {
+        jsd__snprintf(why, cap, "its headers differ");
+        return COPY_FOREIGN;
+    }
+    return COPY_OURS;
+}
+
+/*
+ * A PubAck said duplicate on an attempt that, by the store's record, no
+ * relay made before (DESIGN 4a). Read the message the stream holds at that
+ * sequence (STREAM.MSG.GET, which needs no allow_direct): if it is this
+ * effect's own message, an earlier attempt stored it and its claim did not
+ * survive (PostgreSQL commits claims asynchronously, DESIGN 8; an SQLite
+ * host's crash can lose its last claim), so it is this effect's receipt. If
+ * it differs, another producer uses the id. A message that cannot be read
+ * is not called ours.
+ */
+static copy_verdict stored_copy(jsd_relay *r, const jsd__claimed *e, const char *stream,
+                                uint64_t seq, char *why, size_t cap)
+{
+    jsCtx *js = jsd__conn_js(r->conn);
+    if (!js) {
+        jsd__snprintf(why, cap, "no JetStream context to read it with");
+        return COPY_UNREAD;
+    }
+    natsMsg *m = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetMsg(&m, js, stream, seq, NULL, &jerr);
+    if (s != NATS_OK) {
+        jsd__snprintf(why, cap, "it could not be read to compare (%s, jetstream error %d)",
+                      natsStatus_GetText(s), (int)jerr);
+        return COPY_UNREAD;
+    }
+    copy_verdict v = copy_compare(m, e, why, cap);
+    natsMsg_Destroy(m);
+    return v;
+}
+
+/* Settle a first-attempt duplicate (DESIGN 4a): false when the stream's
+ * message is this effect's own and the PubAck is its receipt; true when the
+ * slot was dead-lettered. */
+static bool first_dup_dead(jsd_relay *r, slot *sl, const jsd_publish_result *res,
+                           const jsd__claimed *e)
+{
+    char why[200];
+    copy_verdict v = stored_copy(r, e, res->receipt.stream, res->receipt.seq, why, sizeof(why));
+    if (v == COPY_OURS) {
+        JSD_WARN(COMP,
+                 "effect %s/%s: the broker answered duplicate on its first attempt, and stream "
+                 "%s holds this effect's own message at sequence %llu (an earlier claim was "
+                 "lost, e.g. in a store crash): recorded as its receipt",
+                 e->owner, e->effect_id, res->receipt.stream, (unsigned long long)res->receipt.seq);
+        return false;
+    }
+    slot_fail(sl, FATE_DEAD,
+              JSD__FIRST_DUP_REASON ": stream %s holds msg id %s at sequence %llu and %s, "
+                                    "so this effect's message was not stored (another producer "
+                                    "uses the id)",
+              res->receipt.stream, e->msg_id, (unsigned long long)res->receipt.seq, why);
+    sl->first_dup = true;
+    jsd__relay_count(r, RC_FIRST_DUP, 1);
+    JSD_WARN(COMP,
+             "effect %s/%s: the broker answered duplicate on its first attempt (stream "
+             "%s, sequence %llu holds msg id %s and %s; a second store with the same owner "
+             "and effect id?); dead-lettering it",
+             e->owner, e->effect_id, res->receipt.stream, (unsigned long long)res->receipt.seq,
+             e->msg_id, why);
+    return true;
+}
+
 /* Map a publication result onto the slot. */
 void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, const jsd__claimed *e)
 {
     const char *subject = e->subject;
     switch (res->outcome) {
     case JSD_OUTCOME_ACCEPTED:
-        if (res->receipt.duplicate && e->attempts == 0 && !e->maybe_published) {
-            /* Nothing of ours can have stored it (no failed attempt, no
-             * earlier lease that ended unsettled): the stream holds another
-             * producer's message under this id, and ours is not in it. */
-            slot_fail(sl, FATE_DEAD,
-                      JSD__FIRST_DUP_REASON
-                      ": stream %s already held msg id %s at sequence "
-                      "%llu, so this effect's message was not stored (another producer uses "
-                      "the same id: a second store with the same owner and effect id?)",
-                      res->receipt.stream, e->msg_id, (unsigned long long)res->receipt.seq);
-            sl->first_dup = true;
-            jsd__relay_count(r, RC_FIRST_DUP, 1);
-            JSD_WARN(COMP,
-                     "effect %s/%s: the broker answered duplicate on its first attempt (stream "
-                     "%s, sequence %llu already holds msg id %s); dead-lettering it",
-                     e->owner, e->effect_id, res->receipt.stream,
-                     (unsigned long long)res->receipt.seq, e->msg_id);
+        /* Nothing of ours is on record as having stored it (no failed
+         * attempt, no earlier lease that ended unsettled): whose message
+         * the stream holds under this id decides. */
+        if (res->receipt.duplicate && e->attempts == 0 && !e->maybe_published &&
+            first_dup_dead(r, sl, res, e))
             return;
-        }
         sl->fate = FATE_RECEIPT;
         sl->state = SLOT_DONE;
         sl->seq = res->receipt.seq;

@@ -165,8 +165,9 @@ static void receipts_done(jsd_relay *r, jsd_store *ws, rbatch *b, const outcome 
     if (applied < nr) {
         jsd__relay_count(r, RC_LEASE_LOST, nr - applied);
         JSD_WARN(COMP,
-                 "%zu of %zu receipts refused: their lease was taken over by another "
-                 "relay, whose receipt stands",
+                 "%zu of %zu receipts refused: their lease is gone (taken over by another "
+                 "relay, whose receipt stands, or a claim lost in a store crash: they are "
+                 "claimed again and the stream's duplicate settles them)",
                  nr - applied, nr);
     }
     for (size_t i = 0; i < n; i++)

@@ -105,7 +105,11 @@ static const char *const sql_text[P__COUNT] = {
  * starves the other. The claim's writes touch no indexed column: with
  * the table's fillfactor (migration 6) they are HOT updates. The rows
  * come back keyed first; the caller sorts them by id. $5 is the claim
- * floor (see pg_claim). */
+ * floor (see pg_claim). The claim's own transaction commits without
+ * waiting for its WAL flush (synchronous_commit off for this transaction
+ * only: set_config(..., true) in the CTE async_commit, which u's LIMIT
+ * reads so that it runs): a claim lost in a server crash is answered by
+ * the relay's reading of the stream (relay.c DESIGN 8). */
 #define CLAIM_SET                                                                                  \
     "UPDATE @jsd_outbox o SET lease_token = $1, lease_expires = $2, " /* an earlier lease that     \
                                                                          ended unsettled: maybe    \
@@ -121,11 +125,13 @@ static const char *const sql_text[P__COUNT] = {
     "o.id, o.owner, o.effect_id, o.msg_id, o.subject, "                                            \
     "coalesce(o.headers, convert_to(o.headers_json::text, 'UTF8')), o.payload, o.attempts, "       \
     "o.order_key, o.created_at, o.not_before, o.duplicate, o.first_attempt_at"
-    [P_CLAIM] = "WITH k AS (" CLAIM_SET "c.id = ANY(ARRAY(SELECT min(id) FROM @jsd_outbox "
+    [P_CLAIM] = "WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true)), "
+                "k AS (" CLAIM_SET "c.id = ANY(ARRAY(SELECT min(id) FROM @jsd_outbox "
                 "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key)) " CLAIM_DUE
                 "LIMIT ($4 + 1) / 2 FOR UPDATE OF c SKIP LOCKED)) RETURNING " CLAIM_COLS "), "
                 "u AS (" CLAIM_SET "c.order_key IS NULL AND c.id >= $5 " CLAIM_DUE
-                "LIMIT $4 - (SELECT count(*) FROM k) FOR UPDATE OF c SKIP LOCKED)) "
+                "LIMIT $4 - (SELECT count(*) FROM k) - (SELECT count(*) - 1 FROM async_commit) "
+                "FOR UPDATE OF c SKIP LOCKED)) "
                 "RETURNING " CLAIM_COLS ") "
                 "SELECT * FROM k UNION ALL SELECT * FROM u",
     [P_RECEIPTS] = "UPDATE @jsd_outbox o SET stream = r.stream, stream_seq = r.seq, "

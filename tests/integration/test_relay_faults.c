@@ -63,12 +63,13 @@ static void sql_exec(rt_store *st, const char *sql)
     }
 }
 
-static void emit1(jsd_store *s, const char *owner, const char *id, const char *subject,
-                  const char *order_key, const void *payload, size_t len)
+/* One effect with the header Trace-Id: trace. */
+static void emit1_traced(jsd_store *s, const char *owner, const char *id, const char *subject,
+                         const char *order_key, const void *payload, size_t len, const char *trace)
 {
     jsd_tx *tx = NULL;
     ASSERT_OK_E(jsd_tx_begin(&tx, s), jsd_store_errmsg(s));
-    jsd_header h[] = {{"Trace-Id", "t-1"}};
+    jsd_header h[] = {{"Trace-Id", trace}};
     jsd_effect ef = {.owner = owner,
                      .id = id,
                      .subject = subject,
@@ -79,6 +80,12 @@ static void emit1(jsd_store *s, const char *owner, const char *id, const char *s
                      .order_key = order_key};
     ASSERT_OK_E(jsd_tx_emit(tx, &ef), jsd_store_errmsg(s));
     ASSERT_OK_E(jsd_tx_commit(tx), jsd_store_errmsg(s));
+}
+
+static void emit1(jsd_store *s, const char *owner, const char *id, const char *subject,
+                  const char *order_key, const void *payload, size_t len)
+{
+    emit1_traced(s, owner, id, subject, order_key, payload, len, "t-1");
 }
 
 static jsd_relay_opts quick_opts(void)
@@ -300,6 +307,7 @@ static void first_attempt_duplicate(rt_backend kind)
     ASSERT_CONTAINS(reason, "duplicate on first attempt");
     ASSERT_CONTAINS(reason, e.stream);
     ASSERT_CONTAINS(reason, "sequence 1");
+    ASSERT_CONTAINS(reason, "its payload differs");
     snprintf(cmd, sizeof(cmd), "%s status --store '%s'", jsd_fx_bin("jsdurable"), e.st.url);
     ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 0);
     ASSERT_CONTAINS(out, "first-attempt duplicates 1");
@@ -324,6 +332,38 @@ static void first_attempt_duplicate(rt_backend kind)
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 1);
     ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox"), 1);
+
+    /* A claim that did not survive (an asynchronous PostgreSQL commit lost
+     * in a server crash, an SQLite host's crash) leaves no mark on an effect
+     * a relay did publish: its retry looks like a first attempt. The stream's
+     * message at that sequence is this effect's own (same id, subject,
+     * payload, headers), so the duplicate is its receipt. */
+    sql_exec(&e.st, "DELETE FROM jsd_outbox");
+    emit1(sb, "order-1", "created", e.subject, NULL, "from-a", 6);
+    rt_relay_make(&t, &b_ns, e.nats_url, &o);
+    ASSERT_OK(run_idle_within(&t, 30000));
+    jsd_relay_stats_get(t.relay, &rs);
+    ASSERT_EQ(rs.first_attempt_duplicates, 0);
+    ASSERT_EQ(rs.published, 1);
+    ASSERT_EQ(rs.duplicates, 1);
+    rt_relay_finish(&t);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 1);
+    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox"), 1);
+
+    /* The same payload under another header value is not its message. */
+    sql_exec(&e.st, "DELETE FROM jsd_outbox");
+    emit1_traced(sb, "order-1", "created", e.subject, NULL, "from-a", 6, "t-2");
+    rt_relay_make(&t, &b_ns, e.nats_url, &o);
+    ASSERT_OK(run_idle_within(&t, 30000));
+    jsd_relay_stats_get(t.relay, &rs);
+    ASSERT_EQ(rs.first_attempt_duplicates, 1);
+    ASSERT_EQ(rs.published, 0);
+    rt_relay_finish(&t);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 1);
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox", reason, sizeof(reason));
+    ASSERT_CONTAINS(reason, "its headers differ");
+    ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 1);
 
     jsd_metrics_destroy(mx);
     jsd_store_close(sb);

@@ -2171,6 +2171,33 @@ static void pg_claims_stay_on_their_page(void **state)
     jsd_store_close(s);
 }
 
+/* The claim's transaction alone commits asynchronously (relay.c DESIGN 8):
+ * the session's synchronous_commit is unchanged after it, so the failures,
+ * releases and dead letters written on the same connection stay synchronous. */
+static void pg_claim_async_commit_stays_in_the_claim(void **state)
+{
+    (void)state;
+    char url[512], v[32];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    jsd_store *s = open_url(url);
+    q_text(s, "SHOW synchronous_commit", v, sizeof(v));
+    ASSERT_STREQ(v, "on");
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    jsd_effect e = {.owner = "o", .id = "e1", .subject = "claim.async", .payload = "p", .len = 1};
+    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
+    ASSERT_OK(jsd_tx_commit(tx));
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 8, 60000, "0123456789abcdef0123456789abcdef", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 1);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE lease_token IS NOT NULL"), 1);
+    q_text(s, "SHOW synchronous_commit", v, sizeof(v));
+    ASSERT_STREQ(v, "on");
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
 /* Several processes opening a fresh database at once all succeed: the
  * migration runs once, under an advisory lock. */
 static void pg_concurrent_open(void **state)
@@ -2708,6 +2735,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
               cmocka_unit_test(pg_claims_stay_on_their_page),
+              cmocka_unit_test(pg_claim_async_commit_stays_in_the_claim),
               cmocka_unit_test(pg_reconnects_after_connection_loss),
               cmocka_unit_test(pg_begin_goes_with_the_first_statement),
               cmocka_unit_test(pg_concurrent_duplicate_identity),
