@@ -201,7 +201,6 @@
 #define DRAIN_MAX            512
 #define IDLE_FLOOR_MS        100 /* shortest idle wait when something due was not claimable */
 #define PROGRESS_EVERY_MS    10000
-#define GAUGES_EVERY_MS      5000
 #define ACK_GATHER_MIN       32 /* acks per wake-up worth waiting for under load */
 #define ACK_GATHER_US        200
 
@@ -375,7 +374,8 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
     atomic_store(&r->left_dead, -1);
     if (pthread_mutex_init(&r->store_mu, NULL) != 0 || pthread_mutex_init(&r->wq_mu, NULL) != 0 ||
         pthread_mutex_init(&r->err_mu, NULL) != 0 || pthread_cond_init(&r->wq_cv, NULL) != 0 ||
-        jsd__cond_init_mono(&r->wq_idle_cv) != 0) {
+        jsd__cond_init_mono(&r->wq_idle_cv) != 0 || pthread_mutex_init(&r->gauge_mu, NULL) != 0 ||
+        jsd__cond_init_mono(&r->gauge_cv) != 0) {
         jsd__free(r);
         return jsd__err(err, JSD_ERR_INTERNAL, "cannot initialise the relay's locks");
     }
@@ -446,6 +446,12 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
                      "cannot open a second store connection for the receipt writer (%s); "
                      "claims and receipts take turns on one connection",
                      werr.msg);
+        jsd_error_clear(&werr);
+        if (r->mstd && jsd__store_open_reader(store, &r->gstore, &werr) != JSD_OK)
+            JSD_INFO(COMP,
+                     "no second store connection for the backlog gauges (%s); they are "
+                     "counted on the publishing thread",
+                     werr.msg);
     }
     *out = r; /* r->err is clear: calloc */
     return JSD_OK;
@@ -474,12 +480,15 @@ void jsd_relay_destroy(jsd_relay *r)
     free_chain(r->spare);
     jsd__streams_destroy(r->streams);
     jsd_store_close(r->wstore);
+    jsd_store_close(r->gstore);
     if (r->sync_init) {
         pthread_mutex_destroy(&r->store_mu);
         pthread_mutex_destroy(&r->wq_mu);
         pthread_mutex_destroy(&r->err_mu);
         pthread_cond_destroy(&r->wq_cv);
         pthread_cond_destroy(&r->wq_idle_cv);
+        pthread_mutex_destroy(&r->gauge_mu);
+        pthread_cond_destroy(&r->gauge_cv);
     }
     jsd__free(r);
 }
@@ -698,26 +707,23 @@ static bool writer_or_wakeup(jsd_relay *r)
     return false;
 }
 
-/* Refresh the gauges (backlog and oldest age come from the store). */
+/* Refresh the gauges. The backlog and the oldest age come from the store:
+ * counted by the gauge thread while it runs (relay_gauge.c), else here every
+ * JSD__GAUGES_EVERY_MS; force (the run's end, the gauge thread stopped)
+ * counts now, on the gauges' own handle when there is one. */
 static void gauges(jsd_relay *r, bool force)
 {
     if (!r->mstd)
         return;
     jsd_gauge_set(r->m_inflight, (double)r->in_flight);
     int64_t now = jsd__mono_ms();
-    if (!force && now - r->last_gauges_ms < GAUGES_EVERY_MS)
+    if (!force && (r->gauge_running || now - r->last_gauges_ms < JSD__GAUGES_EVERY_MS))
         return;
     r->last_gauges_ms = now;
-    jsd_store_stats st;
-    pthread_mutex_lock(&r->store_mu);
-    jsd_status s = jsd__store_backlog(r->store, jsd__now_ms(), &st);
-    if (s != JSD_OK)
-        jsd__relay_store_trouble(r, "backlog for metrics");
-    pthread_mutex_unlock(&r->store_mu);
-    if (s != JSD_OK)
-        return;
-    jsd_gauge_set(r->mstd->outbox_backlog, (double)st.backlog);
-    jsd_gauge_set(r->mstd->outbox_oldest_age, (double)st.oldest_due_age_ms / 1000.0);
+    if (r->gstore)
+        jsd__relay_backlog_refresh(r, r->gstore, NULL);
+    else
+        jsd__relay_backlog_refresh(r, r->store, &r->store_mu);
 }
 
 /* Progress to the log every PROGRESS_EVERY_MS while there is activity. */
@@ -786,6 +792,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
     int64_t last_progress = jsd__mono_ms();
     uint_fast64_t seen_written = atomic_load(&r->written);
     jsd__relay_writer_start(r);
+    jsd__relay_gauge_start(r);
     JSD_INFO(COMP, "relay started: batch %d, in flight %d, lease %d ms, poll %d ms",
              r->o.batch_size, r->o.max_in_flight, r->o.lease_ms, r->o.poll_interval_ms);
 
@@ -908,6 +915,7 @@ static jsd_status run(jsd_relay *r, bool until_idle)
     }
     (void)jsd__relay_writer_wait(r, -1);
     jsd__relay_writer_stop(r);
+    jsd__relay_gauge_stop(r);
     gauges(r, true);
     jsd_relay_stats st;
     jsd_relay_stats_get(r, &st);

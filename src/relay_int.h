@@ -71,6 +71,14 @@ struct jsd_relay {
     /* The writer's own handle (PostgreSQL, jsd__store_open_writer), owned;
      * NULL: the writer uses store, taking turns under store_mu. */
     jsd_store *wstore;
+    /* The backlog gauges' own handle (jsd__store_open_reader), owned, and
+     * their thread (relay_gauge.c); NULL: counted on the publishing thread. */
+    jsd_store *gstore;
+    pthread_t gauge_thread;
+    bool gauge_running;
+    bool gauge_quit; /* under gauge_mu */
+    pthread_mutex_t gauge_mu;
+    pthread_cond_t gauge_cv;
     jsd_conn *conn;
     jsd_relay_opts o;
     jsd__backoff backoff;
@@ -235,5 +243,16 @@ void jsd__relay_hand_over(jsd_relay *r, rbatch *b);
 bool jsd__relay_writer_wait(jsd_relay *r, int ms);
 void jsd__relay_writer_start(jsd_relay *r);
 void jsd__relay_writer_stop(jsd_relay *r);
+
+/* ---- relay_gauge.c -------------------------------------------------------------- */
+
+#define JSD__GAUGES_EVERY_MS 5000 /* the backlog gauges' refresh */
+
+/* Count the backlog on st (under mu unless NULL) and set the gauges; a
+ * failure is store trouble. Needs r->mstd. */
+void jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t *mu);
+/* The gauge thread, for a run with metrics and a gstore; no-ops otherwise. */
+void jsd__relay_gauge_start(jsd_relay *r);
+void jsd__relay_gauge_stop(jsd_relay *r);
 
 #endif

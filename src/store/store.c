@@ -415,11 +415,9 @@ fail:
     return rc;
 }
 
-jsd_status jsd__store_open_writer(const jsd_store *s, jsd_store **out, jsd_error *err)
+/* A second handle on s's database, opened with s's options. */
+static jsd_status open_again(const jsd_store *s, jsd_store **out, jsd_error *err)
 {
-    *out = NULL;
-    if (s->backend != JSD_STORE_POSTGRES)
-        return JSD_OK;
     jsd_store_opts o;
     jsd_store_opts_init(&o);
     o.url = s->open_url;
@@ -428,6 +426,30 @@ jsd_status jsd__store_open_writer(const jsd_store *s, jsd_store **out, jsd_error
     o.busy_timeout_ms = s->busy_timeout_ms;
     o.payload_max = s->payload_max;
     return jsd_store_open_opts(out, &o, err);
+}
+
+jsd_status jsd__store_open_writer(const jsd_store *s, jsd_store **out, jsd_error *err)
+{
+    *out = NULL;
+    if (s->backend != JSD_STORE_POSTGRES)
+        return JSD_OK;
+    return open_again(s, out, err);
+}
+
+jsd_status jsd__store_open_reader(const jsd_store *s, jsd_store **out, jsd_error *err)
+{
+    *out = NULL;
+    jsd_status rc = open_again(s, out, err);
+    if (rc != JSD_OK)
+        return rc;
+    /* The store id is drawn when a database is made: another id means
+     * another database (an SQLite ":memory:" store opened twice). */
+    if (strcmp((*out)->store_id, s->store_id) != 0) {
+        jsd_store_close(*out);
+        *out = NULL;
+        return jsd__err(err, JSD_ERR_CONFIG, "a second connection opens another database");
+    }
+    return JSD_OK;
 }
 
 void jsd_store_close(jsd_store *s)

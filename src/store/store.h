@@ -110,6 +110,14 @@ size_t jsd__effect_batch_held_bytes(const jsd__effect_batch *b);
 jsd_status jsd__store_open_writer(const jsd_store *s, jsd_store **out, jsd_error *err);
 
 /*
+ * A second handle on the same store, on both back ends, for reads that must
+ * not hold up the first one's writes (the relay's backlog gauge). On SQLite
+ * in WAL mode a reader blocks no writer. JSD_ERR_CONFIG when the second
+ * connection would open another database (an SQLite ":memory:" store).
+ */
+jsd_status jsd__store_open_reader(const jsd_store *s, jsd_store **out, jsd_error *err);
+
+/*
  * Claim up to max effects that are due (next_attempt_at <= now_ms; an emitted
  * effect's first next_attempt_at is its not_before, or its creation time),
  * unpublished, not dead-lettered and whose lease is free or expired

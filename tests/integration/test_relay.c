@@ -250,6 +250,61 @@ static void not_before_pg(void **state)
     not_before(RT_PG);
 }
 
+/* ---- the backlog gauges ------------------------------------------------------------------- */
+
+static double gauge(jsd_metrics *mx, const char *name)
+{
+    double v = -1;
+    return jsd_metrics_get(mx, name, NULL, &v) == JSD_OK ? v : -1;
+}
+
+/* A running relay refreshes jsd_outbox_backlog (counted on a connection of
+ * its own, relay_gauge.c) while it claims: effects committed after it
+ * started, due in an hour, are counted within two refreshes, and the due
+ * ones are published meanwhile. */
+static void backlog_gauge_while_running(rt_backend kind)
+{
+    rt_env e;
+    env_up(&e, kind, NULL);
+    jsd_store *app = rt_open(&e.st);
+    jsd_metrics *mx = NULL;
+    ASSERT_OK(jsd_metrics_create(&mx, NULL));
+    rt_relay t;
+    jsd_relay_opts o = fast_opts();
+    o.metrics = mx;
+    rt_relay_make(&t, &e.st, e.nats_url, &o);
+    rt_relay_start(&t, false);
+    ASSERT_WAIT(gauge(mx, "jsd_outbox_backlog") == 0, 10000);
+
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t hour = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 3600 * 1000;
+    rt_enqueue_opts later = {
+        .id_prefix = "later", .n = 7, .subject = e.subject, .not_before_ms = hour};
+    rt_enqueue(app, &later);
+    rt_enqueue_opts now = {.id_prefix = "now", .n = 3, .subject = e.subject};
+    rt_enqueue(app, &now);
+    ASSERT_WAIT(rt_published(&e.st) == 3, 10000);
+    ASSERT_WAIT(gauge(mx, "jsd_outbox_backlog") == 7, 15000);
+    rt_relay_finish(&t);
+    ASSERT_EQ(gauge(mx, "jsd_outbox_backlog"), 7);
+    ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 3);
+    jsd_metrics_destroy(mx);
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+static void backlog_gauge_while_running_sqlite(void **state)
+{
+    (void)state;
+    backlog_gauge_while_running(RT_SQLITE);
+}
+static void backlog_gauge_while_running_pg(void **state)
+{
+    (void)state;
+    backlog_gauge_while_running(RT_PG);
+}
+
 /* ---- dead-letter budget ------------------------------------------------------------------- */
 
 static void dead_letter_budget(rt_backend kind)
@@ -853,9 +908,10 @@ JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
               cmocka_unit_test(publishes_every_effect_once_pg),
               cmocka_unit_test(publishes_every_effect_once_write_each),
               cmocka_unit_test(headers_and_expected_stream), cmocka_unit_test(not_before_sqlite),
-              cmocka_unit_test(not_before_pg), cmocka_unit_test(dead_letter_budget_sqlite),
-              cmocka_unit_test(dead_letter_budget_pg), cmocka_unit_test(ordering_keys_sqlite),
-              cmocka_unit_test(ordering_keys_pg),
+              cmocka_unit_test(not_before_pg), cmocka_unit_test(backlog_gauge_while_running_sqlite),
+              cmocka_unit_test(backlog_gauge_while_running_pg),
+              cmocka_unit_test(dead_letter_budget_sqlite), cmocka_unit_test(dead_letter_budget_pg),
+              cmocka_unit_test(ordering_keys_sqlite), cmocka_unit_test(ordering_keys_pg),
               cmocka_unit_test(failed_head_blocks_its_key_sqlite),
               cmocka_unit_test(failed_head_blocks_its_key_pg),
               cmocka_unit_test(wakeup_prompts_claim_sqlite),

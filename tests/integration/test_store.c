@@ -2171,6 +2171,43 @@ static void pg_claims_stay_on_their_page(void **state)
     jsd_store_close(s);
 }
 
+/* A second handle for reads (the relay's backlog gauges) opens the same
+ * database: what one commits the other counts. */
+static void open_reader_same_database(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    jsd_store *g = NULL;
+    jsd_error err;
+    ASSERT_OK_E(jsd__store_open_reader(s, &g, &err), err.msg);
+    assert_non_null(g);
+    ASSERT_STREQ(jsd_store_id(g), jsd_store_id(s));
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    jsd_effect e = {.owner = "o", .id = "e1", .subject = "gauge.x", .payload = "p", .len = 1};
+    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
+    ASSERT_OK(jsd_tx_commit(tx));
+    jsd_store_stats st;
+    ASSERT_OK_E(jsd__store_backlog(g, jsd__now_ms(), &st), jsd_store_errmsg(g));
+    ASSERT_EQ(st.backlog, 1);
+    jsd_store_close(g);
+    jsd_store_close(s);
+}
+
+/* An SQLite ":memory:" store is one database per connection: no second
+ * handle is handed out for it (the relay then counts on its own). */
+static void sqlite_memory_store_has_no_reader(void **state)
+{
+    (void)state;
+    jsd_store *s = open_url("sqlite::memory:");
+    jsd_store *g = (jsd_store *)&g; /* must be reset */
+    jsd_error err;
+    ASSERT_STATUS(jsd__store_open_reader(s, &g, &err), JSD_ERR_CONFIG);
+    assert_null(g);
+    ASSERT_CONTAINS(err.msg, "another database");
+    jsd_store_close(s);
+}
+
 /* The claim's transaction alone commits asynchronously (relay.c DESIGN 8):
  * the session's synchronous_commit is unchanged after it, so the failures,
  * releases and dead letters written on the same connection stay synchronous. */
@@ -2736,6 +2773,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
               cmocka_unit_test(pg_claims_stay_on_their_page),
               cmocka_unit_test(pg_claim_async_commit_stays_in_the_claim),
+              BOTH(open_reader_same_database), cmocka_unit_test(sqlite_memory_store_has_no_reader),
               cmocka_unit_test(pg_reconnects_after_connection_loss),
               cmocka_unit_test(pg_begin_goes_with_the_first_statement),
               cmocka_unit_test(pg_concurrent_duplicate_identity),
