@@ -2208,6 +2208,37 @@ static void sqlite_memory_store_has_no_reader(void **state)
     jsd_store_close(s);
 }
 
+/* A database that exists keeps its page size: the application's own file,
+ * made with SQLite's default 4 KiB pages, becomes a store that works. */
+static void sqlite_existing_file_keeps_its_pages(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/app.db", jsd_test_dir());
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "PRAGMA page_size=4096; CREATE TABLE app (x); "
+                                  "INSERT INTO app VALUES (1)",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    jsd_store *s = open_url(path);
+    ASSERT_EQ(q_i64(s, "PRAGMA page_size"), 4096);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app"), 1);
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    jsd_effect e = {.owner = "o", .id = "e1", .subject = "pages.x", .payload = "p", .len = 1};
+    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
+    ASSERT_OK(jsd_tx_commit(tx));
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 8, 60000, "0123456789abcdef0123456789abcdef", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 1);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
 /* The claim's transaction alone commits asynchronously (relay.c DESIGN 8):
  * the session's synchronous_commit is unchanged after it, so the failures,
  * releases and dead letters written on the same connection stay synchronous. */
@@ -2720,7 +2751,8 @@ static void sqlite_writers_take_turns(void **state)
     jsd_store_close(c);
 }
 
-/* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys. */
+/* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys, and
+ * 8 KiB pages for a database it creates. */
 static void sqlite_settings(void **state)
 {
     (void)state;
@@ -2730,6 +2762,7 @@ static void sqlite_settings(void **state)
     char mode[32];
     q_text(s, "PRAGMA journal_mode", mode, sizeof(mode));
     ASSERT_STREQ(mode, "wal");
+    ASSERT_EQ(q_i64(s, "PRAGMA page_size"), 8192);
     ASSERT_EQ(q_i64(s, "PRAGMA synchronous"), 2); /* FULL */
     ASSERT_EQ(q_i64(s, "PRAGMA foreign_keys"), 1);
     ASSERT_EQ(jsd_store_backend_of(s), JSD_STORE_SQLITE);
@@ -2774,6 +2807,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(pg_claims_stay_on_their_page),
               cmocka_unit_test(pg_claim_async_commit_stays_in_the_claim),
               BOTH(open_reader_same_database), cmocka_unit_test(sqlite_memory_store_has_no_reader),
+              cmocka_unit_test(sqlite_existing_file_keeps_its_pages),
               cmocka_unit_test(pg_reconnects_after_connection_loss),
               cmocka_unit_test(pg_begin_goes_with_the_first_statement),
               cmocka_unit_test(pg_concurrent_duplicate_identity),
