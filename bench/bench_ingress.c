@@ -545,18 +545,6 @@ static double ingress(const char *store_url, int run, bool pg, enum mode mode)
     return rate;
 }
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median3(double v[RUNS])
-{
-    qsort(v, RUNS, sizeof(double), cmp);
-    return v[RUNS / 2];
-}
-
 /* A ceiling's median of RUNS in each form, printed as NAME, NAME.coalesced
  * and NAME.best; returns the best. */
 static double ceiling(const char *name, double (*run)(int, bool))
@@ -565,7 +553,7 @@ static double ceiling(const char *name, double (*run)(int, bool))
     for (int form = 0; form < 2; form++) {
         for (int r = 0; r < RUNS; r++)
             v[r] = run(r, form == 1);
-        m[form] = median3(v);
+        m[form] = bench_median(v, RUNS);
     }
     double best = m[0] > m[1] ? m[0] : m[1];
     printf("%s %.0f msg/s\n%s.coalesced %.0f msg/s\n%s.best %.0f msg/s\n", name, m[0], name, m[1],
@@ -614,7 +602,7 @@ int main(int argc, char **argv)
         snprintf(url, sizeof(url), "sqlite:%s/ingress-%d.db", tmpdir, r);
         sq[r] = ingress(url, r, false, PER_MESSAGE);
     }
-    double sq_m = median3(sq);
+    double sq_m = bench_median(sq, RUNS);
     printf("ingress.sqlite %.0f msg/s\n", sq_m);
     printf("ingress.sqlite.ratio %.2f x\n", sq_m / rawc_m);
     printf("ingress.sqlite.ratio_plain %.2f x\n", sq_m / raw_m);
@@ -622,14 +610,14 @@ int main(int argc, char **argv)
     if (pg_url && *pg_url) {
         for (int r = 0; r < RUNS; r++)
             pgv[r] = ingress(pg_url, r, true, PG_UNNEST);
-        double pg_m = median3(pgv);
+        double pg_m = bench_median(pgv, RUNS);
         printf("ingress.postgres %.0f msg/s\n", pg_m);
         printf("ingress.postgres.ratio %.2f x\n", pg_m / rawc_m);
         printf("ingress.postgres.ratio_plain %.2f x\n", pg_m / raw_m);
         fflush(stdout);
         for (int r = 0; r < RUNS; r++)
             pgv[r] = ingress(pg_url, r, true, PG_PIPELINE);
-        pg_m = median3(pgv);
+        pg_m = bench_median(pgv, RUNS);
         printf("ingress.postgres.sql %.0f msg/s\n", pg_m);
         printf("ingress.postgres.sql.ratio %.2f x\n", pg_m / rawc_m);
         printf("ingress.postgres.sql.ratio_plain %.2f x\n", pg_m / raw_m);

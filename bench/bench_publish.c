@@ -25,6 +25,7 @@
 #include <nats/nats.h>
 
 #include "jsdurable.h"
+#include "lib/bench_js.h"
 
 #define PAYLOAD   256
 #define IN_FLIGHT 1024
@@ -220,12 +221,6 @@ static double run_publisher(const char *url, jsCtx *admin, int n, int run, const
     return n / secs;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -272,13 +267,14 @@ int main(int argc, char **argv)
         }
         ratio[r] = pub[r] / raw[r];
     }
-    qsort(rawc, RUNS, sizeof(double), cmp_double);
-    qsort(rawc_cpu, RUNS, sizeof(double), cmp_double);
-    qsort(raw_cpu, RUNS, sizeof(double), cmp_double);
-    qsort(pub_cpu, RUNS, sizeof(double), cmp_double);
-    qsort(raw, RUNS, sizeof(double), cmp_double);
-    qsort(pub, RUNS, sizeof(double), cmp_double);
-    qsort(ratio, RUNS, sizeof(double), cmp_double);
+    /* each array sorted in place: [RUNS / 2] is its median below */
+    bench_median(rawc, RUNS);
+    bench_median(rawc_cpu, RUNS);
+    bench_median(raw_cpu, RUNS);
+    bench_median(pub_cpu, RUNS);
+    bench_median(raw, RUNS);
+    bench_median(pub, RUNS);
+    bench_median(ratio, RUNS);
     printf("raw.publish%s %.0f msg/s\n", suffix, raw[RUNS / 2]);
     printf("raw.publish.coalesced%s %.0f msg/s\n", suffix, rawc[RUNS / 2]);
     /* the relay's ceiling: the faster of the two ways to write */

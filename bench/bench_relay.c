@@ -156,12 +156,6 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     return rate;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void sqlite_url(char *url, size_t cap)
 {
     static int seq;
@@ -187,10 +181,8 @@ static void bench_throughput_sqlite(int n)
         v[i] = throughput_run(url, n, env_int("BENCH_RELAY_BATCH", 256), 1024, "relay.sqlite");
         c[i] = last_cpu_us_per_effect;
     }
-    qsort(v, RUNS, sizeof(double), cmp_double);
-    qsort(c, RUNS, sizeof(double), cmp_double);
-    printf("relay.sqlite %.0f msg/s\n", v[RUNS / 2]);
-    printf("relay.sqlite.cpu %.2f us/msg\n", c[RUNS / 2]);
+    printf("relay.sqlite %.0f msg/s\n", bench_median(v, RUNS));
+    printf("relay.sqlite.cpu %.2f us/msg\n", bench_median(c, RUNS));
     fflush(stdout);
 }
 
@@ -204,10 +196,8 @@ static void bench_throughput_pg(const char *base, int n)
         c[i] = last_cpu_us_per_effect;
         bench_pg_drop(base, name);
     }
-    qsort(v, RUNS, sizeof(double), cmp_double);
-    qsort(c, RUNS, sizeof(double), cmp_double);
-    printf("relay.postgres %.0f msg/s\n", v[RUNS / 2]);
-    printf("relay.postgres.cpu %.2f us/msg\n", c[RUNS / 2]);
+    printf("relay.postgres %.0f msg/s\n", bench_median(v, RUNS));
+    printf("relay.postgres.cpu %.2f us/msg\n", bench_median(c, RUNS));
     fflush(stdout);
 }
 

@@ -28,6 +28,18 @@ int64_t bench_cpu_us(void)
            ru.ru_stime.tv_usec;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *v, size_t n)
+{
+    qsort(v, n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
 void bench_die(const char *fmt, const char *detail)
 {
     fprintf(stderr, "%s: ", bench_prog);

@@ -25,6 +25,8 @@ int64_t bench_mono_us(void);
 /* CPU time (user + system) of this process, µs: a steadier measure than
  * wall time on a shared machine. */
 int64_t bench_cpu_us(void);
+/* The median of v[0..n) (n odd); sorts v in place. */
+double bench_median(double *v, size_t n);
 /* Print "PROG: " fmt (with detail) and exit 1. */
 void bench_die(const char *fmt, const char *detail);
 /* Connect bench_nc / bench_js to url, or die. */
