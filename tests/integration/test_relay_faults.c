@@ -265,6 +265,31 @@ static void shared_namespace(const rt_store *in, rt_store *out)
         fail_msg("store URL too long for a namespace parameter");
 }
 
+/* One relay over the store at st until idle: its counts. */
+static jsd_relay_stats relay_once(const fx_env *e, const rt_store *st, const jsd_relay_opts *o)
+{
+    rt_relay t;
+    rt_relay_make(&t, st, e->nats_url, o);
+    ASSERT_OK(run_idle_within(&t, 30000));
+    jsd_relay_stats rs;
+    jsd_relay_stats_get(t.relay, &rs);
+    rt_relay_finish(&t);
+    return rs;
+}
+
+/* The one effect in e's store met its own earlier publication: a receipt
+ * counted as a duplicate, nothing dead-lettered, nothing flagged. */
+static void own_duplicate_is_the_receipt(fx_env *e, const rt_store *st, const jsd_relay_opts *o)
+{
+    jsd_relay_stats rs = relay_once(e, st, o);
+    ASSERT_EQ(rs.first_attempt_duplicates, 0);
+    ASSERT_EQ(rs.published, 1);
+    ASSERT_EQ(rs.duplicates, 1);
+    ASSERT_EQ(rt_q(&e->st, RT_SQL_DEAD), 0);
+    ASSERT_EQ(rt_q(&e->st, RT_SQL_DUPLICATES), 1);
+    ASSERT_EQ(rt_q(&e->st, "SELECT stream_seq FROM jsd_outbox"), 1);
+}
+
 static void first_attempt_duplicate(rt_backend kind)
 {
     fx_env e;
@@ -278,10 +303,7 @@ static void first_attempt_duplicate(rt_backend kind)
     jsd_store *sa = rt_open(&a_ns);
     emit1(sa, "order-1", "created", e.subject, NULL, "from-a", 6);
     jsd_relay_opts o = quick_opts();
-    rt_relay t;
-    rt_relay_make(&t, &a_ns, e.nats_url, &o);
-    ASSERT_OK(run_idle_within(&t, 30000));
-    rt_relay_finish(&t);
+    (void)relay_once(&e, &a_ns, &o);
     ASSERT_EQ(rt_published(&a), 1);
 
     /* Store B (the case's back end) holds the same (owner, id): its message is
@@ -291,13 +313,9 @@ static void first_attempt_duplicate(rt_backend kind)
     jsd_metrics *mx = NULL;
     ASSERT_OK(jsd_metrics_create(&mx, NULL));
     o.metrics = mx;
-    rt_relay_make(&t, &b_ns, e.nats_url, &o);
-    ASSERT_OK(run_idle_within(&t, 30000));
-    jsd_relay_stats rs;
-    jsd_relay_stats_get(t.relay, &rs);
+    jsd_relay_stats rs = relay_once(&e, &b_ns, &o);
     ASSERT_EQ(rs.first_attempt_duplicates, 1);
     ASSERT_EQ(rs.published, 0);
-    rt_relay_finish(&t);
     double v = -1;
     ASSERT_OK(jsd_metrics_get(mx, "jsd_relay_first_attempt_duplicates_total", NULL, &v));
     ASSERT_EQ(v, 1);
@@ -322,16 +340,7 @@ static void first_attempt_duplicate(rt_backend kind)
     mx = NULL;
     ASSERT_OK(jsd_metrics_create(&mx, NULL));
     o.metrics = mx;
-    rt_relay_make(&t, &b_ns, e.nats_url, &o);
-    ASSERT_OK(run_idle_within(&t, 30000));
-    jsd_relay_stats_get(t.relay, &rs);
-    ASSERT_EQ(rs.first_attempt_duplicates, 0);
-    ASSERT_EQ(rs.published, 1);
-    ASSERT_EQ(rs.duplicates, 1);
-    rt_relay_finish(&t);
-    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
-    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 1);
-    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox"), 1);
+    own_duplicate_is_the_receipt(&e, &b_ns, &o);
 
     /* A claim that did not survive (an asynchronous PostgreSQL commit lost
      * in a server crash, an SQLite host's crash) leaves no mark on an effect
@@ -340,26 +349,14 @@ static void first_attempt_duplicate(rt_backend kind)
      * payload, headers), so the duplicate is its receipt. */
     sql_exec(&e.st, "DELETE FROM jsd_outbox");
     emit1(sb, "order-1", "created", e.subject, NULL, "from-a", 6);
-    rt_relay_make(&t, &b_ns, e.nats_url, &o);
-    ASSERT_OK(run_idle_within(&t, 30000));
-    jsd_relay_stats_get(t.relay, &rs);
-    ASSERT_EQ(rs.first_attempt_duplicates, 0);
-    ASSERT_EQ(rs.published, 1);
-    ASSERT_EQ(rs.duplicates, 1);
-    rt_relay_finish(&t);
-    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
-    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 1);
-    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox"), 1);
+    own_duplicate_is_the_receipt(&e, &b_ns, &o);
 
     /* The same payload under another header value is not its message. */
     sql_exec(&e.st, "DELETE FROM jsd_outbox");
     emit1_traced(sb, "order-1", "created", e.subject, NULL, "from-a", 6, "t-2");
-    rt_relay_make(&t, &b_ns, e.nats_url, &o);
-    ASSERT_OK(run_idle_within(&t, 30000));
-    jsd_relay_stats_get(t.relay, &rs);
+    rs = relay_once(&e, &b_ns, &o);
     ASSERT_EQ(rs.first_attempt_duplicates, 1);
     ASSERT_EQ(rs.published, 0);
-    rt_relay_finish(&t);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 1);
     rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox", reason, sizeof(reason));
     ASSERT_CONTAINS(reason, "its headers differ");

@@ -2226,11 +2226,7 @@ static void sqlite_existing_file_keeps_its_pages(void **state)
     jsd_store *s = open_url(path);
     ASSERT_EQ(q_i64(s, "PRAGMA page_size"), 4096);
     ASSERT_EQ(q_i64(s, "SELECT count(*) FROM app"), 1);
-    jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(&tx, s));
-    jsd_effect e = {.owner = "o", .id = "e1", .subject = "pages.x", .payload = "p", .len = 1};
-    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
-    ASSERT_OK(jsd_tx_commit(tx));
+    emit1(s, "o", "e1", "pages.x");
     jsd__effect_batch b;
     jsd__effect_batch_init(&b);
     ASSERT_OK(jsd__store_claim(s, 8, 60000, "0123456789abcdef0123456789abcdef", jsd__now_ms(), &b));
@@ -2250,11 +2246,7 @@ static void pg_claim_async_commit_stays_in_the_claim(void **state)
     jsd_store *s = open_url(url);
     q_text(s, "SHOW synchronous_commit", v, sizeof(v));
     ASSERT_STREQ(v, "on");
-    jsd_tx *tx;
-    ASSERT_OK(jsd_tx_begin(&tx, s));
-    jsd_effect e = {.owner = "o", .id = "e1", .subject = "claim.async", .payload = "p", .len = 1};
-    ASSERT_OK_E(jsd_tx_emit(tx, &e), jsd_store_errmsg(s));
-    ASSERT_OK(jsd_tx_commit(tx));
+    emit1(s, "o", "e1", "claim.async");
     jsd__effect_batch b;
     jsd__effect_batch_init(&b);
     ASSERT_OK(jsd__store_claim(s, 8, 60000, "0123456789abcdef0123456789abcdef", jsd__now_ms(), &b));
