@@ -134,12 +134,15 @@ static const char *const sql_text[P__COUNT] = {
                 "FOR UPDATE OF c SKIP LOCKED)) "
                 "RETURNING " CLAIM_COLS ") "
                 "SELECT * FROM k UNION ALL SELECT * FROM u",
-    [P_RECEIPTS] = "UPDATE @jsd_outbox o SET stream = r.stream, stream_seq = r.seq, "
+    /* One element per run of receipts (pg_receipts): rows lo..hi, every one
+     * of them a receipt of the call, stream numbers seq.. in id order. */
+    [P_RECEIPTS] = "UPDATE @jsd_outbox o SET stream = r.stream, "
+                   "stream_seq = r.seq + (o.id - r.lo), "
                    "duplicate = r.dup, published_at = r.at, lease_token = NULL, "
                    "lease_expires = NULL "
-                   "FROM unnest($2::int8[], $3::text[], $4::int8[], $5::bool[], $6::int8[]) "
-                   "AS r(id, stream, seq, dup, at) "
-                   "WHERE o.id = r.id AND o.lease_token = $1 "
+                   "FROM unnest($2::int8[], $3::int8[], $4::text[], $5::int8[], $6::bool[], "
+                   "$7::int8[]) AS r(lo, hi, stream, seq, dup, at) "
+                   "WHERE o.id BETWEEN r.lo AND r.hi AND o.lease_token = $1 "
                    "AND o.published_at IS NULL",
     [P_FAIL_SEL] = "SELECT id, attempts FROM @jsd_outbox WHERE id = ANY($2::int8[]) "
                    "AND lease_token = $1 AND " PENDING " FOR UPDATE",
@@ -1219,6 +1222,31 @@ static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *
     return rc;
 }
 
+/* The end (exclusive) of the run of receipts from r[i]: consecutive row
+ * ids with consecutive stream numbers, one stream, one duplicate flag and
+ * one publication time. Every id between a run's first and last is one of
+ * its receipts, so the statement's range names no other row (a row of the
+ * same lease whose PubAck is not in stays untouched).
+ * DESIGN (issue 12): the receipt was one element per row, joined to the
+ * outbox by one primary-key probe each; a batch of one relay's
+ * publications is mostly runs (its ids come from one claim in id order and
+ * the stream numbers them in the order they were written; the publication
+ * time, in ms, splits them about once a millisecond). One range scan per
+ * run instead. pgbench over a copy of the outbox, 390 batches of 256, one
+ * range per batch against one element per row: 17.2 / 17.5 against 19.1 /
+ * 19.3 µs of server CPU per effect; alternating bench_relay rounds
+ * (medians of 3): 28.4 / 28.5 / 28.5k against 26.8 / 28.0 / 27.2k msg/s,
+ * relay.latency.postgres within its noise. */
+static size_t pg_run_end(const jsd__receipt *r, size_t n, size_t i)
+{
+    size_t j = i + 1;
+    while (j < n && r[j].row_id == r[j - 1].row_id + 1 && r[j].seq == r[j - 1].seq + 1 &&
+           r[j].duplicate == r[i].duplicate && r[j].published_at_ms == r[i].published_at_ms &&
+           strcmp(r[j].stream, r[i].stream) == 0)
+        j++;
+    return j;
+}
+
 static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receipt *rc_in, size_t n,
                               size_t *applied, bool sync)
 {
@@ -1228,22 +1256,25 @@ static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receip
         rc = relay_plans(s);
     if (rc != JSD_OK)
         return rc;
-    arr a[5];
+    arr a[6];
     arr_init(&a[0], OID_INT8);
-    arr_init(&a[1], OID_TEXT);
-    arr_init(&a[2], OID_INT8);
-    arr_init(&a[3], OID_BOOL);
-    arr_init(&a[4], OID_INT8);
-    for (size_t i = 0; i < n; i++) {
+    arr_init(&a[1], OID_INT8);
+    arr_init(&a[2], OID_TEXT);
+    arr_init(&a[3], OID_INT8);
+    arr_init(&a[4], OID_BOOL);
+    arr_init(&a[5], OID_INT8);
+    for (size_t i = 0, j; i < n; i = j) {
+        j = pg_run_end(rc_in, n, i);
         arr_i64(&a[0], rc_in[i].row_id);
-        arr_str(&a[1], rc_in[i].stream);
-        arr_i64(&a[2], (int64_t)rc_in[i].seq);
-        arr_bool(&a[3], rc_in[i].duplicate);
-        arr_i64(&a[4], rc_in[i].published_at_ms);
+        arr_i64(&a[1], rc_in[j - 1].row_id);
+        arr_str(&a[2], rc_in[i].stream);
+        arr_i64(&a[3], (int64_t)rc_in[i].seq);
+        arr_bool(&a[4], rc_in[i].duplicate);
+        arr_i64(&a[5], rc_in[i].published_at_ms);
     }
     params p = {.n = 0};
     p_text(&p, token);
-    for (int i = 0; i < 5 && rc == JSD_OK; i++) {
+    for (int i = 0; i < 6 && rc == JSD_OK; i++) {
         if (!arr_done(&a[i]))
             rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory recording receipts");
         p_arr(&p, &a[i]);
@@ -1258,7 +1289,7 @@ static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receip
             rc = s->err.status;
         }
     }
-    arr_free(a, 5);
+    arr_free(a, 6);
     return rc;
 }
 

@@ -907,6 +907,47 @@ static void receipt_runs_keep_each_rows_values(void **state)
     jsd_store_close(s);
 }
 
+/* A row of the same lease between two receipts, its PubAck not in yet, is
+ * no part of their run even when their stream seqs follow on: it stays
+ * pending and leased, and takes its own receipt later. */
+static void receipts_leave_the_row_between_them(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    emit_key(s, "g0", NULL, 0);
+    emit_key(s, "g1", NULL, 0);
+    emit_key(s, "g2", NULL, 0);
+    int64_t now = jsd__now_ms();
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r1", now, &b));
+    ASSERT_EQ(b.n, 3);
+    ASSERT_EQ(b.items[1].row_id, b.items[0].row_id + 1);
+    ASSERT_EQ(b.items[2].row_id, b.items[1].row_id + 1);
+    jsd__receipt r[2] = {
+        {.row_id = b.items[0].row_id, .stream = "ORDERS", .seq = 5, .published_at_ms = now},
+        {.row_id = b.items[2].row_id, .stream = "ORDERS", .seq = 6, .published_at_ms = now}};
+    size_t applied = 0;
+    ASSERT_OK_E(jsd__store_record_receipts(s, "r1", r, 2, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 2);
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM jsd_outbox WHERE id = %lld AND published_at IS NULL "
+             "AND stream_seq IS NULL",
+             (long long)b.items[1].row_id);
+    ASSERT_EQ(q_i64(s, sql), 1);
+    snprintf(sql, sizeof(sql), "SELECT stream_seq FROM jsd_outbox WHERE id = %lld",
+             (long long)b.items[2].row_id);
+    ASSERT_EQ(q_i64(s, sql), 6);
+    jsd__receipt late = {
+        .row_id = b.items[1].row_id, .stream = "ORDERS", .seq = 7, .published_at_ms = now};
+    ASSERT_OK(jsd__store_record_receipts(s, "r1", &late, 1, &applied));
+    ASSERT_EQ(applied, 1);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE published_at IS NULL"), 0);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
 /* RELAY-1,2: an expired lease is taken over; the old holder's late receipt or
  * failure is refused and the new holder's result stands. */
 static void expired_lease_takeover(void **state)
@@ -2781,13 +2822,14 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               BOTH(unsynced_receipts_are_committed_then_synced),
               BOTH(order_key_holds_back_later_effects),
               BOTH(receipts_for_a_range_and_a_keyed_row_inside_it),
-              BOTH(receipt_runs_keep_each_rows_values), BOTH(expired_lease_takeover),
-              BOTH(two_processes_never_share_an_effect), BOTH(backoff_schedule_and_budget),
-              BOTH(release_and_requeue), BOTH(inbox_identity_and_outcome),
-              BOTH(savepoint_per_delivery), BOTH(poison_records_keep_the_evidence),
-              BOTH(retention_in_bounded_batches), BOTH(schema_from_the_future_is_refused),
-              BOTH(wakeups_follow_commits), BOTH(stats_count_what_they_name),
-              BOTH(namespace_identity), BOTH(migration_keeps_stored_msg_ids),
+              BOTH(receipt_runs_keep_each_rows_values), BOTH(receipts_leave_the_row_between_them),
+              BOTH(expired_lease_takeover), BOTH(two_processes_never_share_an_effect),
+              BOTH(backoff_schedule_and_budget), BOTH(release_and_requeue),
+              BOTH(inbox_identity_and_outcome), BOTH(savepoint_per_delivery),
+              BOTH(poison_records_keep_the_evidence), BOTH(retention_in_bounded_batches),
+              BOTH(schema_from_the_future_is_refused), BOTH(wakeups_follow_commits),
+              BOTH(stats_count_what_they_name), BOTH(namespace_identity),
+              BOTH(migration_keeps_stored_msg_ids),
               cmocka_unit_test(two_stores_one_stream_keep_both),
               cmocka_unit_test(pg_notices_go_through_the_logger), cmocka_unit_test(emit_oom_child),
               cmocka_unit_test(emit_allocation_failures),
