@@ -413,3 +413,11 @@ void jsd__poison_records_free(jsd__poison_record *r, size_t n)
         jsd__poison_record_clear(&r[i]);
     jsd__free(r);
 }
+
+bool jsd__receipt_continues(const jsd__receipt *first, const jsd__receipt *prev,
+                            const jsd__receipt *next)
+{
+    return next->row_id == prev->row_id + 1 && next->seq == prev->seq + 1 &&
+           next->duplicate == first->duplicate && next->published_at_ms == first->published_at_ms &&
+           strcmp(next->stream, first->stream) == 0;
+}

@@ -94,6 +94,13 @@ jsd_status jsd__effect_check_header(const char *name, const char *value, size_t 
 jsd_status jsd__headers_from_json(const unsigned char *text, size_t len, unsigned char **enc,
                                   size_t *enc_len, jsd_error *err);
 
+/* Whether next continues the run of receipts that starts at first and
+ * ends at prev (sqlite.c run_end, postgres.c pg_receipts): the next row id
+ * and the next stream seq, with first's stream, duplicate flag and
+ * publication time. One statement then records the whole run. */
+bool jsd__receipt_continues(const jsd__receipt *first, const jsd__receipt *prev,
+                            const jsd__receipt *next);
+
 /* Append one claimed effect to a batch, copying every field into storage the
  * batch owns. A row whose headers or msg_id column cannot be used is added
  * with its defect set (see jsd__claimed). */

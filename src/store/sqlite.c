@@ -1398,9 +1398,7 @@ static size_t run_end(const range *rg, const jsd__receipt *r, size_t n, size_t i
     size_t j = i + 1;
     if (!range_has(rg, r[i].row_id))
         return j;
-    while (j < n && r[j].row_id == r[j - 1].row_id + 1 && r[j].seq == r[j - 1].seq + 1 &&
-           r[j].duplicate == r[i].duplicate && r[j].published_at_ms == r[i].published_at_ms &&
-           range_has(rg, r[j].row_id) && strcmp(r[j].stream, r[i].stream) == 0)
+    while (j < n && jsd__receipt_continues(&r[i], &r[j - 1], &r[j]) && range_has(rg, r[j].row_id))
         j++;
     return j;
 }

@@ -164,7 +164,8 @@ typedef struct jsd__receipt {
  * still equals lease_token (and that have no receipt yet). *applied (may be
  * NULL) counts the rows written; a row not written lost its lease, and its
  * new holder's result stands. PostgreSQL: one set-based UPDATE over unnest()ed
- * arrays. JSD_OK even when applied < n.
+ * arrays, one element per run of consecutive rows. JSD_OK even when
+ * applied < n.
  */
 jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, const jsd__receipt *r,
                                       size_t n, size_t *applied);

@@ -859,9 +859,9 @@ static void receipts_for_a_range_and_a_keyed_row_inside_it(void **state)
 }
 
 /* The receipts of one call are written in runs where ids and stream seqs
- * step together (src/store/sqlite.c, run_end): whatever splits a run (a seq
- * that skips, another duplicate flag or publication time, another stream),
- * every row gets exactly its own receipt's values, once. */
+ * step together (jsd__receipt_continues, src/store/rows.c): whatever splits
+ * a run (a seq that skips, another duplicate flag or publication time,
+ * another stream), every row gets exactly its own receipt's values, once. */
 static void receipt_runs_keep_each_rows_values(void **state)
 {
     char url[512];
