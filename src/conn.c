@@ -556,12 +556,30 @@ static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStat
     return err ? err->status : st;
 }
 
+/* nats.c 3.4.1 sends no signature with about one CONNECT in 256 that signs the
+ * server's nonce (a credentials file or an NKey seed): its base64 encoder
+ * (util.c _base64Encode) takes the raw signature for a C string and encodes
+ * nothing when its first byte is zero, and the server answers "Authorization
+ * Violation" (fixed upstream in nats.c 3.8.0). Each connection gets a new
+ * nonce, so such a refusal is tried again at once, up to NONCE_SIGN_TRIES
+ * connections in all: a wrong key still fails in milliseconds, and a right
+ * one fails every try with odds of 256^-4. The test is test_conn's
+ * unsigned_connect_is_tried_again. nats.c's own reconnections retry an
+ * authorization error once by themselves; two in a row (odds 256^-2 per
+ * reconnection) close the connection, which the owner sees as closed. */
+enum { NONCE_SIGN_TRIES = 4 };
+
+static bool signs_nonce(const jsd_conn *c)
+{
+    return c->creds_file || c->nkey_seed_file;
+}
+
 static jsd_status connect_with_budget(jsd_conn *c, const jsd_conn_opts *o, natsOptions *no,
                                       jsd_error *err)
 {
     int64_t start = jsd__mono_ms(), deadline = start + o->startup_budget_ms;
     int64_t backoff = 50;
-    int attempts = 0;
+    int attempts = 0, auth_refusals = 0;
     bool reordered = false;
     jsd_error last;
     jsd_status st;
@@ -578,6 +596,13 @@ static jsd_status connect_with_budget(jsd_conn *c, const jsd_conn_opts *o, natsO
                 return JSD_OK;
             c->nc = NULL;
             st = classify_connect(c, o, s, &last);
+            if (st == JSD_ERR_AUTH && signs_nonce(c) && ++auth_refusals < NONCE_SIGN_TRIES) {
+                JSD_DEBUG("conn",
+                          "authorization refused on attempt %d; trying again with a new "
+                          "nonce (nats.c 3.4.1 may have sent no signature)",
+                          attempts);
+                continue;
+            }
         }
         if (!retryable(st)) {
             jsd__err_copy(err, &last);

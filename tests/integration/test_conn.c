@@ -12,11 +12,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "conn_int.h"
@@ -511,23 +514,32 @@ static void *mute_main(void *arg)
     return NULL;
 }
 
-/* Start a mute server in front of upstream_port; returns its port. */
-static int mute_start(mute_server *m, int upstream_port)
+/* A listening socket on a free loopback port: its fd, the port to *port. */
+static int loopback_listener(int *port)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof(a);
-    memset(m, 0, sizeof(*m));
-    m->upstream_port = upstream_port;
-    m->lfd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_TRUE(m->lfd >= 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_TRUE(fd >= 0);
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(bind(m->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-    ASSERT_EQ(listen(m->lfd, 64), 0);
-    ASSERT_EQ(getsockname(m->lfd, (struct sockaddr *)&a, &len), 0);
+    ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ASSERT_EQ(listen(fd, 64), 0);
+    ASSERT_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* Start a mute server in front of upstream_port; returns its port. */
+static int mute_start(mute_server *m, int upstream_port)
+{
+    int port;
+    memset(m, 0, sizeof(*m));
+    m->upstream_port = upstream_port;
+    m->lfd = loopback_listener(&port);
     ASSERT_EQ(pthread_create(&m->th, NULL, mute_main, m), 0);
-    return ntohs(a.sin_port);
+    return port;
 }
 
 static void mute_stop(mute_server *m)
@@ -535,6 +547,243 @@ static void mute_stop(mute_server *m)
     atomic_store(&m->stop, 1);
     pthread_join(m->th, NULL);
     close(m->lfd);
+}
+
+/* nats.c 3.4.1 and a nonce whose signature begins with a zero byte. A fake
+ * server (it claims nothing about nats-server; the real one's answer to a
+ * CONNECT without "sig" is "Signature missing", an Authorization Violation,
+ * seen in its debug log) greets every client with a nonce chosen so that the
+ * NKey's signature of it begins with 0x00, until it has refused one CONNECT;
+ * later clients get a nonce whose signature does not. It checks each
+ * CONNECT's signature against the key, answers a good one's PING with PONG
+ * and refuses the rest with the server's words. */
+typedef struct nonce_server {
+    int lfd;
+    EVP_PKEY *key;
+    char zero_nonce[32], plain_nonce[32];
+    atomic_int stop;
+    atomic_int unsigned_connects; /* CONNECTs without a signature */
+    atomic_int signed_connects;   /* CONNECTs whose signature verified */
+    atomic_int refused;           /* Authorization Violations sent */
+    pthread_t th;
+} nonce_server;
+
+static bool sig_begins_with_zero(EVP_PKEY *k, const char *nonce)
+{
+    unsigned char sig[64];
+    size_t len = sizeof(sig);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    assert_non_null(ctx);
+    assert_int_equal(EVP_DigestSignInit(ctx, NULL, NULL, NULL, k), 1);
+    assert_int_equal(EVP_DigestSign(ctx, sig, &len, (const unsigned char *)nonce, strlen(nonce)),
+                     1);
+    EVP_MD_CTX_free(ctx);
+    return sig[0] == 0;
+}
+
+static int b64url_value(char ch)
+{
+    const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const char *p = ch ? strchr(a, ch) : NULL;
+    return p ? (int)(p - a) : -1;
+}
+
+/* Does the CONNECT line carry a "sig" that verifies over nonce? */
+static bool connect_signature_ok(EVP_PKEY *k, const char *line, const char *nonce)
+{
+    unsigned char sig[66];
+    size_t n = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    const char *p = strstr(line, "\"sig\":\"");
+    if (!p)
+        return false;
+    for (p += 7; *p && *p != '"'; p++) {
+        int v = b64url_value(*p);
+        if (v < 0 || n >= sizeof(sig))
+            return false;
+        acc = (acc << 6) | (uint32_t)v;
+        if ((bits += 6) >= 8) {
+            bits -= 8;
+            sig[n++] = (unsigned char)(acc >> bits);
+        }
+    }
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    bool ok = ctx && n == 64 && EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, k) == 1 &&
+              EVP_DigestVerify(ctx, sig, n, (const unsigned char *)nonce, strlen(nonce)) == 1;
+    EVP_MD_CTX_free(ctx);
+    return ok;
+}
+
+typedef struct nonce_client {
+    int fd;
+    char nonce[32];
+    char buf[8192];
+    size_t len;
+    bool authed;
+} nonce_client;
+
+/* Handle the complete lines a client sent; false when it is to be closed. */
+static bool nonce_serve_lines(nonce_server *m, nonce_client *cl)
+{
+    char *eol;
+    while ((eol = strstr(cl->buf, "\r\n"))) {
+        *eol = '\0';
+        const char *reply = NULL;
+        bool keep = true;
+        if (!strncmp(cl->buf, "CONNECT ", 8)) {
+            if (connect_signature_ok(m->key, cl->buf, cl->nonce)) {
+                atomic_fetch_add(&m->signed_connects, 1);
+                cl->authed = true;
+            } else {
+                if (!strstr(cl->buf, "\"sig\":"))
+                    atomic_fetch_add(&m->unsigned_connects, 1);
+                atomic_fetch_add(&m->refused, 1);
+                reply = "-ERR 'Authorization Violation'\r\n";
+                keep = false;
+            }
+        } else if (!strcmp(cl->buf, "PING")) {
+            reply = cl->authed ? "PONG\r\n" : "-ERR 'Authorization Violation'\r\n";
+            keep = cl->authed;
+        }
+        if (reply)
+            (void)send(cl->fd, reply, strlen(reply), MSG_NOSIGNAL);
+        size_t used = (size_t)(eol + 2 - cl->buf);
+        memmove(cl->buf, cl->buf + used, cl->len - used + 1);
+        cl->len -= used;
+        if (!keep)
+            return false;
+    }
+    return cl->len + 1 < sizeof(cl->buf);
+}
+
+static void nonce_greet(nonce_server *m, nonce_client *cl)
+{
+    char info[512];
+    jsd__strlcpy(cl->nonce, atomic_load(&m->refused) ? m->plain_nonce : m->zero_nonce,
+                 sizeof(cl->nonce));
+    int n = snprintf(info, sizeof(info),
+                     "INFO {\"server_id\":\"FAKE\",\"server_name\":\"fake\",\"version\":\"2.9.10\","
+                     "\"proto\":1,\"host\":\"127.0.0.1\",\"port\":0,\"headers\":true,"
+                     "\"auth_required\":true,\"max_payload\":1048576,\"nonce\":\"%s\"}\r\n",
+                     cl->nonce);
+    (void)send(cl->fd, info, (size_t)n, MSG_NOSIGNAL);
+}
+
+static void *nonce_main(void *arg)
+{
+    nonce_server *m = arg;
+    static nonce_client cl[16];
+    struct pollfd pf[17];
+    int n = 0;
+    while (!atomic_load(&m->stop)) {
+        pf[0].fd = m->lfd;
+        pf[0].events = POLLIN;
+        for (int i = 0; i < n; i++) {
+            pf[i + 1].fd = cl[i].fd;
+            pf[i + 1].events = POLLIN;
+        }
+        /* the timeout only bounds how late a stop request is seen */
+        if (poll(pf, (nfds_t)n + 1, 50) <= 0)
+            continue;
+        for (int i = n - 1; i >= 0; i--) {
+            if (!(pf[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t got = recv(cl[i].fd, cl[i].buf + cl[i].len, sizeof(cl[i].buf) - 1 - cl[i].len,
+                               MSG_DONTWAIT);
+            if (got > 0) {
+                cl[i].len += (size_t)got;
+                cl[i].buf[cl[i].len] = '\0';
+            }
+            if (got == 0 || (got > 0 && !nonce_serve_lines(m, &cl[i]))) {
+                close(cl[i].fd);
+                cl[i] = cl[--n];
+            }
+        }
+        if ((pf[0].revents & POLLIN) && n < 16) {
+            int cfd = accept(m->lfd, NULL, NULL);
+            if (cfd >= 0) {
+                memset(&cl[n], 0, sizeof(cl[n]));
+                cl[n].fd = cfd;
+                nonce_greet(m, &cl[n++]);
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        close(cl[i].fd);
+    return NULL;
+}
+
+/* Start the fake server for a new user NKey, whose seed goes to seed_path;
+ * returns its port. */
+static int nonce_start(nonce_server *m, const char *seed_path)
+{
+    unsigned char raw[32];
+    char seed[64];
+    int port;
+    memset(m, 0, sizeof(*m));
+    ASSERT_EQ(RAND_bytes(raw, sizeof(raw)), 1);
+    ASSERT_OK(jsd__nkey_encode(20 << 3, true, raw, seed, sizeof(seed)));
+    m->key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, raw, sizeof(raw));
+    ASSERT_TRUE(m->key != NULL);
+    FILE *f = fopen(seed_path, "we");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "%s\n", seed);
+    ASSERT_EQ(fclose(f), 0);
+    ASSERT_EQ(chmod(seed_path, 0600), 0);
+    /* a nonce of each kind; about one in 256 signatures begins with 0x00 */
+    for (int i = 0; !m->zero_nonce[0] || !m->plain_nonce[0]; i++) {
+        char nonce[32];
+        ASSERT_TRUE(i < 100000);
+        snprintf(nonce, sizeof(nonce), "fakeNonce%d", i);
+        char *slot = sig_begins_with_zero(m->key, nonce) ? m->zero_nonce : m->plain_nonce;
+        if (!slot[0])
+            jsd__strlcpy(slot, nonce, 32);
+    }
+    m->lfd = loopback_listener(&port);
+    ASSERT_EQ(pthread_create(&m->th, NULL, nonce_main, m), 0);
+    return port;
+}
+
+static void nonce_stop(nonce_server *m)
+{
+    atomic_store(&m->stop, 1);
+    pthread_join(m->th, NULL);
+    close(m->lfd);
+    EVP_PKEY_free(m->key);
+}
+
+/* The open survives a CONNECT that nats.c sends without its signature: the
+ * refusal is tried again with a new nonce, and the open succeeds. With nats.c
+ * 3.4.1 the first CONNECT is unsigned (the dependency's bug, shown here);
+ * with a nats.c that encodes the signature, it is signed and never refused. */
+static void unsigned_connect_is_tried_again(void **state)
+{
+    (void)state;
+    nonce_server m;
+    jsd_conn_opts o;
+    jsd_conn *c = NULL;
+    jsd_error e;
+    char url[64], seed_path[512];
+    snprintf(seed_path, sizeof(seed_path), "%s/fake-user.nk", jsd_test_dir());
+    int port = nonce_start(&m, seed_path);
+    snprintf(url, sizeof(url), "nats://127.0.0.1:%d", port);
+    opts_for(&o, url);
+    o.nkey_seed_file = seed_path;
+    o.require_jetstream = 0; /* the fake has no JetStream */
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_TRUE(jsd_conn_is_connected(c));
+    jsd_conn_close(c);
+    print_message("nats.c %s: %d unsigned, %d signed CONNECTs\n", nats_GetVersion(),
+                  atomic_load(&m.unsigned_connects), atomic_load(&m.signed_connects));
+    if (nats_GetVersionNumber() < 0x030800) {
+        ASSERT_EQ(atomic_load(&m.unsigned_connects), 1);
+        ASSERT_EQ(atomic_load(&m.refused), 1);
+    } else {
+        ASSERT_EQ(atomic_load(&m.refused), 0);
+    }
+    ASSERT_EQ(atomic_load(&m.signed_connects), 1);
+    nonce_stop(&m);
 }
 
 /* A server that comes up while the start-up budget lasts is connected to:
@@ -1094,6 +1343,7 @@ JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
               cmocka_unit_test(unreachable_server_fails_within_the_budget),
               cmocka_unit_test(startup_waits_for_a_server_that_comes_up),
               cmocka_unit_test(silent_server_after_info_fails_within_the_budget),
+              cmocka_unit_test(unsigned_connect_is_tried_again),
               cmocka_unit_test(silent_server_is_passed_over_for_one_that_answers),
               cmocka_unit_test(bounded_reconnect_gives_up_cleanly),
               cmocka_unit_test(round_trip_through_the_shared_server),
