@@ -273,6 +273,48 @@ static const char *token_cb(void *closure)
     return c->token ? c->token : "";
 }
 
+/* The nonce is signed here, not by nats.c 3.4.1 (nkeys.c, "Signing the
+ * server's nonce"): a signature it cannot send fails this attempt before its
+ * CONNECT, counted in unsendable_sigs, and the next attempt gets a new nonce. */
+static natsStatus sign_cb(char **err_txt, unsigned char **sig, int *len, const char *nonce,
+                          void *closure)
+{
+    jsd_conn *c = closure;
+    const char *path = c->nkey_seed_file ? c->nkey_seed_file : c->creds_file;
+    unsigned char *out = malloc(64); /* nats.c frees it */
+    bool unsendable = false;
+    if (!out)
+        return NATS_NO_MEMORY;
+    if (jsd__nkey_sign_nonce(path, nonce ? nonce : "", out, &unsendable) != JSD_OK || unsendable) {
+        jsd__wipe(out, 64);
+        free(out);
+        if (unsendable)
+            atomic_fetch_add(&c->sh->unsendable_sigs, 1);
+        else
+            JSD_WARN("conn",
+                     "cannot sign the NATS server's nonce: the key file \"%s\" cannot be "
+                     "read or holds no user seed; this connection attempt fails",
+                     path);
+        *err_txt = strdup(unsendable ? "the nonce's signature begins with a zero byte, which "
+                                       "nats.c 3.4.1 cannot send; trying again with a new nonce"
+                                     : "cannot sign the server's nonce: the key file cannot be "
+                                       "read or holds no user seed");
+        return NATS_ERR;
+    }
+    *sig = out;
+    *len = 64;
+    return NATS_OK;
+}
+
+static natsStatus creds_jwt_cb(char **jwt, char **err_txt, void *closure)
+{
+    const jsd_conn *c = closure;
+    if (jsd__creds_jwt(c->creds_file, jwt) == JSD_OK)
+        return NATS_OK;
+    *err_txt = strdup("the credentials file cannot be read or holds no user JWT");
+    return NATS_ERR;
+}
+
 /* ---- options ----------------------------------------------------------------- */
 
 static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions **out,
@@ -350,20 +392,29 @@ static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions
         goto fail;
     if (c->user && (s = natsOptions_SetUserInfo(no, c->user, c->password)) != NATS_OK)
         goto fail;
-    if (c->creds_file) {
-        step = "loading the credentials file";
-        if ((s = natsOptions_SetUserCredentialsFromFiles(no, c->creds_file, NULL)) != NATS_OK)
-            goto fail;
-    }
-    if (c->nkey_seed_file) {
-        step = "loading the NKey seed file";
-        char pub[64];
-        jsd_status kst = jsd__nkey_public_from_file(c->nkey_seed_file, pub, sizeof(pub), err);
+    if (c->creds_file || c->nkey_seed_file) {
+        /* the key files are read here once for a clear error, and again by
+         * the callbacks at each (re)connection */
+        const char *path = c->creds_file ? c->creds_file : c->nkey_seed_file;
+        char pub[64], *jwt = NULL;
+        jsd_status kst = jsd__nkey_public_from_file(path, pub, sizeof(pub), err);
+        if (kst == JSD_OK && c->creds_file && jsd__creds_jwt(path, &jwt) != JSD_OK)
+            kst = jsd__err(err, JSD_ERR_CONFIG,
+                           "the credentials file \"%s\" holds no user JWT (a line between "
+                           "\"-----BEGIN NATS USER JWT-----\" and its END line)",
+                           path);
+        if (jwt) {
+            jsd__wipe(jwt, strlen(jwt));
+            free(jwt);
+        }
         if (kst != JSD_OK) {
             natsOptions_Destroy(no);
             return kst;
         }
-        if ((s = natsOptions_SetNKeyFromSeed(no, pub, c->nkey_seed_file)) != NATS_OK)
+        step = c->creds_file ? "loading the credentials file" : "loading the NKey seed file";
+        s = c->creds_file ? natsOptions_SetUserCredentialsCallbacks(no, creds_jwt_cb, c, sign_cb, c)
+                          : natsOptions_SetNKey(no, pub, sign_cb, c);
+        if (s != NATS_OK)
             goto fail;
     }
     if (secure) {
@@ -556,30 +607,17 @@ static jsd_status classify_connect(jsd_conn *c, const jsd_conn_opts *o, natsStat
     return err ? err->status : st;
 }
 
-/* nats.c 3.4.1 sends no signature with about one CONNECT in 256 that signs the
- * server's nonce (a credentials file or an NKey seed): its base64 encoder
- * (util.c _base64Encode) takes the raw signature for a C string and encodes
- * nothing when its first byte is zero, and the server answers "Authorization
- * Violation" (fixed upstream in nats.c 3.8.0). Each connection gets a new
- * nonce, so such a refusal is tried again at once, up to NONCE_SIGN_TRIES
- * connections in all: a wrong key still fails in milliseconds, and a right
- * one fails every try with odds of 256^-4. The test is test_conn's
- * unsigned_connect_is_tried_again. nats.c's own reconnections retry an
- * authorization error once by themselves; two in a row (odds 256^-2 per
- * reconnection) close the connection, which the owner sees as closed. */
+/* A connect attempt whose nonce signed to a signature nats.c 3.4.1 cannot
+ * send (sign_cb) is tried again at once with a new nonce, up to
+ * NONCE_SIGN_TRIES in a row (odds 256^-4), then like an unreachable server. */
 enum { NONCE_SIGN_TRIES = 4 };
-
-static bool signs_nonce(const jsd_conn *c)
-{
-    return c->creds_file || c->nkey_seed_file;
-}
 
 static jsd_status connect_with_budget(jsd_conn *c, const jsd_conn_opts *o, natsOptions *no,
                                       jsd_error *err)
 {
     int64_t start = jsd__mono_ms(), deadline = start + o->startup_budget_ms;
     int64_t backoff = 50;
-    int attempts = 0, auth_refusals = 0;
+    int attempts = 0, unsendable_in_a_row = 0;
     bool reordered = false;
     jsd_error last;
     jsd_status st;
@@ -591,19 +629,23 @@ static jsd_status connect_with_budget(jsd_conn *c, const jsd_conn_opts *o, natsO
         jsd_error_clear(&last);
         st = jsd__conn_guard_silent_servers(c, no, deadline, &reordered, &last);
         if (st == JSD_OK) {
+            uint64_t unsendable = atomic_load(&c->sh->unsendable_sigs);
             s = natsConnection_Connect(&c->nc, no);
             if (s == NATS_OK)
                 return JSD_OK;
             c->nc = NULL;
             st = classify_connect(c, o, s, &last);
-            if (st == JSD_ERR_AUTH && signs_nonce(c) && ++auth_refusals < NONCE_SIGN_TRIES) {
+            if (atomic_load(&c->sh->unsendable_sigs) != unsendable) {
                 JSD_DEBUG("conn",
-                          "authorization refused on attempt %d; trying again with a new "
-                          "nonce (nats.c 3.4.1 may have sent no signature)",
+                          "attempt %d: a signature nats.c 3.4.1 cannot send; trying "
+                          "again with a new nonce",
                           attempts);
-                continue;
+                if (++unsendable_in_a_row < NONCE_SIGN_TRIES)
+                    continue;
+                st = JSD_ERR_CONNECT;
             }
         }
+        unsendable_in_a_row = 0;
         if (!retryable(st)) {
             jsd__err_copy(err, &last);
             return st;

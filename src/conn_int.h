@@ -60,6 +60,20 @@ jsd_status jsd__nkey_encode(unsigned char type, bool seed, const unsigned char k
 jsd_status jsd__nkey_decode_seed(const char *seed, size_t n, unsigned char *type,
                                  unsigned char key[32]);
 
+/* The Ed25519 signature of a server's nonce with the user seed in the file at
+ * path (a seed file or a creds file), read afresh; *unsendable when its first
+ * byte is zero, which nats.c 3.4.1 cannot send (nkeys.c, "Signing the
+ * server's nonce"). JSD_ERR_CONFIG when the file cannot be read or holds no
+ * user seed. */
+jsd_status jsd__nkey_sign_nonce(const char *path, const char *nonce, unsigned char sig[64],
+                                bool *unsendable);
+
+/* The user JWT of a creds file (the first JWT-shaped line between a header
+ * and a footer line), malloc'd; JSD_ERR_CONFIG when there is none. */
+jsd_status jsd__creds_jwt(const char *path, char **jwt);
+/* The same from the file's text (for the fuzz target). */
+jsd_status jsd__creds_jwt_in(const char *text, char **jwt);
+
 /* Per-subscription pending limits of the profile, for natsSubscription_
  * SetPendingLimits (nats.c has no connection-wide setting for bytes). */
 void jsd__conn_pending_limits(const jsd_conn *c, int *msgs, int64_t *bytes);

@@ -27,9 +27,10 @@ typedef struct conn_shared {
     atomic_int connected;
     atomic_uint_least64_t reconnects;
     atomic_int version_stale;
-    atomic_int closing; /* jsd_conn_close started: a disconnect is expected */
-    bool closed;        /* the closed callback ran */
-    bool have_nc;       /* a connection exists, so a closed callback will come */
+    atomic_int closing;                    /* jsd_conn_close started: a disconnect is expected */
+    atomic_uint_least64_t unsendable_sigs; /* nonce signatures nats.c 3.4.1 cannot send */
+    bool closed;                           /* the closed callback ran */
+    bool have_nc;                          /* a connection exists, so a closed callback will come */
     conn_listener listeners[CONN_MAX_LISTENERS];
 } conn_shared;
 

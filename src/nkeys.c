@@ -1,11 +1,13 @@
 /*
  * nkeys — the NKey text encoding (base32 of a type prefix, a 32-byte Ed25519
  * key and a CRC-16), enough to derive a user's public key from a seed file,
- * which nats.c 3.4.1 must be told beside the file it signs with. The tests'
- * key tool uses the encoder to make keys.
+ * and the signature of a server's nonce with a seed file or a creds file (for
+ * nats.c 3.4.1, which cannot send one signature in 256: see "Signing the
+ * server's nonce" below). The tests' key tool uses the encoder to make keys.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
@@ -13,8 +15,8 @@
 #include "conn_priv.h"
 
 /* ---- NKey: the public key of a user seed -------------------------------------
- * nats.c 3.4.1 signs with the seed file itself but must be told the public
- * key (natsOptions_SetNKeyFromSeed), so derive it: a seed is base32 of two
+ * nats.c 3.4.1 must be told an NKey user's public key beside the signature
+ * callback (natsOptions_SetNKey), so derive it: a seed is base32 of two
  * prefix bytes, the 32-byte Ed25519 seed and a CRC-16 (XMODEM, little endian);
  * a user public key is base32 of the byte 'U' type (20 << 3), the 32-byte
  * public key and its CRC-16. */
@@ -135,34 +137,210 @@ done:
     return st;
 }
 
+#define KEY_FILE_MAX (1 << 20) /* a creds file's JWT may carry long permission lists */
+
+/* Read a seed file or a creds file whole, NUL-terminated, to be given back
+ * to drop_key_text; errno's text into why on failure. */
+static char *read_key_file(const char *path, const char **why)
+{
+    FILE *f = fopen(path, "re");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    *why = "out of memory";
+    if (!f) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    for (;;) {
+        if (len + 1 >= cap) {
+            size_t ncap = cap ? cap * 2 : 4096;
+            char *nb = ncap <= KEY_FILE_MAX ? malloc(ncap) : NULL;
+            if (!nb) {
+                if (ncap > KEY_FILE_MAX)
+                    *why = "larger than 1 MiB";
+                jsd__wipe(buf, cap);
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            if (buf) {
+                memcpy(nb, buf, len);
+                jsd__wipe(buf, cap);
+                free(buf);
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t n = fread(buf + len, 1, cap - 1 - len, f);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+static void drop_key_text(char *text)
+{
+    if (text) {
+        jsd__wipe(text, strlen(text));
+        free(text);
+    }
+}
+
+/* The first valid user seed ("SU...", 58 characters) in text, decoded. */
+static bool find_user_seed(const char *text, unsigned char key[32])
+{
+    unsigned char type = 0;
+    for (const char *p = text; (p = strstr(p, "SU")) != NULL; p++) {
+        size_t n = strspn(p, b32_alpha);
+        if (n == 58 && jsd__nkey_decode_seed(p, n, &type, key) == JSD_OK && type == (20 << 3))
+            return true;
+    }
+    return false;
+}
+
 /* Read a seed file and derive its public key; the file may hold only the seed
  * or a creds-style block with it. */
 jsd_status jsd__nkey_public_from_file(const char *path, char *out, size_t cap, jsd_error *err)
 {
-    char buf[4096];
-    size_t len;
-    FILE *f = fopen(path, "re");
-    jsd_status st;
+    unsigned char key32[32], pk[32];
+    size_t pklen = sizeof(pk);
+    const char *why = NULL;
+    EVP_PKEY *key = NULL;
+    jsd_status st = JSD_ERR_CONFIG;
+    char *text = read_key_file(path, &why);
 
-    if (!f)
+    if (!text)
         return jsd__err(err, JSD_ERR_CONFIG, "cannot read the NKey seed file \"%s\": %s", path,
-                        strerror(errno));
-    len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    st = JSD_ERR_CONFIG;
-    for (char *p = buf; (p = strstr(p, "SU")) != NULL; p++) {
-        size_t n = strspn(p, b32_alpha);
-        if (n == 58 && jsd__nkey_public_from_seed(p, n, out, cap) == JSD_OK) {
-            st = JSD_OK;
-            break;
-        }
-    }
-    jsd__wipe(buf, sizeof(buf));
+                        why);
+    bool found = find_user_seed(text, key32);
+    drop_key_text(text);
+    if (found && cap >= 57 &&
+        (key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, key32, 32)) &&
+        EVP_PKEY_get_raw_public_key(key, pk, &pklen) == 1 && pklen == 32)
+        st = jsd__nkey_encode(20 << 3, false, pk, out, cap);
+    EVP_PKEY_free(key);
+    jsd__wipe(key32, sizeof(key32));
     if (st != JSD_OK)
         return jsd__err(err, JSD_ERR_CONFIG,
                         "the NKey seed file \"%s\" holds no valid user seed (a 58-character "
                         "\"SU...\" key)",
                         path);
     return JSD_OK;
+}
+
+/* ---- Signing the server's nonce ---------------------------------------------
+ * jsdurable signs the nonce itself instead of handing nats.c 3.4.1 the file:
+ * that version's base64 encoder (util.c _base64Encode) takes the raw
+ * signature for a C string and encodes nothing when its first byte is zero,
+ * so about one CONNECT in 256 would go out without "sig" and be refused
+ * (fixed upstream in nats.c 3.8.0). Refused twice in a row while
+ * reconnecting, nats.c closes the connection for good. Here such a
+ * signature is reported (*unsendable) instead of returned: conn.c fails
+ * that attempt before its CONNECT, and the next one gets a new nonce. The
+ * file is read afresh at each signature, as nats.c does, so that a rotated
+ * key is picked up at the next reconnection. */
+jsd_status jsd__nkey_sign_nonce(const char *path, const char *nonce, unsigned char sig[64],
+                                bool *unsendable)
+{
+    unsigned char key32[32];
+    size_t siglen = 64;
+    const char *why = NULL;
+    EVP_PKEY *key = NULL;
+    EVP_MD_CTX *ctx = NULL;
+    jsd_status st = JSD_ERR_CONFIG;
+    char *text;
+
+    *unsendable = false;
+    if (!(text = read_key_file(path, &why)))
+        return JSD_ERR_CONFIG;
+    bool found = find_user_seed(text, key32);
+    drop_key_text(text);
+    if (found && (key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, key32, 32)) &&
+        (ctx = EVP_MD_CTX_new()) && EVP_DigestSignInit(ctx, NULL, NULL, NULL, key) == 1 &&
+        EVP_DigestSign(ctx, sig, &siglen, (const unsigned char *)nonce, strlen(nonce)) == 1 &&
+        siglen == 64) {
+        st = JSD_OK;
+        *unsendable = sig[0] == 0;
+    }
+    EVP_MD_CTX_free(ctx);
+    EVP_PKEY_free(key);
+    jsd__wipe(key32, sizeof(key32));
+    return st;
+}
+
+/* A creds file's header and footer lines: they end with at least three
+ * dashes and hold three more before (nats.c's and nsc's rule). */
+static bool creds_header(const char *line, size_t n)
+{
+    if (n < 6 || strncmp(line + n - 3, "---", 3) != 0)
+        return false;
+    size_t end = n - 3;
+    while (end > 0 && line[end - 1] == '-')
+        end--;
+    for (size_t i = 0; i + 3 <= end; i++)
+        if (!strncmp(line + i, "---", 3))
+            return true;
+    return false;
+}
+
+/* A JWT's shape: three base64url parts joined by dots (never a seed). */
+static bool jwt_shaped(const char *t, size_t n)
+{
+    int dots = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '.')
+            dots++;
+        else if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=", t[i]))
+            return false;
+    }
+    return dots == 2 && t[0] != '.' && t[n - 1] != '.';
+}
+
+/* Next non-empty line of text at *p: its start and length; false at the end. */
+static bool next_line(const char **p, const char **line, size_t *n)
+{
+    const char *q = *p;
+    while (*q == '\r' || *q == '\n' || *q == ' ' || *q == '\t')
+        q++;
+    if (!*q)
+        return false;
+    *line = q;
+    *n = strcspn(q, "\r\n");
+    *p = q + *n;
+    while (*n > 0 && (q[*n - 1] == ' ' || q[*n - 1] == '\t'))
+        (*n)--;
+    return true;
+}
+
+/* The user JWT in a creds file's text: the first JWT-shaped line framed by a
+ * header and a footer line (a framed seed is never taken for it), as malloc'd
+ * text (nats.c frees it). */
+jsd_status jsd__creds_jwt_in(const char *text, char **jwt)
+{
+    const char *p = text, *line, *body;
+    size_t n, bn;
+
+    *jwt = NULL;
+    while (next_line(&p, &line, &n)) {
+        if (!creds_header(line, n) || !next_line(&p, &body, &bn))
+            continue;
+        if (jwt_shaped(body, bn) && next_line(&p, &line, &n) && creds_header(line, n))
+            return (*jwt = strndup(body, bn)) != NULL ? JSD_OK : JSD_ERR_NOMEM;
+    }
+    return JSD_ERR_CONFIG;
+}
+
+jsd_status jsd__creds_jwt(const char *path, char **jwt)
+{
+    const char *why = NULL;
+    char *text = read_key_file(path, &why);
+    *jwt = NULL;
+    if (!text)
+        return JSD_ERR_CONFIG;
+    jsd_status st = jsd__creds_jwt_in(text, jwt);
+    drop_key_text(text);
+    return st;
 }

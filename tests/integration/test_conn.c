@@ -549,19 +549,40 @@ static void mute_stop(mute_server *m)
     close(m->lfd);
 }
 
+/* A server that comes up while the start-up budget lasts is connected to:
+ * the open keeps retrying (seen in its DEBUG log) until the restart. */
+typedef struct opener {
+    jsd_conn_opts o;
+    jsd_conn *c;
+    jsd_error e;
+    jsd_status st;
+    atomic_int done;
+} opener;
+
+static void *open_thread(void *arg)
+{
+    opener *op = arg;
+    op->st = jsd_conn_open(&op->c, &op->o, &op->e);
+    atomic_store(&op->done, 1);
+    return NULL;
+}
+
 /* nats.c 3.4.1 and a nonce whose signature begins with a zero byte. A fake
  * server (it claims nothing about nats-server; the real one's answer to a
  * CONNECT without "sig" is "Signature missing", an Authorization Violation,
- * seen in its debug log) greets every client with a nonce chosen so that the
- * NKey's signature of it begins with 0x00, until it has refused one CONNECT;
- * later clients get a nonce whose signature does not. It checks each
- * CONNECT's signature against the key, answers a good one's PING with PONG
- * and refuses the rest with the server's words. */
+ * seen in its debug log) greets each client, while zero_mode is set, with a
+ * nonce chosen so that the NKey's signature of it begins with 0x00, and
+ * otherwise with one whose signature does not. It checks each CONNECT's
+ * signature against the key, answers a good one's PING with PONG, refuses
+ * the rest with the server's words, and drops every client when kicked. */
 typedef struct nonce_server {
     int lfd;
     EVP_PKEY *key;
     char zero_nonce[32], plain_nonce[32];
     atomic_int stop;
+    atomic_int zero_mode;
+    atomic_int kick;
+    atomic_int zero_greetings;    /* clients greeted with the zero nonce */
     atomic_int unsigned_connects; /* CONNECTs without a signature */
     atomic_int signed_connects;   /* CONNECTs whose signature verified */
     atomic_int refused;           /* Authorization Violations sent */
@@ -660,8 +681,10 @@ static bool nonce_serve_lines(nonce_server *m, nonce_client *cl)
 static void nonce_greet(nonce_server *m, nonce_client *cl)
 {
     char info[512];
-    jsd__strlcpy(cl->nonce, atomic_load(&m->refused) ? m->plain_nonce : m->zero_nonce,
-                 sizeof(cl->nonce));
+    bool zero = atomic_load(&m->zero_mode) != 0;
+    jsd__strlcpy(cl->nonce, zero ? m->zero_nonce : m->plain_nonce, sizeof(cl->nonce));
+    if (zero)
+        atomic_fetch_add(&m->zero_greetings, 1);
     int n = snprintf(info, sizeof(info),
                      "INFO {\"server_id\":\"FAKE\",\"server_name\":\"fake\",\"version\":\"2.9.10\","
                      "\"proto\":1,\"host\":\"127.0.0.1\",\"port\":0,\"headers\":true,"
@@ -677,6 +700,9 @@ static void *nonce_main(void *arg)
     struct pollfd pf[17];
     int n = 0;
     while (!atomic_load(&m->stop)) {
+        if (atomic_exchange(&m->kick, 0))
+            while (n > 0)
+                close(cl[--n].fd);
         pf[0].fd = m->lfd;
         pf[0].events = POLLIN;
         for (int i = 0; i < n; i++) {
@@ -753,55 +779,61 @@ static void nonce_stop(nonce_server *m)
     EVP_PKEY_free(m->key);
 }
 
-/* The open survives a CONNECT that nats.c sends without its signature: the
- * refusal is tried again with a new nonce, and the open succeeds. With nats.c
- * 3.4.1 the first CONNECT is unsigned (the dependency's bug, shown here);
- * with a nats.c that encodes the signature, it is signed and never refused. */
-static void unsigned_connect_is_tried_again(void **state)
+/* No CONNECT goes out without its signature, at start-up or when
+ * reconnecting, however many nonces in a row sign to a signature that nats.c
+ * 3.4.1 would drop: such an attempt fails before its CONNECT and the next
+ * one gets a new nonce. With nats.c's own signer the first such CONNECT goes
+ * out unsigned and is refused; two refusals in a row while reconnecting
+ * close the connection for good, so it would not come back below. */
+static void unsendable_signatures_are_never_sent(void **state)
 {
     (void)state;
     nonce_server m;
-    jsd_conn_opts o;
-    jsd_conn *c = NULL;
-    jsd_error e;
+    opener op;
+    pthread_t th;
     char url[64], seed_path[512];
     snprintf(seed_path, sizeof(seed_path), "%s/fake-user.nk", jsd_test_dir());
     int port = nonce_start(&m, seed_path);
     snprintf(url, sizeof(url), "nats://127.0.0.1:%d", port);
-    opts_for(&o, url);
-    o.nkey_seed_file = seed_path;
-    o.require_jetstream = 0; /* the fake has no JetStream */
-    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
-    ASSERT_TRUE(jsd_conn_is_connected(c));
-    jsd_conn_close(c);
-    print_message("nats.c %s: %d unsigned, %d signed CONNECTs\n", nats_GetVersion(),
-                  atomic_load(&m.unsigned_connects), atomic_load(&m.signed_connects));
-    if (nats_GetVersionNumber() < 0x030800) {
-        ASSERT_EQ(atomic_load(&m.unsigned_connects), 1);
-        ASSERT_EQ(atomic_load(&m.refused), 1);
-    } else {
-        ASSERT_EQ(atomic_load(&m.refused), 0);
-    }
+    memset(&op, 0, sizeof(op));
+    opts_for(&op.o, url);
+    op.o.startup_budget_ms = 20000;
+    op.o.nkey_seed_file = seed_path;
+    op.o.require_jetstream = 0; /* the fake has no JetStream */
+
+    /* start-up: every nonce signs to a leading zero byte for a while */
+    atomic_store(&m.zero_mode, 1);
+    ASSERT_EQ(pthread_create(&th, NULL, open_thread, &op), 0);
+    ASSERT_WAIT(atomic_load(&m.zero_greetings) >= 8 || atomic_load(&op.done), 10000);
+    if (atomic_load(&op.done))
+        fail_msg("the open ended while every nonce signed to a leading zero byte: %s (%d "
+                 "CONNECTs sent unsigned)",
+                 op.e.msg, atomic_load(&m.unsigned_connects));
+    ASSERT_EQ(atomic_load(&m.unsigned_connects), 0);
+    atomic_store(&m.zero_mode, 0);
+    ASSERT_WAIT(atomic_load(&op.done), 20000 + MARGIN_MS);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_OK_E(op.st, op.e.msg);
+    ASSERT_TRUE(jsd_conn_is_connected(op.c));
+    ASSERT_EQ(atomic_load(&m.unsigned_connects), 0);
+    ASSERT_EQ(atomic_load(&m.refused), 0);
     ASSERT_EQ(atomic_load(&m.signed_connects), 1);
+
+    /* reconnection: more such nonces in a row than nats.c forgives */
+    int before = atomic_load(&m.zero_greetings);
+    atomic_store(&m.zero_mode, 1);
+    atomic_store(&m.kick, 1);
+    ASSERT_WAIT(!jsd_conn_is_connected(op.c), 5000);
+    ASSERT_WAIT(atomic_load(&m.zero_greetings) >= before + 4, 10000);
+    ASSERT_EQ(atomic_load(&m.unsigned_connects), 0);
+    ASSERT_EQ(atomic_load(&m.refused), 0);
+    atomic_store(&m.zero_mode, 0);
+    ASSERT_WAIT(jsd_conn_is_connected(op.c), 10000);
+    ASSERT_EQ(atomic_load(&m.signed_connects), 2);
+    print_message("nats.c %s: %d greetings with a zero-signing nonce, none sent unsigned\n",
+                  nats_GetVersion(), atomic_load(&m.zero_greetings));
+    jsd_conn_close(op.c);
     nonce_stop(&m);
-}
-
-/* A server that comes up while the start-up budget lasts is connected to:
- * the open keeps retrying (seen in its DEBUG log) until the restart. */
-typedef struct opener {
-    jsd_conn_opts o;
-    jsd_conn *c;
-    jsd_error e;
-    jsd_status st;
-    atomic_int done;
-} opener;
-
-static void *open_thread(void *arg)
-{
-    opener *op = arg;
-    op->st = jsd_conn_open(&op->c, &op->o, &op->e);
-    atomic_store(&op->done, 1);
-    return NULL;
 }
 
 static pthread_mutex_t retry_lk = PTHREAD_MUTEX_INITIALIZER;
@@ -1343,7 +1375,7 @@ JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
               cmocka_unit_test(unreachable_server_fails_within_the_budget),
               cmocka_unit_test(startup_waits_for_a_server_that_comes_up),
               cmocka_unit_test(silent_server_after_info_fails_within_the_budget),
-              cmocka_unit_test(unsigned_connect_is_tried_again),
+              cmocka_unit_test(unsendable_signatures_are_never_sent),
               cmocka_unit_test(silent_server_is_passed_over_for_one_that_answers),
               cmocka_unit_test(bounded_reconnect_gives_up_cleanly),
               cmocka_unit_test(round_trip_through_the_shared_server),

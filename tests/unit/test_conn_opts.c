@@ -4,6 +4,9 @@
  * needed. Ports used are ones nothing listens on; a test that got past
  * validation would fail with JSD_ERR_CONNECT instead of the status it expects.
  */
+#include <openssl/evp.h>
+#include <stdlib.h>
+
 #include "test.h"
 #include "conn_int.h"
 
@@ -330,6 +333,105 @@ static void nkey_seed_file_without_a_seed_is_refused(void **state)
     expect_refused(&o, JSD_ERR_CONFIG, "holds no valid user seed");
 }
 
+/* Write text to the file name in the test's folder; its path, valid until
+ * the next call. */
+static const char *write_text(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof(path), "%s/%s", jsd_test_dir(), name);
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs(text, f);
+    ASSERT_EQ(fclose(f), 0);
+    return path;
+}
+
+#define CREDS_JWT "eyJ0eXAiOiJKV1QifQ.eyJzdWIiOiJVIn0.c2ln-_c2ln"
+
+/* The user JWT of a creds file as nsc writes it (and with CRLF lines,
+ * blank lines and trailing blanks); none in a file without a framed line. */
+static void creds_jwt_is_the_framed_line(void **state)
+{
+    (void)state;
+    char *jwt = NULL;
+    ASSERT_OK(jsd__creds_jwt(write_text("nsc.creds", "-----BEGIN NATS USER JWT-----\n" CREDS_JWT
+                                                     "\n------END NATS USER JWT------\n\n"
+                                                     "************************* IMPORTANT "
+                                                     "*************************\n"
+                                                     "-----BEGIN USER NKEY SEED-----\n" KNOWN_SEED
+                                                     "\n------END USER NKEY SEED------\n"),
+                             &jwt));
+    ASSERT_STREQ(jwt, CREDS_JWT);
+    free(jwt);
+    ASSERT_OK(jsd__creds_jwt(write_text("crlf.creds",
+                                        "\r\n-----BEGIN NATS USER JWT-----\r\n\r\n" CREDS_JWT
+                                        "  \r\n------END NATS USER JWT------\r\n"),
+                             &jwt));
+    ASSERT_STREQ(jwt, CREDS_JWT);
+    free(jwt);
+    ASSERT_STATUS(jsd__creds_jwt(write_text("seed-only.creds", "-----BEGIN USER NKEY SEED-----\n"
+                                                               "------END USER NKEY SEED------\n"),
+                                 &jwt),
+                  JSD_ERR_CONFIG);
+    ASSERT_TRUE(jwt == NULL);
+    ASSERT_STATUS(jsd__creds_jwt(write_text("bare.creds", CREDS_JWT "\n"), &jwt), JSD_ERR_CONFIG);
+    ASSERT_STATUS(jsd__creds_jwt("/nonexistent/user.creds", &jwt), JSD_ERR_CONFIG);
+}
+
+/* A creds file with a seed and no JWT is refused before the network. */
+static void creds_file_without_a_jwt_is_refused(void **state)
+{
+    (void)state;
+    jsd_conn_opts o;
+    base(&o);
+    o.creds_file = write_text("nojwt.creds", "-----BEGIN USER NKEY SEED-----\n" KNOWN_SEED
+                                             "\n------END USER NKEY SEED------\n");
+    expect_refused(&o, JSD_ERR_CONFIG, "holds no user JWT");
+}
+
+/* The nonce's signature verifies against the seed's public key, from a seed
+ * file and a creds file alike; a nonce whose signature begins with a zero
+ * byte is reported unsendable (about one in 256). */
+static void nonce_signature_verifies_and_a_leading_zero_is_reported(void **state)
+{
+    (void)state;
+    unsigned char sig[64], key32[32], type = 0, pk[32];
+    size_t pklen = sizeof(pk);
+    bool unsendable = true;
+    int zeros = 0;
+    char seed_file[512];
+    jsd__strlcpy(seed_file, write_text("sign.nk", KNOWN_SEED "\n"), sizeof(seed_file));
+    ASSERT_OK(jsd__nkey_decode_seed(KNOWN_SEED, strlen(KNOWN_SEED), &type, key32));
+    EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, key32, 32);
+    ASSERT_TRUE(k != NULL);
+    ASSERT_EQ(EVP_PKEY_get_raw_public_key(k, pk, &pklen), 1);
+    EVP_PKEY *pub = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pk, pklen);
+    for (int i = 0; i < 2000; i++) {
+        char nonce[32];
+        snprintf(nonce, sizeof(nonce), "nonce-%d", i);
+        ASSERT_OK(jsd__nkey_sign_nonce(seed_file, nonce, sig, &unsendable));
+        EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+        ASSERT_EQ(EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, pub), 1);
+        ASSERT_EQ(EVP_DigestVerify(ctx, sig, 64, (const unsigned char *)nonce, strlen(nonce)), 1);
+        EVP_MD_CTX_free(ctx);
+        ASSERT_EQ(unsendable, sig[0] == 0);
+        zeros += unsendable;
+    }
+    ASSERT_TRUE(zeros > 0); /* 2000 nonces: about 8 */
+    const char *creds = write_text("sign.creds", "-----BEGIN NATS USER JWT-----\n" CREDS_JWT
+                                                 "\n------END NATS USER JWT------\n"
+                                                 "-----BEGIN USER NKEY SEED-----\n" KNOWN_SEED
+                                                 "\n------END USER NKEY SEED------\n");
+    unsigned char sig2[64];
+    ASSERT_OK(jsd__nkey_sign_nonce(creds, "nonce-0", sig2, &unsendable));
+    ASSERT_OK(jsd__nkey_sign_nonce(seed_file, "nonce-0", sig, &unsendable));
+    ASSERT_EQ(memcmp(sig, sig2, 64), 0);
+    ASSERT_STATUS(jsd__nkey_sign_nonce(write_text("noseed.nk", "nothing\n"), "n", sig, &unsendable),
+                  JSD_ERR_CONFIG);
+    EVP_PKEY_free(pub);
+    EVP_PKEY_free(k);
+}
+
 static void nats_errors_map_to_statuses(void **state)
 {
     (void)state;
@@ -365,5 +467,8 @@ JSD_TEST_MAIN(cmocka_unit_test(defaults_are_documented_values), cmocka_unit_test
               cmocka_unit_test(tls_files_are_checked),
               cmocka_unit_test(nkey_public_key_is_derived_from_the_seed),
               cmocka_unit_test(nkey_seed_file_without_a_seed_is_refused),
+              cmocka_unit_test(creds_jwt_is_the_framed_line),
+              cmocka_unit_test(creds_file_without_a_jwt_is_refused),
+              cmocka_unit_test(nonce_signature_verifies_and_a_leading_zero_is_reported),
               cmocka_unit_test(nats_errors_map_to_statuses),
               cmocka_unit_test(star_password_and_the_pre_network_check))
