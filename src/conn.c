@@ -958,6 +958,16 @@ int jsd_conn_is_connected(jsd_conn *c)
     return c && c->sh ? atomic_load(&c->sh->connected) : 0;
 }
 
+bool jsd__conn_gone(jsd_conn *c)
+{
+    if (!c || !c->sh || atomic_load(&c->sh->connected))
+        return false;
+    pthread_mutex_lock(&c->sh->lk);
+    bool gone = c->sh->closed && !atomic_load(&c->sh->closing);
+    pthread_mutex_unlock(&c->sh->lk);
+    return gone;
+}
+
 uint64_t jsd_conn_reconnects(jsd_conn *c)
 {
     return c && c->sh ? (uint64_t)atomic_load(&c->sh->reconnects) : 0;

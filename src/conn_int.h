@@ -78,4 +78,10 @@ jsd_status jsd__creds_jwt_in(const char *text, char **jwt);
  * SetPendingLimits (nats.c has no connection-wide setting for bytes). */
 void jsd__conn_pending_limits(const jsd_conn *c, int *msgs, int64_t *bytes);
 
+/* nats.c closed the connection for good (reconnection attempts exhausted, or
+ * the server refused the credentials twice in a row), not jsd_conn_close:
+ * it will not come back, and a relay or consumer on it stops with
+ * JSD_ERR_CONNECT instead of waiting for ever. */
+bool jsd__conn_gone(jsd_conn *c);
+
 #endif

@@ -440,6 +440,19 @@ static jsd_status run_with(jsd_consumer *c, const jsd__handler *h, bool until_id
         if (st != JSD_OK) {
             if (st == JSD_ERR_INVALID || st == JSD_ERR_NOMEM)
                 return st;
+            if (jsd__conn_gone(c->conn)) {
+                /* deliveries not acknowledged come again to the next run */
+                jsd__fetch_drain(c);
+                JSD_ERROR("consumer",
+                          "%s/%s: the NATS connection is closed for good; the consumer stops",
+                          c->stream, c->durable);
+                return jsd__cerr(c, JSD_ERR_CONNECT,
+                                 "the NATS connection of %s/%s is closed for good (reconnection "
+                                 "attempts exhausted, or the server refused the credentials twice "
+                                 "in a row); unacknowledged deliveries come again to a consumer "
+                                 "on a new connection",
+                                 c->stream, c->durable);
+            }
             JSD_WARN("consumer", "%s/%s: %s; retrying", c->stream, c->durable, c->err.msg);
             jsd__sleep_ms(backoff);
             backoff = JSD_MIN(backoff * 2, 2000);

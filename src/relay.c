@@ -196,6 +196,12 @@
 #include "store/store.h"
 #include "subject.h"
 
+/* The relay's words when nats.c has closed its connection for good. */
+#define GONE_TEXT                                                                                  \
+    "the NATS connection is closed for good (reconnection attempts exhausted, or the server "      \
+    "refused the credentials twice in a row); the backlog waits in the store for a relay on a "    \
+    "new connection"
+
 #define STOP_SLICE_MS        100 /* the longest a wait ignores jsd_relay_stop */
 #define UNAVAILABLE_PAUSE_MS 250 /* claims pause after a publication found NATS down */
 #define DRAIN_MAX            512
@@ -799,6 +805,14 @@ static jsd_status run(jsd_relay *r, bool until_idle)
     while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
         int64_t now = jsd__mono_ms();
         bool connected = jsd_conn_is_connected(r->conn);
+        if (!connected && jsd__conn_gone(r->conn)) {
+            if (r->fatal == JSD_OK) {
+                r->fatal = jsd__relay_err(r, JSD_ERR_CONNECT, "%s", GONE_TEXT);
+                JSD_ERROR(COMP, "%s; the relay stops", GONE_TEXT);
+            }
+            atomic_store(&r->stop, 1);
+            break;
+        }
         if (!connected && !warned_down) {
             JSD_WARN(COMP, "NATS is down: claims pause, the backlog waits in the store");
             warned_down = true;

@@ -244,7 +244,9 @@ JSD_EXTERN jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *us
 /* Loop jsd_consumer_poll until begin_drain (JSD_OK once the batch in hand is
  * settled), or with until_idle until the durable has nothing pending and
  * nothing in flight. Transient failures (connection loss, busy store) are
- * logged and retried. Never JSD_OK while a delivery is left unapplied: a
+ * logged and retried; a connection that nats.c closed for good
+ * (reconnect_attempts exhausted, or the credentials refused twice in a row)
+ * ends it with JSD_ERR_CONNECT. Never JSD_OK while a delivery is left unapplied: a
  * drain during a store outage returns the store's status, with the number
  * of deliveries left unacked in jsd_consumer_errmsg. With until_idle, an
  * idle durable whose poison records are not all in the dead-letter stream

@@ -98,11 +98,16 @@ JSD_EXTERN jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_co
 
 /*
  * Run until jsd_relay_stop(): claim, publish, record receipts and failures,
- * wait for wake-ups when idle. A NATS outage never ends it; a store failure
+ * wait for wake-ups when idle. A NATS outage never ends it (reconnect_attempts
+ * -1, the default); a store failure
  * is logged, counted and retried after the poll interval. On stop it claims
  * nothing new, settles the publications in flight (each within its deadline)
- * and writes their receipts, then returns JSD_OK. Returns an error only for a
- * misuse (JSD_ERR_INVALID, JSD_ERR_BUSY when already running).
+ * and writes their receipts, then returns JSD_OK. Returns an error for a
+ * misuse (JSD_ERR_INVALID, JSD_ERR_BUSY when already running), a target
+ * stream whose duplicate window the retries do not fit (JSD_ERR_CONFIG, see
+ * backoff_cap_ms), and a connection that nats.c closed for good
+ * (JSD_ERR_CONNECT: reconnect_attempts exhausted, or the server refused the
+ * credentials twice in a row), after settling what was in flight as on stop.
  */
 JSD_EXTERN jsd_status jsd_relay_run(jsd_relay *r);
 

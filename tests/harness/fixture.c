@@ -386,6 +386,22 @@ int jsd_fx_cluster_stop(jsd_fx_cluster *c)
     return rc;
 }
 
+struct jsd_conn *jsd_fx_conn_giving_up(const char *url)
+{
+    jsd_conn_opts co;
+    jsd_conn *c = NULL;
+    jsd_error err;
+    jsd_conn_opts_init(&co);
+    co.servers = url;
+    co.reconnect_attempts = 2;
+    co.reconnect_wait_ms = 50;
+    co.reconnect_jitter_ms = 10;
+    jsd_error_clear(&err);
+    if (jsd_conn_open(&c, &co, &err) != JSD_OK)
+        fail_msg("jsd_conn_open %s: %s", url, err.msg);
+    return c;
+}
+
 const char *jsd_fx_shared_nats_url(void)
 {
     const char *u = getenv("JSD_TEST_NATS_URL");

@@ -107,6 +107,11 @@ int jsd_fx_cluster_stop(jsd_fx_cluster *c);
 
 /* URL of the run's shared JetStream server (JSD_TEST_NATS_URL). */
 const char *jsd_fx_shared_nats_url(void);
+
+/* A library connection to url that gives up after two reconnect attempts
+ * 50 ms apart, so that nats.c closes it for good soon after its server goes
+ * away; fails the test if it cannot open. */
+struct jsd_conn *jsd_fx_conn_giving_up(const char *url);
 /* A fresh, empty PostgreSQL database on the run's shared server
  * (JSD_TEST_PG_URL); dropped at exit. url receives its libpq URL. */
 int jsd_fx_pg_database(char *url, size_t cap);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "consumer_env.h"
+#include "proxy.h"
 
 /* ack wait 1.5 s x max_deliver 3 (+ NAK delays of 200 ms): the whole
  * redelivery schedule is over in under 5 s; the outages below last longer. */
@@ -30,6 +31,7 @@ typedef struct runner {
     jsd_consumer *c;
     bool until_idle;
     jsd_status rc;
+    atomic_int done;
     atomic_int calls;
     bool delete_durable; /* delete the durable from inside the handler */
     cenv *e;
@@ -59,6 +61,7 @@ static void *run_main(void *arg)
 {
     runner *r = arg;
     r->rc = jsd_consumer_run(r->c, apply, r, r->until_idle);
+    atomic_store(&r->done, 1);
     return NULL;
 }
 
@@ -448,6 +451,45 @@ static void commit_counted_at_confirmed_ack(bool pg)
     cenv_down(&e);
 }
 
+/* ---- NATS connection closed for good ------------------------------------------------ */
+/* The consumer's connection goes through a proxy that is then stopped:
+ * after its reconnect_attempts nats.c closes the connection for good, and
+ * the run ends with JSD_ERR_CONNECT and a text that says so instead of
+ * retrying for ever. What was applied stays applied, once. */
+static void gone_connection_ends_the_run(void **state)
+{
+    (void)state;
+    cenv e;
+    cenv_up(&e, false);
+    effects_table(&e);
+    cenv_durable(&e, ACK_WAIT_MS, MAX_DELIVER, 1024, NULL, 0);
+    const char *colon = strrchr(jsd_fx_shared_nats_url(), ':');
+    ASSERT_TRUE(colon != NULL);
+    jsd_fx_proxy px;
+    ASSERT_EQ(jsd_fx_proxy_start((int)strtol(colon + 1, NULL, 10), NULL, &px), 0);
+    jsd_conn_close(e.conn); /* the library's connection goes through the proxy */
+    e.conn = jsd_fx_conn_giving_up(px.url);
+    jsd_store *obs = observer(&e);
+    runner r = {.e = &e};
+    r.c = cenv_consumer(&e, NULL);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, run_main, &r), 0);
+    cenv_publish(&e, 1, 20, NULL);
+    ASSERT_WAIT(cenv_store_scalar(obs, "SELECT COUNT(*) FROM effects") == 20, 20000);
+
+    ASSERT_EQ(jsd_fx_proxy_stop(&px), 0);
+    if (!WAIT_UNTIL(atomic_load(&r.done), 15000))
+        fail_msg("the consumer still runs on a connection nats.c closed for good");
+    pthread_join(th, NULL);
+    ASSERT_STATUS(r.rc, JSD_ERR_CONNECT);
+    ASSERT_CONTAINS(jsd_consumer_errmsg(r.c), "closed for good");
+    ASSERT_EQ(cenv_store_scalar(obs, "SELECT COUNT(DISTINCT seq) FROM effects"), 20);
+    ASSERT_EQ(cenv_store_scalar(obs, "SELECT COUNT(*) FROM effects"), 20);
+    jsd_consumer_destroy(r.c);
+    jsd_store_close(obs);
+    cenv_down(&e);
+}
+
 BOTH(dlq_full_then_room)
 BOTH(ack_wait_not_replaced)
 BOTH(commit_counted_at_confirmed_ack)
@@ -456,4 +498,5 @@ BOTH(commit_counted_at_confirmed_ack)
 
 JSD_TEST_MAIN(cmocka_unit_test(pg_outage_loses_nothing), cmocka_unit_test(drain_while_held_fails),
               cmocka_unit_test(sqlite_full_disk_loses_nothing), T(dlq_full_then_room),
-              T(ack_wait_not_replaced), T(commit_counted_at_confirmed_ack))
+              cmocka_unit_test(gone_connection_ends_the_run), T(ack_wait_not_replaced),
+              T(commit_counted_at_confirmed_ack))

@@ -775,6 +775,54 @@ static void broker_down_pg(void **state)
     broker_down(RT_PG);
 }
 
+/* A connection that nats.c closes for good (here: reconnect_attempts
+ * exhausted while the server is down) ends the run with JSD_ERR_CONNECT and
+ * a text that says so, instead of a relay that waits for ever on a
+ * connection that will not come back. What it had not published stays
+ * in the store, none of it dead-lettered. */
+static void gone_connection_ends_the_run(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
+    rt_env e;
+    env_up(&e, RT_SQLITE, fx.url);
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q1 = {.n = 100, .subject = e.subject};
+    rt_enqueue(app, &q1);
+
+    rt_relay t;
+    memset(&t, 0, sizeof(t));
+    t.store = rt_open(&e.st);
+    t.conn = jsd_fx_conn_giving_up(fx.url);
+    jsd_error err;
+    jsd_relay_opts o = fast_opts();
+    o.publish_deadline_ms = 1000;
+    o.lease_ms = 2500;
+    ASSERT_OK(jsd_relay_create(&t.relay, t.store, t.conn, &o, &err), err.msg);
+    rt_relay_start(&t, false);
+    ASSERT_WAIT(rt_published(&e.st) == 100, 20000);
+
+    ASSERT_EQ(jsd_fx_nats_kill(&fx), 0);
+    ASSERT_WAIT(!jsd_conn_is_connected(t.conn), 5000);
+    rt_enqueue_opts q2 = {.first = 100, .n = 50, .subject = e.subject};
+    rt_enqueue(app, &q2);
+    if (!WAIT_UNTIL(rt_relay_done(&t), 15000))
+        fail_msg("the relay still runs on a connection nats.c closed for good");
+    pthread_join(t.th, NULL);
+    t.th = 0;
+    ASSERT_STATUS(t.rc, JSD_ERR_CONNECT);
+    ASSERT_CONTAINS(jsd_relay_errmsg(t.relay), "closed for good");
+    ASSERT_EQ(rt_published(&e.st), 100);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_TOTAL), 150);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
+    jsd_relay_destroy(t.relay);
+    jsd_conn_close(t.conn);
+    jsd_store_close(t.store);
+    jsd_store_close(app);
+    env_down(&e);
+}
+
 /* ---- a dropped PubAck ---------------------------------------------------------------------------
  */
 
@@ -918,5 +966,6 @@ JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
               cmocka_unit_test(wakeup_prompts_claim_pg), cmocka_unit_test(stop_settles_in_flight),
               cmocka_unit_test(stalled_writer_holds_claims_back),
               cmocka_unit_test(options_are_validated), cmocka_unit_test(broker_down_sqlite),
-              cmocka_unit_test(broker_down_pg), cmocka_unit_test(dropped_puback_sqlite),
-              cmocka_unit_test(dropped_puback_pg), cmocka_unit_test(cli_flags_and_until_idle))
+              cmocka_unit_test(broker_down_pg), cmocka_unit_test(gone_connection_ends_the_run),
+              cmocka_unit_test(dropped_puback_sqlite), cmocka_unit_test(dropped_puback_pg),
+              cmocka_unit_test(cli_flags_and_until_idle))
