@@ -92,6 +92,12 @@ bool jsd__parse_duration_ms(const char *s, int64_t *out);
 void jsd__hex(const unsigned char *in, size_t n, char *out);
 /* A random hex token of 2*nbytes characters (nbytes <= 32) into out. */
 bool jsd__random_hex(char *out, size_t nbytes);
+/* The file at path whole, NUL-terminated, in a buffer of jsd__malloc's; *len
+ * (may be NULL) its length without the NUL. NULL with errno set: fopen's,
+ * EFBIG when it holds more than max bytes, ENOMEM, or EIO for a read error.
+ * Every buffer outgrown on the way is wiped before it is freed (the file may
+ * hold a key); the caller wipes the one returned if it must. */
+char *jsd__read_file(const char *path, size_t max, size_t *len);
 
 /* Length-delimited SHA-256: each part is hashed as its 8-byte big-endian
  * length then its bytes, so ("ab","c") and ("a","bc") differ. out_hex holds

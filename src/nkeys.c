@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
@@ -139,53 +138,12 @@ done:
 
 #define KEY_FILE_MAX (1 << 20) /* a creds file's JWT may carry long permission lists */
 
-/* Read a seed file or a creds file whole, NUL-terminated, to be given back
- * to drop_key_text; errno's text into why on failure. */
-static char *read_key_file(const char *path, const char **why)
-{
-    FILE *f = fopen(path, "re");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    *why = "out of memory";
-    if (!f) {
-        *why = strerror(errno);
-        return NULL;
-    }
-    for (;;) {
-        if (len + 1 >= cap) {
-            size_t ncap = cap ? cap * 2 : 4096;
-            char *nb = ncap <= KEY_FILE_MAX ? malloc(ncap) : NULL;
-            if (!nb) {
-                if (ncap > KEY_FILE_MAX)
-                    *why = "larger than 1 MiB";
-                jsd__wipe(buf, cap);
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            if (buf) {
-                memcpy(nb, buf, len);
-                jsd__wipe(buf, cap);
-                free(buf);
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t n = fread(buf + len, 1, cap - 1 - len, f);
-        len += n;
-        if (n == 0)
-            break;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
-
+/* Give back a key file's text (jsd__read_file's), wiped. */
 static void drop_key_text(char *text)
 {
     if (text) {
         jsd__wipe(text, strlen(text));
-        free(text);
+        jsd__free(text);
     }
 }
 
@@ -207,14 +165,13 @@ jsd_status jsd__nkey_public_from_file(const char *path, char *out, size_t cap, j
 {
     unsigned char key32[32], pk[32];
     size_t pklen = sizeof(pk);
-    const char *why = NULL;
     EVP_PKEY *key = NULL;
     jsd_status st = JSD_ERR_CONFIG;
-    char *text = read_key_file(path, &why);
+    char *text = jsd__read_file(path, KEY_FILE_MAX, NULL);
 
     if (!text)
         return jsd__err(err, JSD_ERR_CONFIG, "cannot read the NKey seed file \"%s\": %s", path,
-                        why);
+                        strerror(errno));
     bool found = find_user_seed(text, key32);
     drop_key_text(text);
     if (found && cap >= 57 &&
@@ -247,14 +204,13 @@ jsd_status jsd__nkey_sign_nonce(const char *path, const char *nonce, unsigned ch
 {
     unsigned char key32[32];
     size_t siglen = 64;
-    const char *why = NULL;
     EVP_PKEY *key = NULL;
     EVP_MD_CTX *ctx = NULL;
     jsd_status st = JSD_ERR_CONFIG;
     char *text;
 
     *unsendable = false;
-    if (!(text = read_key_file(path, &why)))
+    if (!(text = jsd__read_file(path, KEY_FILE_MAX, NULL)))
         return JSD_ERR_CONFIG;
     bool found = find_user_seed(text, key32);
     drop_key_text(text);
@@ -335,8 +291,7 @@ jsd_status jsd__creds_jwt_in(const char *text, char **jwt)
 
 jsd_status jsd__creds_jwt(const char *path, char **jwt)
 {
-    const char *why = NULL;
-    char *text = read_key_file(path, &why);
+    char *text = jsd__read_file(path, KEY_FILE_MAX, NULL);
     *jwt = NULL;
     if (!text)
         return JSD_ERR_CONFIG;

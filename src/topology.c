@@ -771,50 +771,26 @@ jsd_status jsd_topology_load(jsd_topology **out, const char *path, jsd_error *er
     if (!out || !path)
         return jsd__err(err, JSD_ERR_INVALID, "jsd_topology_load: out and path are required");
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return jsd__err(err, JSD_ERR_IO, "cannot open topology file %s: %s", path, strerror(errno));
-    size_t cap = 64 * 1024, n = 0;
-    char *buf = jsd__malloc(cap);
-    jsd_status st = JSD_OK;
+    size_t n = 0;
+    char *buf = jsd__read_file(path, JSD_TOPOLOGY_FILE_MAX, &n);
     if (!buf) {
-        fclose(f);
-        return jsd__err(err, JSD_ERR_NOMEM, "out of memory reading %s", path);
+        if (errno == EFBIG)
+            return jsd__err(err, JSD_ERR_LIMIT,
+                            "topology file %s is larger than %d bytes (JSD_TOPOLOGY_FILE_MAX)",
+                            path, JSD_TOPOLOGY_FILE_MAX);
+        if (errno == ENOMEM)
+            return jsd__err(err, JSD_ERR_NOMEM, "out of memory reading %s", path);
+        if (errno == EIO)
+            return jsd__err(err, JSD_ERR_IO, "cannot read topology file %s", path);
+        return jsd__err(err, JSD_ERR_IO, "cannot open topology file %s: %s", path, strerror(errno));
     }
-    for (;;) {
-        if (n == cap) {
-            if (cap > JSD_TOPOLOGY_FILE_MAX) {
-                st = jsd__err(err, JSD_ERR_LIMIT,
-                              "topology file %s is larger than %d bytes (JSD_TOPOLOGY_FILE_MAX)",
-                              path, JSD_TOPOLOGY_FILE_MAX);
-                goto done;
-            }
-            char *nb = jsd__realloc(buf, cap * 2);
-            if (!nb) {
-                st = jsd__err(err, JSD_ERR_NOMEM, "out of memory reading %s", path);
-                goto done;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        st = jsd__err(err, JSD_ERR_IO, "cannot read topology file %s", path);
-        goto done;
-    }
-    st = jsd_topology_parse(out, buf, n, err);
+    jsd_status st = jsd_topology_parse(out, buf, n, err);
     if (st != JSD_OK && err && st != JSD_ERR_NOMEM) {
         char msg[JSD_ERRMSG_MAX];
         jsd__snprintf(msg, sizeof(msg), "%s: %s", path, err->msg);
         jsd__strlcpy(err->msg, msg, sizeof(err->msg));
     }
-done:
     jsd__free(buf);
-    fclose(f);
     return st;
 }
 

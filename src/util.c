@@ -1,5 +1,6 @@
 /*
- * Clocks, bounded string helpers, parsing, hex, randomness and the
+ * Clocks, bounded string helpers, parsing, hex, randomness, the one
+ * whole-file read (key files, topology files) and the
  * length-delimited SHA-256 (OpenSSL) used for every derived message id.
  */
 #include <errno.h>
@@ -181,4 +182,47 @@ jsd_status jsd__ld_sha256_hex(const char *const *parts, const size_t *lens, size
         return JSD_ERR_INTERNAL;
     jsd__hex(md, 32, out_hex);
     return JSD_OK;
+}
+
+char *jsd__read_file(const char *path, size_t max, size_t *len)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = jsd__malloc(cap + 1);
+    int fail = buf ? 0 : ENOMEM;
+    while (!fail) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n > max) {
+            fail = EFBIG;
+        } else if (got == 0) {
+            fail = ferror(f) ? EIO : 0;
+            break;
+        } else if (n == cap) {
+            char *nb = jsd__malloc(cap * 2 + 1);
+            if (!nb) {
+                fail = ENOMEM;
+                break;
+            }
+            memcpy(nb, buf, n);
+            jsd__wipe(buf, cap);
+            jsd__free(buf);
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (fail) {
+        if (buf)
+            jsd__wipe(buf, cap);
+        jsd__free(buf);
+        errno = fail;
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
 }

@@ -542,11 +542,18 @@ static int mute_start(mute_server *m, int upstream_port)
     return port;
 }
 
+/* Stop a fake server's thread (it sees stop within its 50 ms poll), then
+ * close its listening socket. */
+static void fake_stop(atomic_int *stop, pthread_t th, int lfd)
+{
+    atomic_store(stop, 1);
+    pthread_join(th, NULL);
+    close(lfd);
+}
+
 static void mute_stop(mute_server *m)
 {
-    atomic_store(&m->stop, 1);
-    pthread_join(m->th, NULL);
-    close(m->lfd);
+    fake_stop(&m->stop, m->th, m->lfd);
 }
 
 /* A server that comes up while the start-up budget lasts is connected to:
@@ -773,9 +780,7 @@ static int nonce_start(nonce_server *m, const char *seed_path)
 
 static void nonce_stop(nonce_server *m)
 {
-    atomic_store(&m->stop, 1);
-    pthread_join(m->th, NULL);
-    close(m->lfd);
+    fake_stop(&m->stop, m->th, m->lfd);
     EVP_PKEY_free(m->key);
 }
 

@@ -1,8 +1,10 @@
 /*
  * The internal clock helpers: the one monotonic timed wait times out no
  * sooner than asked, returns at once for a past deadline, and wakes when
- * signalled.
+ * signalled. And jsd__read_file: a file whole across its buffer's growth, up
+ * to its limit and not a byte more.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -59,5 +61,33 @@ static void wakes_when_signalled(void **state)
     pthread_cond_destroy(&cv);
 }
 
+/* 10 000 bytes (the buffer grows twice), read at a limit of exactly that;
+ * one byte less is EFBIG, a missing file fopen's ENOENT. */
+static void reads_a_file_whole_up_to_its_limit(void **state)
+{
+    (void)state;
+    char path[512];
+    size_t len = 0;
+    snprintf(path, sizeof(path), "%s/whole.txt", jsd_test_dir());
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int i = 0; i < 10000; i++)
+        fputc('a' + i % 26, f);
+    ASSERT_EQ(fclose(f), 0);
+    char *t = jsd__read_file(path, 10000, &len);
+    ASSERT_TRUE(t != NULL);
+    ASSERT_EQ(len, 10000);
+    ASSERT_EQ(strlen(t), 10000);
+    ASSERT_EQ(t[9999], 'a' + 9999 % 26);
+    jsd__free(t);
+    errno = 0;
+    ASSERT_TRUE(jsd__read_file(path, 9999, &len) == NULL);
+    ASSERT_EQ(errno, EFBIG);
+    snprintf(path, sizeof(path), "%s/missing.txt", jsd_test_dir());
+    ASSERT_TRUE(jsd__read_file(path, 10000, &len) == NULL);
+    ASSERT_EQ(errno, ENOENT);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(times_out_no_sooner_than_asked),
-              cmocka_unit_test(wakes_when_signalled))
+              cmocka_unit_test(wakes_when_signalled),
+              cmocka_unit_test(reads_a_file_whole_up_to_its_limit))
