@@ -114,7 +114,8 @@
  *    receipt under that lease is refused (point 3, lease_lost), it is
  *    claimed again like a new one, its republication is collapsed by the
  *    stream, and the first-attempt duplicate is settled by reading the
- *    stream (point 4a): still one message and one receipt. (A server that
+ *    stream (point 4a): still one message and one receipt
+ *    (test_relay_horizon.c, claim_lost_in_a_server_crash). (A server that
  *    stays down past the duplicate window makes that republication a
  *    second copy, as for held receipts in point 10; the inbox applies it
  *    once.) The receipt's own synchronous commit flushes every claim

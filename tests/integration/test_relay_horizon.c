@@ -8,8 +8,11 @@
  * the retry is a duplicate inside the window and the stream holds one
  * message. Receipts whose PubAcks came while PostgreSQL was stopped are
  * held through the outage (longer than the lease) and written when the store
- * is back: nothing is published a second time.
+ * is back: nothing is published a second time. A claim whose asynchronous
+ * commit is lost in a PostgreSQL crash (relay.c DESIGN 8) costs neither a
+ * second message nor a lost receipt.
  */
+#include <signal.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -197,5 +200,116 @@ static void receipts_held_through_store_outage(void **state)
     ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
 }
 
+/* One statement on a server, outside any transaction (ALTER SYSTEM). */
+static void pg_do(const char *url, const char *sql)
+{
+    PGconn *c = PQconnectdb(url);
+    ASSERT_TRUE(PQstatus(c) == CONNECTION_OK);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+}
+
+/* The relay's claim commits without waiting for its WAL flush (relay.c
+ * DESIGN 8). Here the server dies before that flush: the effect's
+ * publication is in the broker, its claim is not in the store. The receipt
+ * held through the outage is refused (the lease it names is gone), the
+ * effect is claimed again like a new one, the stream collapses the
+ * republication, and reading the stream's message settles the duplicate as
+ * this effect's own: one message, one receipt, nothing dead-lettered.
+ *
+ * The flush is held back by stopping the server's WAL writer (SIGSTOP)
+ * before the claim, with autovacuum, timed checkpoints and the background
+ * writer off (nothing else writes WAL out meanwhile); the crash is a
+ * SIGKILL of the whole server. Unheld, the WAL writer flushes within
+ * wal_writer_delay (200 ms) and the window would be a matter of luck. */
+static void claim_lost_in_a_server_crash(void **state)
+{
+    (void)state;
+    jsd_fx_pg pg;
+    ASSERT_EQ(jsd_fx_pg_start(&pg), 0);
+    pg_do(pg.url, "ALTER SYSTEM SET autovacuum = off");
+    pg_do(pg.url, "ALTER SYSTEM SET checkpoint_timeout = '1h'");
+    pg_do(pg.url, "ALTER SYSTEM SET bgwriter_lru_maxpages = 0");
+    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
+    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
+    rt_store st = {.kind = RT_PG};
+    ASSERT_EQ(jsd_fx_pg_database_on(pg.url, st.url, sizeof(st.url)), 0);
+    rt_nats nt;
+    const char *url = jsd_fx_shared_nats_url();
+    rt_nats_open(&nt, url);
+    char stream[64], root[64], filter[80], subject[100];
+    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("HZC"));
+    snprintf(root, sizeof(root), "%s", jsd_test_unique("hzc"));
+    snprintf(filter, sizeof(filter), "%s.>", root);
+    snprintf(subject, sizeof(subject), "%s.a", root);
+    rt_stream_add_with(&nt, stream, filter, 120000, 0);
+    jsd_fx_proxy px;
+    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), NULL, &px), 0);
+
+    jsd_store *s = rt_open(&st);
+    jsd_relay_opts o;
+    jsd_relay_opts_init(&o);
+    o.publish_deadline_ms = 10000;
+    o.lease_ms = 11000;
+    o.backoff_base_ms = 100;
+    o.backoff_cap_ms = 1000;
+    o.poll_interval_ms = 100;
+    rt_relay t;
+    rt_relay_make(&t, &st, px.url, &o);
+    rt_relay_start(&t, false);
+    rt_enqueue(s,
+               &(rt_enqueue_opts){.owner = "o", .id_prefix = "first", .subject = subject, .n = 1});
+    ASSERT_WAIT(rt_published(&st) == 1, 10000);
+
+    /* Hold the WAL writer and the publication; the effect's own insert
+     * commits synchronously, flushed by its session. */
+    long long walwriter =
+        rt_q(&st, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+    ASSERT_TRUE(walwriter > 0);
+    ASSERT_EQ(kill((pid_t)walwriter, SIGSTOP), 0);
+    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pause"), 0);
+    rt_enqueue(s,
+               &(rt_enqueue_opts){.owner = "o", .id_prefix = "lost", .subject = subject, .n = 1});
+    jsd_relay_stats rs;
+    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 1), 10000);
+    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'lost0' "
+                        "AND lease_token IS NOT NULL"),
+              1);
+    jsd_store_close(s);
+    rt_store_close(&st);
+    ASSERT_EQ(jsd_fx_pg_kill(&pg), 0);
+
+    /* The broker stores the publication and answers; the receipt waits. */
+    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pass"), 0);
+    ASSERT_WAIT(rt_stream_count(&nt, stream) == 2, 10000);
+    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 0), 10000);
+    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
+
+    ASSERT_WAIT(rt_published(&st) == 2, 20000);
+    jsd_relay_stats_get(t.relay, &rs);
+    rt_relay_finish(&t);
+    /* the held receipt named the lost claim's lease */
+    if (rs.lease_lost != 1)
+        fail_msg("%llu receipts refused, want 1: the held receipt was taken under a lease "
+                 "the crash should have lost (or the claim reached the disk, and this test "
+                 "did not make the fault it is about)",
+                 (unsigned long long)rs.lease_lost);
+    ASSERT_EQ(rs.first_attempt_duplicates, 0);
+    ASSERT_EQ(rt_q(&st, RT_SQL_DEAD), 0);
+    ASSERT_EQ(rt_q(&st, RT_SQL_DUPLICATES), 1);
+    ASSERT_EQ(rt_q(&st, "SELECT stream_seq FROM jsd_outbox WHERE effect_id = 'lost0' AND "
+                        "duplicate"),
+              2);
+    ASSERT_EQ(rt_stream_count(&nt, stream), 2);
+    jsd_fx_proxy_stop(&px);
+    rt_nats_close(&nt);
+    rt_store_close(&st);
+    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(withheld_acks_sqlite), cmocka_unit_test(withheld_acks_pg),
-              cmocka_unit_test(receipts_held_through_store_outage))
+              cmocka_unit_test(receipts_held_through_store_outage),
+              cmocka_unit_test(claim_lost_in_a_server_crash))
