@@ -606,6 +606,28 @@ static char *with_schema(jsd_store *s, const char *sql)
     return out;
 }
 
+/* Session settings the library relies on, made on every connection: when
+ * it opens and again after each PQreset (a new server session).
+ * - client_min_messages = warning: a NOTICE of the library's own statements
+ *   is noise in the application's log (pg_notice logs what still comes).
+ * - jit = off: every statement of the library is a short one, and
+ *   PostgreSQL turns its JIT on by a plan's estimated cost, compiling for
+ *   tens of milliseconds to save microseconds. A generic plan's estimate
+ *   for a range of ids in an outbox of a few hundred thousand rows crosses
+ *   jit_above_cost: on 1M rows each receipt statement (P_RECEIPTS) took
+ *   133 ms instead of 3 (EXPLAIN ANALYZE), and bench-scale's relay behind
+ *   5M published rows fell from 23k to 2.2k msg/s (docs/PERFORMANCE.md,
+ *   run S9). An application that wants JIT for its own statements on this
+ *   connection sets it back (SET jit = on) in its transaction. */
+static jsd_status session_setup(jsd_store *s)
+{
+    PGresult *r = PQexec(PG(s)->conn, "SET client_min_messages = warning; SET jit = off");
+    jsd_status rc =
+        PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, "configuring the session");
+    PQclear(r);
+    return rc;
+}
+
 /* The connection is usable, re-established when it broke outside a transaction. */
 static jsd_status ready(jsd_store *s)
 {
@@ -620,6 +642,9 @@ static jsd_status ready(jsd_store *s)
     p->plans_set = false;
     if (PQstatus(p->conn) != CONNECTION_OK)
         return pg_fail(s, NULL, "reconnecting to PostgreSQL");
+    jsd_status rc = session_setup(s);
+    if (rc != JSD_OK)
+        return rc;
     JSD_INFO("store", "reconnected to PostgreSQL store \"%s\"", s->url_safe);
     return JSD_OK;
 }
@@ -2203,10 +2228,7 @@ jsd_status jsd__pg_open(jsd_store *s, const char *conninfo, const char *schema, 
         goto fail;
     }
     PQsetNoticeReceiver(p->conn, pg_notice, s);
-    /* Session settings the library relies on. */
-    if ((rc = simple(s, "SET client_min_messages = warning", "configuring the session")) !=
-            JSD_OK ||
-        (rc = migrate(s)) != JSD_OK)
+    if ((rc = session_setup(s)) != JSD_OK || (rc = migrate(s)) != JSD_OK)
         goto fail;
     return JSD_OK;
 fail:

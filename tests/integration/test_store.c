@@ -2527,12 +2527,31 @@ static void pg_claim_floor_keeps_expired_leases_reachable(void **state)
     jsd_store_close(s);
 }
 
+/* The library's session settings (postgres.c, session_setup) hold on s's
+ * connection: JIT off (a generic plan's cost estimate on a large outbox
+ * made PostgreSQL compile each receipt statement for over 100 ms) and
+ * notices below warning unsent. */
+static void session_settings_hold(jsd_store *s)
+{
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    PGconn *c = jsd_tx_pg(tx);
+    ASSERT_TRUE(c != NULL);
+    char v[64];
+    pg_text(c, "SHOW jit", v, sizeof(v));
+    assert_string_equal(v, "off");
+    pg_text(c, "SHOW client_min_messages", v, sizeof(v));
+    assert_string_equal(v, "warning");
+    jsd_tx_rollback(tx);
+}
+
 static void pg_reconnects_after_connection_loss(void **state)
 {
     (void)state;
     char url[512];
     assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
     jsd_store *s = open_url(url);
+    session_settings_hold(s);
     emit1(s, "o", "before", "orders.x");
     bool woken = false;
     ASSERT_OK(jsd__store_wait_wakeup(s, 0, &woken)); /* LISTEN on this connection */
@@ -2556,6 +2575,8 @@ static void pg_reconnects_after_connection_loss(void **state)
         ASSERT_OK_E(jsd__store_claim(s, 10, 1000, "t", jsd__now_ms(), &b), jsd_store_errmsg(s));
     }
     ASSERT_EQ(b.n, 1);
+    /* The new session has the library's settings again. */
+    session_settings_hold(s);
     /* Wake-ups work again: LISTEN is renewed on the new connection. */
     jsd_store *app = open_url(url);
     ASSERT_OK(jsd__store_wait_wakeup(s, 0, &woken));
