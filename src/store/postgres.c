@@ -618,7 +618,7 @@ static char *with_schema(jsd_store *s, const char *sql)
  *   133 ms instead of 3 (EXPLAIN ANALYZE), and bench-scale's relay behind
  *   5M published rows fell from 23k to 2.2k msg/s (docs/PERFORMANCE.md,
  *   run S9). An application that wants JIT for its own statements on this
- *   connection sets it back (SET jit = on) in its transaction. */
+ *   connection turns it on for its transaction alone (SET LOCAL jit = on). */
 static jsd_status session_setup(jsd_store *s)
 {
     PGresult *r = PQexec(PG(s)->conn, "SET client_min_messages = warning; SET jit = off");
