@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "proxy.h"
 #include "relay_env.h"
@@ -136,70 +137,6 @@ static void withheld_acks_pg(void **state)
     withheld_acks(RT_PG);
 }
 
-/* PubAcks that arrive while PostgreSQL is stopped: the receipts are held
- * (past the lease) and written when it is back, so nothing is republished. */
-static void receipts_held_through_store_outage(void **state)
-{
-    (void)state;
-    jsd_fx_pg pg;
-    ASSERT_EQ(jsd_fx_pg_start(&pg), 0);
-    rt_store st = {.kind = RT_PG};
-    ASSERT_EQ(jsd_fx_pg_database_on(pg.url, st.url, sizeof(st.url)), 0);
-    rt_nats nt;
-    const char *url = jsd_fx_shared_nats_url();
-    rt_nats_open(&nt, url);
-    char stream[64], root[64], filter[80], subject[100];
-    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("HZH"));
-    snprintf(root, sizeof(root), "%s", jsd_test_unique("hzh"));
-    snprintf(filter, sizeof(filter), "%s.>", root);
-    snprintf(subject, sizeof(subject), "%s.a", root);
-    rt_stream_add_with(&nt, stream, filter, 120000, 0);
-    jsd_fx_proxy px;
-    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), NULL, &px), 0);
-
-    jsd_store *s = rt_open(&st);
-    jsd_relay_opts o;
-    jsd_relay_opts_init(&o);
-    o.publish_deadline_ms = 4000;
-    o.lease_ms = 5000;
-    o.backoff_base_ms = 100;
-    o.backoff_cap_ms = 1000;
-    o.poll_interval_ms = 100;
-    rt_relay t;
-    rt_relay_make(&t, &st, px.url, &o);
-    rt_relay_start(&t, false);
-    rt_enqueue(s,
-               &(rt_enqueue_opts){.owner = "o", .id_prefix = "first", .subject = subject, .n = 1});
-    ASSERT_WAIT(rt_published(&st) == 1, 10000);
-
-    /* Hold the next publications in the proxy, stop the store, then let the
-     * broker store them and answer. */
-    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pause"), 0);
-    rt_enqueue(s,
-               &(rt_enqueue_opts){.owner = "o", .id_prefix = "held", .subject = subject, .n = 3});
-    jsd_relay_stats rs;
-    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 3), 10000);
-    jsd_store_close(s);
-    rt_store_close(&st); /* the test's reader goes with the server */
-    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
-    int64_t stopped = jsd_test_mono_ms();
-    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pass"), 0);
-    ASSERT_WAIT(rt_stream_count(&nt, stream) == 4, 10000);
-    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 0), 10000);
-    /* The outage outlasts the lease and the old five receipt retries (~3 s). */
-    ASSERT_WAIT(jsd_test_mono_ms() - stopped > o.lease_ms + 2000, 2 * o.lease_ms + 2000);
-    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
-
-    ASSERT_WAIT(rt_published(&st) == 4, 20000);
-    rt_relay_finish(&t);
-    ASSERT_EQ(rt_q(&st, RT_SQL_DUPLICATES), 0);
-    ASSERT_EQ(rt_stream_count(&nt, stream), 4);
-    jsd_fx_proxy_stop(&px);
-    rt_nats_close(&nt);
-    rt_store_close(&st);
-    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
-}
-
 /* One statement on a server, outside any transaction (ALTER SYSTEM). */
 static void pg_do(const char *url, const char *sql)
 {
@@ -210,6 +147,122 @@ static void pg_do(const char *url, const char *sql)
         fail_msg("%s: %s", sql, PQerrorMessage(c));
     PQclear(r);
     PQfinish(c);
+}
+
+/* A PostgreSQL server of the test's own (with the given ALTER SYSTEM
+ * settings, NULL-terminated, in force from its start), a stream with a
+ * 2-minute window, the fault proxy in front of the shared nats-server, and
+ * a relay publishing through it (lease = deadline + 1 s) whose first effect
+ * is published. */
+typedef struct pg_outage {
+    jsd_fx_pg pg;
+    rt_store st;
+    rt_nats nt;
+    char stream[64], subject[100];
+    jsd_fx_proxy px;
+    jsd_store *app; /* the application's store; NULL once closed */
+    jsd_relay_opts o;
+    rt_relay t;
+} pg_outage;
+
+static void pg_outage_up(pg_outage *e, const char *tag, const char *const *settings,
+                         int64_t deadline_ms)
+{
+    memset(e, 0, sizeof(*e));
+    ASSERT_EQ(jsd_fx_pg_start(&e->pg), 0);
+    if (settings && settings[0]) {
+        for (const char *const *q = settings; *q; q++)
+            pg_do(e->pg.url, *q);
+        ASSERT_EQ(jsd_fx_pg_stop(&e->pg), 0);
+        ASSERT_EQ(jsd_fx_pg_restart(&e->pg), 0);
+    }
+    e->st.kind = RT_PG;
+    ASSERT_EQ(jsd_fx_pg_database_on(e->pg.url, e->st.url, sizeof(e->st.url)), 0);
+    const char *url = jsd_fx_shared_nats_url();
+    rt_nats_open(&e->nt, url);
+    char root[64], filter[80];
+    snprintf(e->stream, sizeof(e->stream), "%s", jsd_test_unique(tag));
+    snprintf(root, sizeof(root), "%s", jsd_test_unique("hzo"));
+    snprintf(filter, sizeof(filter), "%s.>", root);
+    snprintf(e->subject, sizeof(e->subject), "%s.a", root);
+    rt_stream_add_with(&e->nt, e->stream, filter, 120000, 0);
+    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), NULL, &e->px), 0);
+
+    e->app = rt_open(&e->st);
+    jsd_relay_opts_init(&e->o);
+    e->o.publish_deadline_ms = deadline_ms;
+    e->o.lease_ms = deadline_ms + 1000;
+    e->o.backoff_base_ms = 100;
+    e->o.backoff_cap_ms = 1000;
+    e->o.poll_interval_ms = 100;
+    rt_relay_make(&e->t, &e->st, e->px.url, &e->o);
+    rt_relay_start(&e->t, false);
+    rt_enqueue(e->app, &(rt_enqueue_opts){
+                           .owner = "o", .id_prefix = "first", .subject = e->subject, .n = 1});
+    ASSERT_WAIT(rt_published(&e->st) == 1, 10000);
+}
+
+/* Hold the next publications in the proxy and enqueue n effects ("<prefix>0"
+ * ...); returns once the relay has claimed and sent them. */
+static void pg_outage_hold(pg_outage *e, const char *prefix, int n)
+{
+    ASSERT_EQ(jsd_fx_proxy_mode(&e->px, "pause"), 0);
+    rt_enqueue(e->app, &(rt_enqueue_opts){
+                           .owner = "o", .id_prefix = prefix, .subject = e->subject, .n = n});
+    jsd_relay_stats rs;
+    ASSERT_WAIT((jsd_relay_stats_get(e->t.relay, &rs), rs.in_flight == (uint64_t)n), 10000);
+}
+
+/* The store's clients let go of the server (before it goes). */
+static void pg_outage_let_go(pg_outage *e)
+{
+    jsd_store_close(e->app);
+    e->app = NULL;
+    rt_store_close(&e->st); /* the test's reader goes with the server */
+}
+
+/* The proxy passes what it held; the broker stores it and answers. */
+static void pg_outage_release(pg_outage *e, uint64_t stored)
+{
+    ASSERT_EQ(jsd_fx_proxy_mode(&e->px, "pass"), 0);
+    ASSERT_WAIT(rt_stream_count(&e->nt, e->stream) == stored, 10000);
+    jsd_relay_stats rs;
+    ASSERT_WAIT((jsd_relay_stats_get(e->t.relay, &rs), rs.in_flight == 0), 10000);
+}
+
+static void pg_outage_down(pg_outage *e)
+{
+    if (e->t.relay)
+        rt_relay_finish(&e->t);
+    if (e->app)
+        jsd_store_close(e->app);
+    jsd_fx_proxy_stop(&e->px);
+    rt_nats_close(&e->nt);
+    rt_store_close(&e->st);
+    ASSERT_EQ(jsd_fx_pg_stop(&e->pg), 0);
+}
+
+/* PubAcks that arrive while PostgreSQL is stopped: the receipts are held
+ * (past the lease) and written when it is back, so nothing is republished. */
+static void receipts_held_through_store_outage(void **state)
+{
+    (void)state;
+    pg_outage e;
+    pg_outage_up(&e, "HZH", NULL, 4000);
+    pg_outage_hold(&e, "held", 3);
+    pg_outage_let_go(&e);
+    ASSERT_EQ(jsd_fx_pg_stop(&e.pg), 0);
+    int64_t stopped = jsd_test_mono_ms();
+    pg_outage_release(&e, 4);
+    /* The outage outlasts the lease and the old five receipt retries (~3 s). */
+    ASSERT_WAIT(jsd_test_mono_ms() - stopped > e.o.lease_ms + 2000, 2 * e.o.lease_ms + 2000);
+    ASSERT_EQ(jsd_fx_pg_restart(&e.pg), 0);
+
+    ASSERT_WAIT(rt_published(&e.st) == 4, 20000);
+    rt_relay_finish(&e.t);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 0);
+    ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 4);
+    pg_outage_down(&e);
 }
 
 /* The relay's claim commits without waiting for its WAL flush (relay.c
@@ -228,69 +281,31 @@ static void pg_do(const char *url, const char *sql)
 static void claim_lost_in_a_server_crash(void **state)
 {
     (void)state;
-    jsd_fx_pg pg;
-    ASSERT_EQ(jsd_fx_pg_start(&pg), 0);
-    pg_do(pg.url, "ALTER SYSTEM SET autovacuum = off");
-    pg_do(pg.url, "ALTER SYSTEM SET checkpoint_timeout = '1h'");
-    pg_do(pg.url, "ALTER SYSTEM SET bgwriter_lru_maxpages = 0");
-    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
-    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
-    rt_store st = {.kind = RT_PG};
-    ASSERT_EQ(jsd_fx_pg_database_on(pg.url, st.url, sizeof(st.url)), 0);
-    rt_nats nt;
-    const char *url = jsd_fx_shared_nats_url();
-    rt_nats_open(&nt, url);
-    char stream[64], root[64], filter[80], subject[100];
-    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("HZC"));
-    snprintf(root, sizeof(root), "%s", jsd_test_unique("hzc"));
-    snprintf(filter, sizeof(filter), "%s.>", root);
-    snprintf(subject, sizeof(subject), "%s.a", root);
-    rt_stream_add_with(&nt, stream, filter, 120000, 0);
-    jsd_fx_proxy px;
-    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), NULL, &px), 0);
+    static const char *const quiet[] = {"ALTER SYSTEM SET autovacuum = off",
+                                        "ALTER SYSTEM SET checkpoint_timeout = '1h'",
+                                        "ALTER SYSTEM SET bgwriter_lru_maxpages = 0", NULL};
+    pg_outage e;
+    pg_outage_up(&e, "HZC", quiet, 10000);
 
-    jsd_store *s = rt_open(&st);
-    jsd_relay_opts o;
-    jsd_relay_opts_init(&o);
-    o.publish_deadline_ms = 10000;
-    o.lease_ms = 11000;
-    o.backoff_base_ms = 100;
-    o.backoff_cap_ms = 1000;
-    o.poll_interval_ms = 100;
-    rt_relay t;
-    rt_relay_make(&t, &st, px.url, &o);
-    rt_relay_start(&t, false);
-    rt_enqueue(s,
-               &(rt_enqueue_opts){.owner = "o", .id_prefix = "first", .subject = subject, .n = 1});
-    ASSERT_WAIT(rt_published(&st) == 1, 10000);
-
-    /* Hold the WAL writer and the publication; the effect's own insert
+    /* Hold the WAL writer, then the publication; the effect's own insert
      * commits synchronously, flushed by its session. */
     long long walwriter =
-        rt_q(&st, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+        rt_q(&e.st, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
     ASSERT_TRUE(walwriter > 0);
     ASSERT_EQ(kill((pid_t)walwriter, SIGSTOP), 0);
-    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pause"), 0);
-    rt_enqueue(s,
-               &(rt_enqueue_opts){.owner = "o", .id_prefix = "lost", .subject = subject, .n = 1});
-    jsd_relay_stats rs;
-    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 1), 10000);
-    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'lost0' "
-                        "AND lease_token IS NOT NULL"),
+    pg_outage_hold(&e, "lost", 1);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'lost0' "
+                          "AND lease_token IS NOT NULL"),
               1);
-    jsd_store_close(s);
-    rt_store_close(&st);
-    ASSERT_EQ(jsd_fx_pg_kill(&pg), 0);
+    pg_outage_let_go(&e);
+    ASSERT_EQ(jsd_fx_pg_kill(&e.pg), 0);
+    pg_outage_release(&e, 2); /* the receipt waits for the store */
+    ASSERT_EQ(jsd_fx_pg_restart(&e.pg), 0);
 
-    /* The broker stores the publication and answers; the receipt waits. */
-    ASSERT_EQ(jsd_fx_proxy_mode(&px, "pass"), 0);
-    ASSERT_WAIT(rt_stream_count(&nt, stream) == 2, 10000);
-    ASSERT_WAIT((jsd_relay_stats_get(t.relay, &rs), rs.in_flight == 0), 10000);
-    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
-
-    ASSERT_WAIT(rt_published(&st) == 2, 20000);
-    jsd_relay_stats_get(t.relay, &rs);
-    rt_relay_finish(&t);
+    ASSERT_WAIT(rt_published(&e.st) == 2, 20000);
+    jsd_relay_stats rs;
+    jsd_relay_stats_get(e.t.relay, &rs);
+    rt_relay_finish(&e.t);
     /* the held receipt named the lost claim's lease */
     if (rs.lease_lost != 1)
         fail_msg("%llu receipts refused, want 1: the held receipt was taken under a lease "
@@ -298,16 +313,13 @@ static void claim_lost_in_a_server_crash(void **state)
                  "did not make the fault it is about)",
                  (unsigned long long)rs.lease_lost);
     ASSERT_EQ(rs.first_attempt_duplicates, 0);
-    ASSERT_EQ(rt_q(&st, RT_SQL_DEAD), 0);
-    ASSERT_EQ(rt_q(&st, RT_SQL_DUPLICATES), 1);
-    ASSERT_EQ(rt_q(&st, "SELECT stream_seq FROM jsd_outbox WHERE effect_id = 'lost0' AND "
-                        "duplicate"),
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 1);
+    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox WHERE effect_id = 'lost0' AND "
+                          "duplicate"),
               2);
-    ASSERT_EQ(rt_stream_count(&nt, stream), 2);
-    jsd_fx_proxy_stop(&px);
-    rt_nats_close(&nt);
-    rt_store_close(&st);
-    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
+    ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 2);
+    pg_outage_down(&e);
 }
 
 JSD_TEST_MAIN(cmocka_unit_test(withheld_acks_sqlite), cmocka_unit_test(withheld_acks_pg),
