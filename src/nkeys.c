@@ -116,22 +116,26 @@ done:
     return st;
 }
 
+/* Public user key text ("U...", 56 characters) of a decoded user seed. */
+static jsd_status user_public(const unsigned char key32[32], char *out, size_t cap)
+{
+    unsigned char pk[32];
+    size_t pklen = sizeof(pk);
+    jsd_status st = JSD_ERR_CONFIG;
+    EVP_PKEY *key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, key32, 32);
+    if (cap >= 57 && key && EVP_PKEY_get_raw_public_key(key, pk, &pklen) == 1 && pklen == 32)
+        st = jsd__nkey_encode(20 << 3, false, pk, out, cap);
+    EVP_PKEY_free(key);
+    return st;
+}
+
 /* Public user key ("U...", 56 characters) of the seed text "SU..." (58). */
 jsd_status jsd__nkey_public_from_seed(const char *seed, size_t n, char *out, size_t cap)
 {
-    unsigned char key32[32], pk[32], type = 0;
-    size_t pklen = sizeof(pk);
-    EVP_PKEY *key = NULL;
+    unsigned char key32[32], type = 0;
     jsd_status st = JSD_ERR_CONFIG;
-
-    if (cap < 57 || jsd__nkey_decode_seed(seed, n, &type, key32) != JSD_OK || type != (20 << 3))
-        goto done;
-    key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, key32, 32);
-    if (!key || EVP_PKEY_get_raw_public_key(key, pk, &pklen) != 1 || pklen != 32)
-        goto done;
-    st = jsd__nkey_encode(20 << 3, false, pk, out, cap);
-done:
-    EVP_PKEY_free(key);
+    if (jsd__nkey_decode_seed(seed, n, &type, key32) == JSD_OK && type == (20 << 3))
+        st = user_public(key32, out, cap);
     jsd__wipe(key32, sizeof(key32));
     return st;
 }
@@ -163,22 +167,16 @@ static bool find_user_seed(const char *text, unsigned char key[32])
  * or a creds-style block with it. */
 jsd_status jsd__nkey_public_from_file(const char *path, char *out, size_t cap, jsd_error *err)
 {
-    unsigned char key32[32], pk[32];
-    size_t pklen = sizeof(pk);
-    EVP_PKEY *key = NULL;
+    unsigned char key32[32];
     jsd_status st = JSD_ERR_CONFIG;
     char *text = jsd__read_file(path, KEY_FILE_MAX, NULL);
 
     if (!text)
         return jsd__err(err, JSD_ERR_CONFIG, "cannot read the NKey seed file \"%s\": %s", path,
                         strerror(errno));
-    bool found = find_user_seed(text, key32);
+    if (find_user_seed(text, key32))
+        st = user_public(key32, out, cap);
     drop_key_text(text);
-    if (found && cap >= 57 &&
-        (key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, key32, 32)) &&
-        EVP_PKEY_get_raw_public_key(key, pk, &pklen) == 1 && pklen == 32)
-        st = jsd__nkey_encode(20 << 3, false, pk, out, cap);
-    EVP_PKEY_free(key);
     jsd__wipe(key32, sizeof(key32));
     if (st != JSD_OK)
         return jsd__err(err, JSD_ERR_CONFIG,
