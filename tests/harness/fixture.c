@@ -402,6 +402,15 @@ struct jsd_conn *jsd_fx_conn_giving_up(const char *url)
     return c;
 }
 
+int jsd_fx_url_port(const char *url)
+{
+    const char *colon = url ? strrchr(url, ':') : NULL;
+    int port = colon ? atoi(colon + 1) : 0;
+    if (port <= 0)
+        fail_msg("no port at the end of the URL \"%s\"", url ? url : "(null)");
+    return port;
+}
+
 const char *jsd_fx_shared_nats_url(void)
 {
     const char *u = getenv("JSD_TEST_NATS_URL");

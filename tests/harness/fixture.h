@@ -107,6 +107,9 @@ int jsd_fx_cluster_stop(jsd_fx_cluster *c);
 
 /* URL of the run's shared JetStream server (JSD_TEST_NATS_URL). */
 const char *jsd_fx_shared_nats_url(void);
+/* The port of a URL that ends ":PORT" (a fixture's or the shared server's),
+ * e.g. for jsd_fx_proxy_start; fails the test if it has none. */
+int jsd_fx_url_port(const char *url);
 
 /* A library connection to url that gives up after two reconnect attempts
  * 50 ms apart, so that nats.c closes it for good soon after its server goes

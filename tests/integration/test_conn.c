@@ -556,8 +556,8 @@ static void mute_stop(mute_server *m)
     fake_stop(&m->stop, m->th, m->lfd);
 }
 
-/* A server that comes up while the start-up budget lasts is connected to:
- * the open keeps retrying (seen in its DEBUG log) until the restart. */
+/* jsd_conn_open run on a thread of its own, so that a test can act while
+ * it retries. */
 typedef struct opener {
     jsd_conn_opts o;
     jsd_conn *c;
@@ -864,6 +864,8 @@ static int retries_seen(void)
     return n;
 }
 
+/* A server that comes up while the start-up budget lasts is connected to:
+ * the open keeps retrying (seen in its DEBUG log) until the restart. */
 static void startup_waits_for_a_server_that_comes_up(void **state)
 {
     (void)state;
@@ -898,10 +900,7 @@ static void silent_server_after_info_fails_within_the_budget(void **state)
     opener op;
     pthread_t th;
     char url[64];
-    const char *shared = jsd_fx_shared_nats_url();
-    const char *colon = strrchr(shared, ':');
-    ASSERT_TRUE(colon != NULL);
-    int port = mute_start(&m, atoi(colon + 1));
+    int port = mute_start(&m, jsd_fx_url_port(jsd_fx_shared_nats_url()));
     snprintf(url, sizeof(url), "nats://127.0.0.1:%d", port);
     memset(&op, 0, sizeof(op));
     opts_for(&op.o, url);
@@ -937,9 +936,7 @@ static void silent_server_is_passed_over_for_one_that_answers(void **state)
     pthread_t th;
     char urls[160], got[256];
     const char *shared = jsd_fx_shared_nats_url();
-    const char *colon = strrchr(shared, ':');
-    ASSERT_TRUE(colon != NULL);
-    int port = mute_start(&m, atoi(colon + 1));
+    int port = mute_start(&m, jsd_fx_url_port(shared));
     snprintf(urls, sizeof(urls), "nats://127.0.0.1:%d,%s", port, shared);
     memset(&op, 0, sizeof(op));
     opts_for(&op.o, urls);

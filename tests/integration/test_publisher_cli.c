@@ -92,9 +92,7 @@ static void dropped_ack_exits_75_then_duplicate(void **state)
     char out[4096], args[1024], stream[96], filter[128];
     const char *url = jsd_fx_shared_nats_url();
     jsd_fx_proxy px;
-    ASSERT_EQ(
-        jsd_fx_proxy_start((int)strtol(strrchr(url, ':') + 1, NULL, 10), "drop-first-puback", &px),
-        0);
+    ASSERT_EQ(jsd_fx_proxy_start(jsd_fx_url_port(url), "drop-first-puback", &px), 0);
     natsConnection *direct = ph_direct(url, NULL, NULL);
     jsCtx *js = ph_js(direct);
     snprintf(stream, sizeof(stream), "%s", jsd_test_unique("CLIU"));

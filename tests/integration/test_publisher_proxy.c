@@ -20,18 +20,12 @@ typedef struct env {
     char subject[128];
 } env;
 
-static int url_port(const char *url)
-{
-    const char *colon = strrchr(url, ':');
-    return colon ? (int)strtol(colon + 1, NULL, 10) : 0;
-}
-
 static void env_open(env *e, const char *mode)
 {
     char filter[128];
     memset(e, 0, sizeof(*e));
     const char *url = jsd_fx_shared_nats_url();
-    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), mode, &e->px), 0);
+    ASSERT_EQ(jsd_fx_proxy_start(jsd_fx_url_port(url), mode, &e->px), 0);
     e->conn = ph_open(e->px.url);
     e->direct = ph_direct(url, NULL, NULL);
     e->js = ph_js(e->direct);

@@ -834,10 +834,8 @@ static void dropped_puback(rt_backend kind)
 {
     rt_env e;
     env_up(&e, kind, NULL);
-    const char *colon = strrchr(e.nats_url, ':');
-    ASSERT_TRUE(colon != NULL);
     jsd_fx_proxy px;
-    ASSERT_EQ(jsd_fx_proxy_start((int)strtol(colon + 1, NULL, 10), "drop-first-puback", &px), 0);
+    ASSERT_EQ(jsd_fx_proxy_start(jsd_fx_url_port(e.nats_url), "drop-first-puback", &px), 0);
 
     jsd_store *app = rt_open(&e.st);
     rt_enqueue_opts q = {.owner = "px", .n = 1, .subject = e.subject};

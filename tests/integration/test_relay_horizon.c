@@ -20,12 +20,6 @@
 #include "proxy.h"
 #include "relay_env.h"
 
-static int url_port(const char *url)
-{
-    const char *colon = strrchr(url, ':');
-    return colon ? (int)strtol(colon + 1, NULL, 10) : 0;
-}
-
 /* The warn lines of the relay, kept for the test to look at. */
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char log_text[1 << 16];
@@ -73,7 +67,7 @@ static void withheld_acks(rt_backend kind)
     snprintf(subject, sizeof(subject), "%s.a", root);
     rt_stream_add_with(&nt, stream, filter, WINDOW_MS, 0);
     jsd_fx_proxy px;
-    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), "withhold-acks", &px), 0);
+    ASSERT_EQ(jsd_fx_proxy_start(jsd_fx_url_port(url), "withhold-acks", &px), 0);
     jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, log_sink, NULL);
 
     jsd_store *s = rt_open(&st);
@@ -186,7 +180,7 @@ static void pg_outage_up(pg_outage *e, const char *tag, const char *const *setti
     snprintf(filter, sizeof(filter), "%s.>", root);
     snprintf(e->subject, sizeof(e->subject), "%s.a", root);
     rt_stream_add_with(&e->nt, e->stream, filter, 120000, 0);
-    ASSERT_EQ(jsd_fx_proxy_start(url_port(url), NULL, &e->px), 0);
+    ASSERT_EQ(jsd_fx_proxy_start(jsd_fx_url_port(url), NULL, &e->px), 0);
 
     e->app = rt_open(&e->st);
     jsd_relay_opts_init(&e->o);
