@@ -116,8 +116,8 @@ static void target_drop(const target *t)
 {
     char path[700];
     if (!t->pg) {
-        const char *ext[] = {"", "-wal", "-shm"};
-        for (int i = 0; i < 3; i++) {
+        const char *ext[] = {"", "-wal", "-shm", "-jsdturn"};
+        for (int i = 0; i < 4; i++) {
             snprintf(path, sizeof(path), "%s/%s%s", tmpdir, t->db, ext[i]);
             unlink(path);
         }

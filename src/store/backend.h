@@ -169,6 +169,10 @@ struct sqlite3 *jsd__sqlite_handle(jsd_store *s);
 /* Write transactions of this process waiting for the writer turn on s's
  * file (src/store/sqlite.c; for tests), -1 if s is not a SQLite store. */
 int jsd__sqlite_turn_waiting(jsd_store *s);
+/* Write transactions of s that, before they began, let another
+ * connection's wait for the lock go first (src/store/xturn.c; for tests),
+ * -1 if s is not a SQLite store. */
+int64_t jsd__sqlite_xturn_yields(jsd_store *s);
 struct pg_conn *jsd__pg_handle(jsd_store *s);
 
 #endif

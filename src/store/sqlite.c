@@ -12,7 +12,9 @@
  *
  * Within one process, write transactions on one file also take turns in
  * the order they asked (the writer turn, see turn_take), so a relay's claim
- * is not starved by an application committing back to back.
+ * is not starved by an application committing back to back; across
+ * processes a connection waiting for the lock is let go first, for a bounded
+ * time (the turn across processes, store/xturn.c).
  *
  * Wake-ups: a process-wide registry keeps one signal (mutex, condition
  * variable, counter) per database file; commits that emitted effects bump it.
@@ -42,6 +44,7 @@
 #endif
 
 #include "store/backend.h"
+#include "store/xturn.h"
 
 enum {
     S_BEGIN,
@@ -551,6 +554,10 @@ typedef struct sq {
     int64_t lively_until_ms; /* poll data_version fast until then (monotonic) */
     int64_t busy_since_us;   /* when the current wait for the lock began */
     bool turn_held;          /* this connection's write transaction holds the turn */
+    int xturn_fd;            /* the turn across processes (xturn.c); -1: not taking part */
+    bool in_begin;           /* BEGIN IMMEDIATE is running */
+    bool announced;          /* saying it waits for the write lock (xturn.c) */
+    int64_t xturn_yields;    /* begins that let another process's waiter go first */
     /* failures_read -> failures_write: the rows read as held by a range */
     int64_t *fail_range;
     size_t fail_range_n;
@@ -577,7 +584,9 @@ typedef struct sq {
  * gives up after the busy timeout with SQLITE_BUSY, as BEGIN IMMEDIATE would,
  * so a thread that holds a transaction on one connection and begins one on
  * another gets JSD_ERR_BUSY, as before, not a deadlock. Transactions of
- * other processes still meet only SQLite's lock. */
+ * other processes meet SQLite's lock, made fairer by the turn across
+ * processes (store/xturn.c: run() lets another process's waiter go first
+ * before BEGIN IMMEDIATE, and sq_busy says that this connection waits). */
 static jsd_status turn_take(jsd_store *s, const char *what)
 {
     sq *q = SQ(s);
@@ -653,6 +662,13 @@ static void turn_give_if_ended(sq *q)
         turn_give(q);
 }
 
+int64_t jsd__sqlite_xturn_yields(jsd_store *s)
+{
+    if (!s || s->backend != JSD_STORE_SQLITE || !s->be)
+        return -1;
+    return SQ(s)->xturn_yields;
+}
+
 int jsd__sqlite_turn_waiting(jsd_store *s)
 {
     if (!s || s->backend != JSD_STORE_SQLITE || !s->be || !SQ(s)->wake)
@@ -675,8 +691,11 @@ static int sq_busy(void *arg, int count)
 {
     sq *q = arg;
     int64_t now = jsd__mono_us();
-    if (count == 0)
+    if (count == 0) {
         q->busy_since_us = now;
+        if (q->in_begin)
+            jsd__xturn_announce(q->xturn_fd, &q->announced);
+    }
     if (now - q->busy_since_us >= (int64_t)q->busy_timeout_ms * 1000)
         return 0;
     struct timespec ts = {0, 100000L};
@@ -757,7 +776,17 @@ static jsd_status run(jsd_store *s, int id, const char *what)
     jsd_status taken = id == S_BEGIN ? turn_take(s, what) : JSD_OK;
     if (taken != JSD_OK)
         return taken;
+    sq *q = SQ(s);
+    if (id == S_BEGIN) {
+        if (jsd__xturn_yield(q->xturn_fd))
+            q->xturn_yields++;
+        q->in_begin = true;
+    }
     int rc = sqlite3_step(st);
+    if (id == S_BEGIN) {
+        q->in_begin = false;
+        jsd__xturn_withdraw(q->xturn_fd, &q->announced);
+    }
     done(st);
     turn_give_if_ended(SQ(s));
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
@@ -832,6 +861,8 @@ static void sq_close(jsd_store *s)
         turn_give(q);
     if (q->wal_fd >= 0)
         close(q->wal_fd);
+    if (q->xturn_fd >= 0)
+        close(q->xturn_fd);
     jsd__free(q->wal_path);
     jsd__free(q->fail_range);
     wake_put(q->wake);
@@ -2324,6 +2355,7 @@ jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
     if (!q)
         return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening the store");
     q->wal_fd = -1;
+    q->xturn_fd = -1;
     s->be = q;
     s->ops = &sqlite_ops;
     s->backend = JSD_STORE_SQLITE;
@@ -2388,6 +2420,7 @@ jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
             goto fail;
         }
     }
+    q->xturn_fd = jsd__xturn_open(fn);
     q->wake = wake_get(fn && *fn ? fn : path);
     if (q->wake) {
         pthread_mutex_lock(&wake_mu);

@@ -2805,6 +2805,66 @@ static void sqlite_writers_take_turns(void **state)
     jsd_store_close(c);
 }
 
+/* Write transactions of two processes on one SQLite file (the turn across
+ * processes, src/store/xturn.c): a connection that waits for the write lock
+ * says so on the turn file beside the database, drops it once its BEGIN
+ * returns, and a connection about to begin lets such a waiter go first, for
+ * a bounded time. The other process is stood in for twice, and what is
+ * claimed is the protocol only: a raw SQLite connection holds the write
+ * lock, as another process's transaction would (the library's turn within
+ * this process does not know it), and this test's own OFD lock on the turn
+ * file says a connection waits, as another process's waiter would. The
+ * effect on commit -> PubAck latency is bench_relay's relay.latency.xproc. */
+static short turn_file_lock(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    short t = fcntl(fd, F_OFD_GETLK, &fl) == 0 ? fl.l_type : -1;
+    close(fd);
+    return t;
+}
+
+static void sqlite_writers_of_two_processes_take_turns(void **state)
+{
+    (void)state;
+    char url[512], turn[600];
+    jsd_fx_sqlite_url(url, sizeof(url));
+    jsd_store *a = open_url(url);
+    snprintf(turn, sizeof(turn), "%s-jsdturn", url + 7);
+    ASSERT_EQ(turn_file_lock(turn), F_UNLCK); /* made at open, nobody waits */
+    sqlite3 *raw = NULL;
+    ASSERT_EQ(sqlite3_open(url + 7, &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    turn_arg ta = {.s = a, .name = "a"};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, turn_writer, &ta), 0);
+    /* a's BEGIN finds the lock held: it says it waits */
+    ASSERT_WAIT(turn_file_lock(turn) == F_RDLCK, 5000);
+    ASSERT_EQ(sqlite3_exec(raw, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    pthread_join(th, NULL);
+    ASSERT_OK(ta.rc);
+    ASSERT_EQ(turn_file_lock(turn), F_UNLCK); /* and no longer once it began */
+    ASSERT_EQ(jsd__sqlite_xturn_yields(a), 0);
+    /* a waiter of another process: a's next begin lets it go first, and
+     * one that never goes costs a bounded wait, not a hang */
+    int fd = open(turn, O_RDONLY | O_CLOEXEC);
+    ASSERT_TRUE(fd >= 0);
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    ASSERT_EQ(fcntl(fd, F_OFD_SETLK, &fl), 0);
+    jsd_tx *tx = NULL;
+    ASSERT_OK(jsd_tx_begin(&tx, a));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(jsd__sqlite_xturn_yields(a), 1);
+    close(fd); /* it went */
+    ASSERT_OK(jsd_tx_begin(&tx, a));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(jsd__sqlite_xturn_yields(a), 1);
+    sqlite3_close(raw);
+    jsd_store_close(a);
+}
+
 /* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys, and
  * 8 KiB pages for a database it creates. */
 static void sqlite_settings(void **state)
@@ -2857,6 +2917,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(url_errors_are_clear_and_secret_free),
               cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
               cmocka_unit_test(sqlite_settings), cmocka_unit_test(sqlite_writers_take_turns),
+              cmocka_unit_test(sqlite_writers_of_two_processes_take_turns),
               cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
               cmocka_unit_test(pg_claims_stay_on_their_page),
