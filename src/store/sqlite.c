@@ -554,10 +554,8 @@ typedef struct sq {
     int64_t lively_until_ms; /* poll data_version fast until then (monotonic) */
     int64_t busy_since_us;   /* when the current wait for the lock began */
     bool turn_held;          /* this connection's write transaction holds the turn */
-    int xturn_fd;            /* the turn across processes (xturn.c); -1: not taking part */
+    jsd__xturn xturn;        /* the turn across processes (xturn.c) */
     bool in_begin;           /* BEGIN IMMEDIATE is running */
-    bool announced;          /* saying it waits for the write lock (xturn.c) */
-    int64_t xturn_yields;    /* begins that let another process's waiter go first */
     /* failures_read -> failures_write: the rows read as held by a range */
     int64_t *fail_range;
     size_t fail_range_n;
@@ -662,11 +660,13 @@ static void turn_give_if_ended(sq *q)
         turn_give(q);
 }
 
-int64_t jsd__sqlite_xturn_yields(jsd_store *s)
+int64_t jsd__sqlite_xturn_yields(jsd_store *s, int64_t *deaf_until_us)
 {
     if (!s || s->backend != JSD_STORE_SQLITE || !s->be)
         return -1;
-    return SQ(s)->xturn_yields;
+    if (deaf_until_us)
+        *deaf_until_us = SQ(s)->xturn.deaf_until_us;
+    return SQ(s)->xturn.yields;
 }
 
 int jsd__sqlite_turn_waiting(jsd_store *s)
@@ -694,7 +694,7 @@ static int sq_busy(void *arg, int count)
     if (count == 0) {
         q->busy_since_us = now;
         if (q->in_begin)
-            jsd__xturn_announce(q->xturn_fd, &q->announced);
+            jsd__xturn_announce(&q->xturn);
     }
     if (now - q->busy_since_us >= (int64_t)q->busy_timeout_ms * 1000)
         return 0;
@@ -778,14 +778,13 @@ static jsd_status run(jsd_store *s, int id, const char *what)
         return taken;
     sq *q = SQ(s);
     if (id == S_BEGIN) {
-        if (jsd__xturn_yield(q->xturn_fd))
-            q->xturn_yields++;
+        jsd__xturn_yield(&q->xturn);
         q->in_begin = true;
     }
     int rc = sqlite3_step(st);
     if (id == S_BEGIN) {
         q->in_begin = false;
-        jsd__xturn_withdraw(q->xturn_fd, &q->announced);
+        jsd__xturn_withdraw(&q->xturn);
     }
     done(st);
     turn_give_if_ended(SQ(s));
@@ -861,8 +860,7 @@ static void sq_close(jsd_store *s)
         turn_give(q);
     if (q->wal_fd >= 0)
         close(q->wal_fd);
-    if (q->xturn_fd >= 0)
-        close(q->xturn_fd);
+    jsd__xturn_close(&q->xturn);
     jsd__free(q->wal_path);
     jsd__free(q->fail_range);
     wake_put(q->wake);
@@ -2355,7 +2353,7 @@ jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
     if (!q)
         return jsd__err(err, JSD_ERR_NOMEM, "out of memory opening the store");
     q->wal_fd = -1;
-    q->xturn_fd = -1;
+    q->xturn.fd = -1;
     s->be = q;
     s->ops = &sqlite_ops;
     s->backend = JSD_STORE_SQLITE;
@@ -2420,7 +2418,7 @@ jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
             goto fail;
         }
     }
-    q->xturn_fd = jsd__xturn_open(fn);
+    jsd__xturn_open(&q->xturn, fn);
     q->wake = wake_get(fn && *fn ? fn : path);
     if (q->wake) {
         pthread_mutex_lock(&wake_mu);

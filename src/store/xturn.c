@@ -22,8 +22,11 @@
  * - letting it go is asking the kernel whether byte 0 could be write-locked
  *   (F_OFD_GETLK, one system call, ~1 µs) before BEGIN IMMEDIATE, and while
  *   someone says it waits, sleeping 50 µs and asking again, for at most
- *   JSD__XTURN_YIELD_MAX_US: a waiter that stopped (SIGSTOP, a debugger)
- *   costs each begin that much, and nothing ever waits on it for good.
+ *   JSD__XTURN_YIELD_MAX_US (5 ms). A waiter still waiting then (stopped by
+ *   SIGSTOP or a debugger, or kept out by a third connection's long
+ *   transaction) is not waited for again by this connection for
+ *   JSD__XTURN_DEAF_US (1 s): a stopped waiter costs each connection one
+ *   bounded wait a second, and nothing ever waits on it for good.
  * It is fairness only: the write lock is still SQLite's, and a connection
  * whose turn file cannot be opened (a read-only folder for it) simply does
  * not take part. Only jsdurable's own connections take part; a foreign
@@ -48,57 +51,73 @@
 
 #define SUFFIX "-jsdturn"
 
-int jsd__xturn_open(const char *db_path)
+void jsd__xturn_open(jsd__xturn *t, const char *db_path)
 {
+    *t = (jsd__xturn){.fd = -1};
     if (!db_path || !*db_path || strcmp(db_path, ":memory:") == 0)
-        return -1;
+        return;
     size_t n = strlen(db_path);
     char *p = jsd__malloc(n + sizeof(SUFFIX));
     if (!p)
-        return -1;
+        return;
     memcpy(p, db_path, n);
     memcpy(p + n, SUFFIX, sizeof(SUFFIX));
     struct stat st;
     mode_t mode = stat(db_path, &st) == 0 ? (st.st_mode & 0666) : 0600;
-    int fd = open(p, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+    t->fd = open(p, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
     jsd__free(p);
-    return fd;
 }
 
+void jsd__xturn_close(jsd__xturn *t)
+{
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    t->announced = false;
+}
+
+/* F_OFD_SETLK of type on byte 0: 0 or -1; F_OFD_GETLK: the type of a lock
+ * that would conflict with type (F_UNLCK: none), or -1. */
 static int lock_byte0(int fd, int cmd, short type)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    return fcntl(fd, cmd, &fl) == 0 ? (cmd == F_OFD_GETLK ? fl.l_type : 0) : -1;
+    if (fcntl(fd, cmd, &fl) != 0)
+        return -1;
+    return cmd == F_OFD_GETLK ? fl.l_type : 0;
 }
 
-void jsd__xturn_announce(int fd, bool *announced)
+void jsd__xturn_announce(jsd__xturn *t)
 {
-    if (fd >= 0 && !*announced && lock_byte0(fd, F_OFD_SETLK, F_RDLCK) == 0)
-        *announced = true;
+    if (t->fd >= 0 && !t->announced && lock_byte0(t->fd, F_OFD_SETLK, F_RDLCK) == 0)
+        t->announced = true;
 }
 
-void jsd__xturn_withdraw(int fd, bool *announced)
+void jsd__xturn_withdraw(jsd__xturn *t)
 {
-    if (*announced) {
-        lock_byte0(fd, F_OFD_SETLK, F_UNLCK);
-        *announced = false;
+    if (t->announced) {
+        lock_byte0(t->fd, F_OFD_SETLK, F_UNLCK);
+        t->announced = false;
     }
 }
 
-bool jsd__xturn_yield(int fd)
+void jsd__xturn_yield(jsd__xturn *t)
 {
-    if (fd < 0)
-        return false;
+    if (t->fd < 0 || (t->deaf_until_us && jsd__mono_us() < t->deaf_until_us))
+        return;
+    t->deaf_until_us = 0;
     int64_t until = 0;
     for (;;) {
-        int t = lock_byte0(fd, F_OFD_GETLK, F_WRLCK);
-        if (t == F_UNLCK || t < 0)
-            return until != 0;
+        int type = lock_byte0(t->fd, F_OFD_GETLK, F_WRLCK);
+        if (type == F_UNLCK || type < 0)
+            return;
         int64_t now = jsd__mono_us();
-        if (until == 0)
+        if (until == 0) {
             until = now + JSD__XTURN_YIELD_MAX_US;
-        else if (now >= until)
-            return true;
+            t->yields++;
+        } else if (now >= until) {
+            t->deaf_until_us = now + JSD__XTURN_DEAF_US;
+            return;
+        }
         struct timespec ts = {0, 50000L};
         nanosleep(&ts, NULL);
     }

@@ -2,7 +2,7 @@
  * The writer turn across processes on one SQLite file (xturn.c): a
  * connection that waits for SQLite's write lock says so, and a connection
  * about to begin a write transaction lets such a waiter go first, for a
- * bounded time. Used by sqlite.c alone.
+ * bounded time. Used by sqlite.c alone, one per connection.
  */
 #ifndef JSD_STORE_XTURN_H
 #define JSD_STORE_XTURN_H
@@ -10,27 +10,36 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The most a transaction's begin waits for another process's waiter: a
- * waiter retries the lock every 100 µs (sq_busy), so it takes the lock
- * within a few retries of the holder's commit; a waiter that does not (a
- * stopped process) costs each begin this much, never more. */
+/* The most a begin waits for another connection's waiter: a waiter retries
+ * the lock every 100 µs (sq_busy), so it takes the lock within a few
+ * retries of the holder's commit. */
 #define JSD__XTURN_YIELD_MAX_US 5000
+/* After a waiter did not go within that bound (a stopped process, or a
+ * third connection holding the lock), this connection begins without
+ * looking for this long: a stopped waiter costs it one bounded wait a
+ * second, not one per transaction. */
+#define JSD__XTURN_DEAF_US 1000000
+
+typedef struct jsd__xturn {
+    int fd;                /* the turn file; -1: not taking part */
+    bool announced;        /* saying it waits */
+    int64_t deaf_until_us; /* monotonic; 0: looking */
+    int64_t yields;        /* begins that let a waiter go first */
+} jsd__xturn;
 
 /* Open (creating it if need be) the turn file of the database at db_path:
- * db_path with "-jsdturn" appended. -1 when it cannot be opened: the turn
- * across processes is then off for this connection, which only loses the
- * fairness it adds. */
-int jsd__xturn_open(const char *db_path);
+ * db_path with "-jsdturn" appended. When it cannot be opened t->fd is -1
+ * and the connection does not take part, which loses only the fairness. */
+void jsd__xturn_open(jsd__xturn *t, const char *db_path);
+void jsd__xturn_close(jsd__xturn *t);
 
-/* Say that this connection waits for the write lock (idempotent). */
-void jsd__xturn_announce(int fd, bool *announced);
+/* Say that this connection waits for the write lock (idempotent), and stop
+ * saying it. */
+void jsd__xturn_announce(jsd__xturn *t);
+void jsd__xturn_withdraw(jsd__xturn *t);
 
-/* Stop saying it. */
-void jsd__xturn_withdraw(int fd, bool *announced);
-
-/* Before a write transaction begins: wait while another connection (of any
- * process) says it waits, at most JSD__XTURN_YIELD_MAX_US. Returns whether
- * it found one (and so waited). */
-bool jsd__xturn_yield(int fd);
+/* Before a write transaction begins: while another connection (of any
+ * process) says it waits, wait, at most JSD__XTURN_YIELD_MAX_US. */
+void jsd__xturn_yield(jsd__xturn *t);
 
 #endif
