@@ -38,9 +38,7 @@
  * a byte of the database or of its -shm file, because SQLite holds classic
  * locks on those, and a descriptor we closed there would drop them.
  */
-#include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
