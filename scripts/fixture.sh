@@ -364,13 +364,22 @@ launch_nats() {
   # which under a steady stream of publications can outlast the deadline
   # (seen: "stream ... is not current: group node unhealthy" for 20 s), and
   # its callers wait on their own conditions.
-  local hz=/healthz
-  grep -q '^cluster {' "$dir/nats.conf" && hz='/healthz?js-server-only=true'
+  # Its meta group may take longer than a lone server's start: a node
+  # killed while it led the group comes back while the others elect a new
+  # leader, and is current only once it has heard from it (a CI run saw a
+  # restarted node still "not current with the meta leader" after 20 s on
+  # a loaded machine, where it usually takes 1-2 s), so a cluster node gets
+  # three times the deadline.
+  local hz=/healthz limit=$NATS_DEADLINE
+  if grep -q '^cluster {' "$dir/nats.conf"; then
+    hz='/healthz?js-server-only=true'; limit=$((NATS_DEADLINE * 3))
+    end=$(($(now_ms) + limit * 1000))
+  fi
   while :; do
     body=$(http_get "$hport" "$hz")
     [[ "$body" == *'"ok"'* ]] && break
     if ! proc_alive "$pid" || [ "$(now_ms)" -ge $end ]; then
-      note "nats-server not healthy after ${NATS_DEADLINE}s; log tail:"; tail -n 25 "$dir/nats.log" >&2
+      note "nats-server not healthy after ${limit}s; log tail:"; tail -n 25 "$dir/nats.log" >&2
       kill -KILL "$pid" 2>/dev/null; return 1
     fi
     sleep 0.05
