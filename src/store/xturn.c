@@ -54,12 +54,12 @@ void jsd__xturn_open(jsd__xturn *t, const char *db_path)
     *t = (jsd__xturn){.fd = -1};
     if (!db_path || !*db_path || strcmp(db_path, ":memory:") == 0)
         return;
-    size_t n = strlen(db_path);
-    char *p = jsd__malloc(n + sizeof(SUFFIX));
-    if (!p)
+    size_t cap = strlen(db_path) + sizeof(SUFFIX);
+    char *p = jsd__malloc(cap);
+    if (!p || !jsd__snprintf(p, cap, "%s" SUFFIX, db_path)) {
+        jsd__free(p);
         return;
-    memcpy(p, db_path, n);
-    memcpy(p + n, SUFFIX, sizeof(SUFFIX));
+    }
     struct stat st;
     mode_t mode = stat(db_path, &st) == 0 ? (st.st_mode & 0666) : 0600;
     t->fd = open(p, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
