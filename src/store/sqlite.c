@@ -498,6 +498,7 @@ typedef struct wake {
      * others wait in the order they asked (all under wake_mu) */
     bool turn_busy;
     turn_waiter *turn_head, *turn_tail;
+    bool xturn_warned; /* a turn file that could not be opened was logged */
     struct wake *next;
 } wake;
 
@@ -2346,6 +2347,26 @@ static jsd_status migrate(jsd_store *s)
     return rc;
 }
 
+/* A connection that cannot open the turn file works as before the turn
+ * across processes, without its fairness: said once per file and process,
+ * at warn, since every later connection would say the same. */
+static void xturn_warn_once(jsd_store *s)
+{
+    sq *q = SQ(s);
+    if (q->xturn.fd >= 0 || q->xturn.open_errno == 0 || !q->wake)
+        return;
+    pthread_mutex_lock(&wake_mu);
+    bool first = !q->wake->xturn_warned;
+    q->wake->xturn_warned = true;
+    pthread_mutex_unlock(&wake_mu);
+    if (first)
+        JSD_WARN("store",
+                 "store \"%s\": its turn file (the database's name + \"-jsdturn\") cannot be "
+                 "opened (%s); its write transactions do not take turns with other processes' "
+                 "and may wait longer for SQLite's lock",
+                 s->url_safe, strerror(q->xturn.open_errno));
+}
+
 jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
 {
     jsd_status rc;
@@ -2420,6 +2441,7 @@ jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
     }
     jsd__xturn_open(&q->xturn, fn);
     q->wake = wake_get(fn && *fn ? fn : path);
+    xturn_warn_once(s);
     if (q->wake) {
         pthread_mutex_lock(&wake_mu);
         q->seen = q->wake->counter;

@@ -38,6 +38,7 @@
  * a byte of the database or of its -shm file, because SQLite holds classic
  * locks on those, and a descriptor we closed there would drop them.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -58,11 +59,13 @@ void jsd__xturn_open(jsd__xturn *t, const char *db_path)
     char *p = jsd__malloc(cap);
     if (!p || !jsd__snprintf(p, cap, "%s" SUFFIX, db_path)) {
         jsd__free(p);
+        t->open_errno = ENOMEM;
         return;
     }
     struct stat st;
     mode_t mode = stat(db_path, &st) == 0 ? (st.st_mode & 0666) : 0600;
     t->fd = open(p, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+    t->open_errno = t->fd < 0 ? errno : 0;
     jsd__free(p);
 }
 

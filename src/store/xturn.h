@@ -25,11 +25,13 @@ typedef struct jsd__xturn {
     bool announced;        /* saying it waits */
     int64_t deaf_until_us; /* monotonic; 0: looking */
     int64_t yields;        /* begins that let a waiter go first */
+    int open_errno;        /* why the turn file could not be opened; 0 */
 } jsd__xturn;
 
 /* Open (creating it if need be) the turn file of the database at db_path:
- * db_path with "-jsdturn" appended. When it cannot be opened t->fd is -1
- * and the connection does not take part, which loses only the fairness. */
+ * db_path with "-jsdturn" appended. When it cannot be opened t->fd is -1,
+ * t->open_errno says why (0 for a database without a file), and the
+ * connection does not take part, which loses only the fairness. */
 void jsd__xturn_open(jsd__xturn *t, const char *db_path);
 void jsd__xturn_close(jsd__xturn *t);
 

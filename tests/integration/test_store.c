@@ -2871,6 +2871,41 @@ static void sqlite_writers_of_two_processes_take_turns(void **state)
     jsd_store_close(a);
 }
 
+/* A store whose turn file cannot be opened (here a folder has its name)
+ * works as before the turn across processes, and says so once per file and
+ * process at warn, not once per connection. */
+static int turn_warnings;
+
+static void turn_log_sink(jsd_log_level level, const char *component, const char *line, void *user)
+{
+    (void)user;
+    if (level == JSD_LOG_WARN && strcmp(component, "store") == 0 && strstr(line, "-jsdturn") &&
+        strstr(line, "cannot be opened (Is a directory)"))
+        turn_warnings++;
+}
+
+static void sqlite_turn_file_unusable_is_said_once(void **state)
+{
+    (void)state;
+    char url[512], turn[600];
+    jsd_fx_sqlite_url(url, sizeof(url));
+    snprintf(turn, sizeof(turn), "%s-jsdturn", url + 7);
+    ASSERT_EQ(mkdir(turn, 0700), 0);
+    turn_warnings = 0;
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, turn_log_sink, NULL);
+    jsd_store *a = open_url(url), *b = open_url(url);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, NULL, NULL);
+    ASSERT_EQ(turn_warnings, 1);
+    jsd_tx *tx = NULL;
+    ASSERT_OK(jsd_tx_begin(&tx, a));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_OK(jsd_tx_begin(&tx, b));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_EQ(jsd__sqlite_xturn_yields(a, NULL), 0);
+    jsd_store_close(a);
+    jsd_store_close(b);
+}
+
 /* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys, and
  * 8 KiB pages for a database it creates. */
 static void sqlite_settings(void **state)
@@ -2924,6 +2959,7 @@ JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_
               cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
               cmocka_unit_test(sqlite_settings), cmocka_unit_test(sqlite_writers_take_turns),
               cmocka_unit_test(sqlite_writers_of_two_processes_take_turns),
+              cmocka_unit_test(sqlite_turn_file_unusable_is_said_once),
               cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
               cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
               cmocka_unit_test(pg_claims_stay_on_their_page),
