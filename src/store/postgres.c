@@ -606,6 +606,15 @@ static char *with_schema(jsd_store *s, const char *sql)
     return out;
 }
 
+/* Run sql (statements returning no rows) as it is. */
+static jsd_status command(jsd_store *s, const char *sql, const char *what)
+{
+    PGresult *r = PQexec(PG(s)->conn, sql);
+    jsd_status rc = PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, what);
+    PQclear(r);
+    return rc;
+}
+
 /* Session settings the library relies on, made on every connection: when
  * it opens and again after each PQreset (a new server session).
  * - client_min_messages = warning: a NOTICE of the library's own statements
@@ -621,11 +630,9 @@ static char *with_schema(jsd_store *s, const char *sql)
  *   connection turns it on for its transaction alone (SET LOCAL jit = on). */
 static jsd_status session_setup(jsd_store *s)
 {
-    PGresult *r = PQexec(PG(s)->conn, "SET client_min_messages = warning; SET jit = off");
-    jsd_status rc =
-        PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, "configuring the session");
-    PQclear(r);
-    return rc;
+    /* never behind an owed BEGIN: a rolled-back transaction would undo it */
+    return command(s, "SET client_min_messages = warning; SET jit = off",
+                   "configuring the session");
 }
 
 /* The connection is usable, re-established when it broke outside a transaction. */
@@ -753,21 +760,13 @@ static jsd_status begin_owed(jsd_store *s)
     if (!p->begin_pending)
         return JSD_OK;
     p->begin_pending = false;
-    PGresult *r = PQexec(p->conn, "BEGIN");
-    jsd_status rc = PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, "BEGIN");
-    PQclear(r);
-    return rc;
+    return command(s, "BEGIN", "BEGIN");
 }
 
 static jsd_status simple(jsd_store *s, const char *sql, const char *what)
 {
     jsd_status rc = begin_owed(s);
-    if (rc != JSD_OK)
-        return rc;
-    PGresult *r = PQexec(PG(s)->conn, sql);
-    rc = PQresultStatus(r) == PGRES_COMMAND_OK ? JSD_OK : pg_fail(s, r, what);
-    PQclear(r);
-    return rc;
+    return rc == JSD_OK ? command(s, sql, what) : rc;
 }
 
 /* Binary result readers. */
