@@ -170,9 +170,9 @@ struct sqlite3 *jsd__sqlite_handle(jsd_store *s);
  * file (src/store/sqlite.c; for tests), -1 if s is not a SQLite store. */
 int jsd__sqlite_turn_waiting(jsd_store *s);
 /* Write transactions of s that, before they began, let another
- * connection's wait for the lock go first, and until when (monotonic µs,
- * 0: not) s does not look for such waiters (src/store/xturn.c; for
- * tests); -1 if s is not a SQLite store. */
+ * connection's wait for the lock go first, and until when (monotonic µs;
+ * 0 or past: it looks) s does not look for such waiters (src/store/xturn.c;
+ * for tests); -1 if s is not a SQLite store. */
 int64_t jsd__sqlite_xturn_yields(jsd_store *s, int64_t *deaf_until_us);
 struct pg_conn *jsd__pg_handle(jsd_store *s);
 

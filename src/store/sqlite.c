@@ -774,21 +774,20 @@ static jsd_status run(jsd_store *s, int id, const char *what)
     sqlite3_stmt *st = stmt(s, id);
     if (!st)
         return s->err.status;
-    jsd_status taken = id == S_BEGIN ? turn_take(s, what) : JSD_OK;
-    if (taken != JSD_OK)
-        return taken;
     sq *q = SQ(s);
-    if (id == S_BEGIN) {
+    bool begin = id == S_BEGIN;
+    if (begin) {
+        jsd_status taken = turn_take(s, what);
+        if (taken != JSD_OK)
+            return taken;
         jsd__xturn_yield(&q->xturn);
-        q->in_begin = true;
     }
+    q->in_begin = begin;
     int rc = sqlite3_step(st);
-    if (id == S_BEGIN) {
-        q->in_begin = false;
-        jsd__xturn_withdraw(&q->xturn);
-    }
+    q->in_begin = false;
+    jsd__xturn_withdraw(&q->xturn);
     done(st);
-    turn_give_if_ended(SQ(s));
+    turn_give_if_ended(q);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
         return sq_fail(s, rc, what);
     return JSD_OK;

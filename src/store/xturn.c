@@ -103,9 +103,8 @@ void jsd__xturn_withdraw(jsd__xturn *t)
 
 void jsd__xturn_yield(jsd__xturn *t)
 {
-    if (t->fd < 0 || (t->deaf_until_us && jsd__mono_us() < t->deaf_until_us))
+    if (t->fd < 0 || (t->deaf_until_us > 0 && jsd__mono_us() < t->deaf_until_us))
         return;
-    t->deaf_until_us = 0;
     int64_t until = 0;
     for (;;) {
         int type = lock_byte0(t->fd, F_OFD_GETLK, F_WRLCK);

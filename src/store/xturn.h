@@ -23,7 +23,7 @@
 typedef struct jsd__xturn {
     int fd;                /* the turn file; -1: not taking part */
     bool announced;        /* saying it waits */
-    int64_t deaf_until_us; /* monotonic; 0: looking */
+    int64_t deaf_until_us; /* monotonic; no looking for waiters before it */
     int64_t yields;        /* begins that let a waiter go first */
     int open_errno;        /* why the turn file could not be opened; 0 */
 } jsd__xturn;
