@@ -9,8 +9,8 @@
  * SQL text says "@" (identifiers cannot be parameters).
  *
  * DESIGN (several relays, RELAY-4): a claim is one statement,
- *   UPDATE jsd_outbox SET lease... WHERE id IN (SELECT ... ORDER BY id LIMIT n
- *   FOR UPDATE OF c SKIP LOCKED) RETURNING ...
+ *   UPDATE jsd_outbox SET lease... WHERE ctid = ANY(ARRAY(SELECT ctid ...
+ *   ORDER BY id LIMIT n FOR UPDATE OF c SKIP LOCKED)) RETURNING ...
  * Rows another relay is claiming are locked and skipped; a row whose claim
  * committed between our snapshot and our lock is re-checked by PostgreSQL
  * (READ COMMITTED re-evaluates the WHERE on the newest version), so its fresh
@@ -109,7 +109,15 @@ static const char *const sql_text[P__COUNT] = {
  * waiting for its WAL flush (synchronous_commit off for this transaction
  * only: set_config(..., true) in the CTE async_commit, which u's LIMIT
  * reads so that it runs): a claim lost in a server crash is answered by
- * the relay's reading of the stream (relay.c DESIGN 8). */
+ * the relay's reading of the stream (relay.c DESIGN 8). The UPDATE finds
+ * the rows its subquery locked by their tuple ids (a TID scan), not by a
+ * second probe of the primary key per row: 5-7 % more relay.postgres in
+ * same-minute pairs (docs/PERFORMANCE.md). A locked row cannot move before
+ * the claim commits. A row the lock met in a version newer than the
+ * statement's snapshot (another session released it meanwhile) is not
+ * found by that scan, or fails its re-check of the ctid: it is skipped,
+ * locked but unleased, and the next claim takes it. So the UPDATE writes
+ * only rows its subquery locked and re-checked, as with ids. */
 #define CLAIM_SET                                                                                  \
     "UPDATE @jsd_outbox o SET lease_token = $1, lease_expires = $2, " /* an earlier lease that     \
                                                                          ended unsettled: maybe    \
@@ -117,7 +125,7 @@ static const char *const sql_text[P__COUNT] = {
     "duplicate = CASE WHEN o.lease_token IS NOT NULL THEN true ELSE o.duplicate END, "             \
     "first_attempt_at = CASE WHEN o.lease_token IS NOT NULL THEN coalesce(o.first_attempt_at, "    \
     "o.lease_expires - ($2 - $3)) ELSE o.first_attempt_at END "                                    \
-    "WHERE o.id = ANY(ARRAY(SELECT c.id FROM @jsd_outbox c WHERE "
+    "WHERE o.ctid = ANY(ARRAY(SELECT c.ctid FROM @jsd_outbox c WHERE "
 #define CLAIM_DUE                                                                                  \
     "AND c.published_at IS NULL AND c.dead_lettered_at IS NULL AND c.next_attempt_at <= $3 "       \
     "AND (c.lease_expires IS NULL OR c.lease_expires <= $3) ORDER BY c.id "
