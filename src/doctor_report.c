@@ -34,7 +34,8 @@ static const char *const CHECK_NAMES[] = {"stream.exists",
                                           "store.full_page_writes",
                                           "store.journal_mode",
                                           "store.synchronous",
-                                          "store.filesystem"};
+                                          "store.filesystem",
+                                          "store.turn_file"};
 
 const char *jsd_doctor_level_str(jsd_doctor_level l)
 {

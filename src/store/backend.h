@@ -174,6 +174,10 @@ int jsd__sqlite_turn_waiting(jsd_store *s);
  * 0 or past: it looks) s does not look for such waiters (src/store/xturn.c;
  * for tests); -1 if s is not a SQLite store. */
 int64_t jsd__sqlite_xturn_yields(jsd_store *s, int64_t *deaf_until_us);
+/* Whether s takes part in the writer turn across processes (its turn file
+ * is open; the doctor reports it). false with *why the errno of the failed
+ * open, 0 for a database without a file or a store that is not SQLite. */
+bool jsd__sqlite_xturn_part(jsd_store *s, int *why);
 struct pg_conn *jsd__pg_handle(jsd_store *s);
 
 #endif

@@ -6,12 +6,14 @@
  *
  * PostgreSQL: fsync, synchronous_commit and full_page_writes (SHOW, on the
  * handle's own connection, so a per-role or per-database setting counts).
- * SQLite: journal_mode and synchronous as the handle runs them, and the file
+ * SQLite: journal_mode and synchronous as the handle runs them, the file
  * system under the database file where statfs can tell (a network or FUSE
  * file system breaks SQLite's locking and WAL; tmpfs does not survive a
- * reboot). These are read-only queries on the native handle outside any
- * transaction, made here beside the back ends because the back ends'
- * operation table (backend.h) has no use for them.
+ * reboot), and whether the handle takes part in the writer turn across
+ * processes (its turn file, src/store/xturn.c). These are read-only queries
+ * on the native handle outside any transaction, made here beside the back
+ * ends because the back ends' operation table (backend.h) has no use for
+ * them.
  */
 #include <inttypes.h>
 #include <libpq-fe.h>
@@ -130,6 +132,28 @@ static void sqlite_fs(jsd_doctor_report *rep, jsd_store *s, sqlite3 *db)
             "the SQLite database %s is on a local file system", path);
 }
 
+/* The writer turn across processes (src/store/xturn.c): the turn file
+ * beside the database, opened by this handle or not. Not taking part loses
+ * only fairness, never a commit: a warning. */
+static void sqlite_turn(jsd_doctor_report *rep, jsd_store *s, sqlite3 *db)
+{
+    const char *path = sqlite3_db_filename(db, "main");
+    int why = 0;
+    if (!path || !*path)
+        return; /* in memory: store.filesystem says so */
+    if (jsd__sqlite_xturn_part(s, &why))
+        add(rep, s, "store.turn_file", JSD_DOCTOR_OK, "",
+            "write transactions of different processes take turns through %s-jsdturn", path);
+    else
+        add(rep, s, "store.turn_file", JSD_DOCTOR_WARN,
+            "make the turn file a regular file beside the database that the store's user can "
+            "create and write",
+            "the turn file %s-jsdturn cannot be opened (%s): write transactions of different "
+            "processes on this database do not take turns, so an application that commits back "
+            "to back can hold the relay's claims back for tens of milliseconds",
+            path, why ? strerror(why) : "unknown reason");
+}
+
 static void check_sqlite(jsd_doctor_report *rep, jsd_store *s)
 {
     sqlite3 *db = jsd__sqlite_handle(s);
@@ -160,6 +184,7 @@ static void check_sqlite(jsd_doctor_report *rep, jsd_store *s)
             "messages were ACKed",
             v[0] == '0' ? "OFF" : "NORMAL");
     sqlite_fs(rep, s, db);
+    sqlite_turn(rep, s, db);
     char sv[32];
     bool ok =
         sq_text(db, "SELECT coalesce(max(version), 0) FROM jsd_schema_version", sv, sizeof(sv));

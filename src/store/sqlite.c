@@ -670,6 +670,15 @@ int64_t jsd__sqlite_xturn_yields(jsd_store *s, int64_t *deaf_until_us)
     return SQ(s)->xturn.yields;
 }
 
+bool jsd__sqlite_xturn_part(jsd_store *s, int *why)
+{
+    *why = 0;
+    if (!s || s->backend != JSD_STORE_SQLITE || !s->be)
+        return false;
+    *why = SQ(s)->xturn.open_errno;
+    return SQ(s)->xturn.fd >= 0;
+}
+
 int jsd__sqlite_turn_waiting(jsd_store *s)
 {
     if (!s || s->backend != JSD_STORE_SQLITE || !s->be || !SQ(s)->wake)

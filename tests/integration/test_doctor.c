@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "consumer_env.h"
 #include "relay_env.h"
@@ -295,6 +297,7 @@ static void sound_passes(bool pg)
         ASSERT_LEVEL(line_of("store.journal_mode", NULL, l, sizeof(l)), "ok");
         ASSERT_LEVEL(line_of("store.synchronous", NULL, l, sizeof(l)), "ok");
         ASSERT_LEVEL(line_of("store.filesystem", NULL, l, sizeof(l)), "ok");
+        ASSERT_LEVEL(line_of("store.turn_file", NULL, l, sizeof(l)), "ok");
     }
     /* a retention under the redelivery horizon (30 s x 5) is an error */
     snprintf(args, sizeof(args), "--durable %s:%s --dlq-subject %sdlq.x --inbox-retention 10s",
@@ -331,6 +334,20 @@ static void store_checks(bool pg)
         cenv_store_exec(s, sql);
     }
     ASSERT_EQ(doctor(&e, args), 0);
+    if (!pg) {
+        /* a turn file that cannot be opened costs fairness, not commits: a
+         * warning with the reason, and the doctor still passes */
+        char turn[2048];
+        snprintf(turn, sizeof(turn), "%s-jsdturn", e.st.url + strlen("sqlite:"));
+        ASSERT_EQ(unlink(turn), 0);
+        ASSERT_EQ(mkdir(turn, 0700), 0);
+        ASSERT_EQ(doctor(&e, args), 0);
+        line_of("store.turn_file", NULL, l, sizeof(l));
+        ASSERT_LEVEL(l, "warn");
+        ASSERT_CONTAINS(l, "cannot be opened (Is a directory)");
+        ASSERT_CONTAINS(l, "do not take turns");
+        ASSERT_EQ(rmdir(turn), 0);
+    }
     /* a store newer than this binary is refused, naming the check */
     cenv_store_exec(s, "INSERT INTO jsd_schema_version (version, applied_at) VALUES (99, 0)");
     jsd_store_close(s);
