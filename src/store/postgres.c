@@ -111,8 +111,8 @@ static const char *const sql_text[P__COUNT] = {
  * reads so that it runs): a claim lost in a server crash is answered by
  * the relay's reading of the stream (relay.c DESIGN 8). The UPDATE finds
  * the rows its subquery locked by their tuple ids (a TID scan), not by a
- * second probe of the primary key per row: 5-7 % more relay.postgres in
- * same-minute pairs (docs/PERFORMANCE.md). A locked row cannot move before
+ * second probe of the primary key per row: about 6 % more relay.postgres
+ * (medians of eight same-minute pairs, docs/PERFORMANCE.md). A locked row cannot move before
  * the claim commits. A row the lock met in a version newer than the
  * statement's snapshot (another session released it meanwhile) is not
  * found by that scan, or fails its re-check of the ctid: it is skipped,
