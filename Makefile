@@ -221,7 +221,7 @@ bench: deps
 	@BUILD=$(BUILD) bash bench/run.sh
 
 # The scale figures (bench/scale.sh: 1M pending effects, 5M published rows,
-# the CLI processes' peak memory through 1M messages): about 17 minutes on the
+# the CLI processes' peak memory through 1M messages): 12-20 minutes on the
 # 2-core machine, so not part of `make bench`.
 bench-scale: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/bench_scale

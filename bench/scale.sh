@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scale benchmarks: `make bench-scale` runs this after building (not part of
-# `make bench`: at the full sizes it runs for about 17 minutes on a 2-core
+# `make bench`: at the full sizes it runs for 12-20 minutes on a 2-core
 # machine). Like bench/run.sh it starts a private nats-server (the system's
 # 2.9.10 when present, no per-message fsync) and PostgreSQL 15 (fixture.sh's
 # deployment-like bench profile, settings printed on stderr) in a temporary
