@@ -112,12 +112,13 @@ static const char *const sql_text[P__COUNT] = {
  * the relay's reading of the stream (relay.c DESIGN 8). The UPDATE finds
  * the rows its subquery locked by their tuple ids (a TID scan), not by a
  * second probe of the primary key per row: about 6 % more relay.postgres
- * (medians of eight same-minute pairs, docs/PERFORMANCE.md). A locked row cannot move before
- * the claim commits. A row the lock met in a version newer than the
- * statement's snapshot (another session released it meanwhile) is not
- * found by that scan, or fails its re-check of the ctid: it is skipped,
- * locked but unleased, and the next claim takes it. So the UPDATE writes
- * only rows its subquery locked and re-checked, as with ids. */
+ * (medians of eight same-minute pairs, docs/PERFORMANCE.md). A locked row
+ * cannot move before the claim commits. A row the lock met in a version
+ * newer than the statement's snapshot (another session released it
+ * meanwhile) is not found by that scan, or fails its re-check of the
+ * ctid: it is skipped, locked but unleased, and the next claim takes it.
+ * So the UPDATE writes only rows its subquery locked and re-checked, as
+ * with ids. */
 #define CLAIM_SET                                                                                  \
     "UPDATE @jsd_outbox o SET lease_token = $1, lease_expires = $2, " /* an earlier lease that     \
                                                                          ended unsettled: maybe    \

@@ -661,31 +661,38 @@ static void turn_give_if_ended(sq *q)
         turn_give(q);
 }
 
+/* s's back-end state when s is an open SQLite store; NULL otherwise (the
+ * accessors for tests, the doctor and jsd__sqlite_handle). */
+static sq *sqlite_of(jsd_store *s)
+{
+    return s && s->backend == JSD_STORE_SQLITE ? SQ(s) : NULL;
+}
+
 int64_t jsd__sqlite_xturn_yields(jsd_store *s, int64_t *deaf_until_us)
 {
-    if (!s || s->backend != JSD_STORE_SQLITE || !s->be)
+    sq *q = sqlite_of(s);
+    if (!q)
         return -1;
     if (deaf_until_us)
-        *deaf_until_us = SQ(s)->xturn.deaf_until_us;
-    return SQ(s)->xturn.yields;
+        *deaf_until_us = q->xturn.deaf_until_us;
+    return q->xturn.yields;
 }
 
 bool jsd__sqlite_xturn_part(jsd_store *s, int *why)
 {
-    *why = 0;
-    if (!s || s->backend != JSD_STORE_SQLITE || !s->be)
-        return false;
-    *why = SQ(s)->xturn.open_errno;
-    return SQ(s)->xturn.fd >= 0;
+    sq *q = sqlite_of(s);
+    *why = q ? q->xturn.open_errno : 0;
+    return q && q->xturn.fd >= 0;
 }
 
 int jsd__sqlite_turn_waiting(jsd_store *s)
 {
-    if (!s || s->backend != JSD_STORE_SQLITE || !s->be || !SQ(s)->wake)
+    sq *q = sqlite_of(s);
+    if (!q || !q->wake)
         return -1;
     int n = 0;
     pthread_mutex_lock(&wake_mu);
-    for (const turn_waiter *t = SQ(s)->wake->turn_head; t; t = t->next)
+    for (const turn_waiter *t = q->wake->turn_head; t; t = t->next)
         n++;
     pthread_mutex_unlock(&wake_mu);
     return n;
@@ -2465,5 +2472,6 @@ fail:
 
 struct sqlite3 *jsd__sqlite_handle(jsd_store *s)
 {
-    return s && s->backend == JSD_STORE_SQLITE && s->be ? SQ(s)->db : NULL;
+    sq *q = sqlite_of(s);
+    return q ? q->db : NULL;
 }
