@@ -285,22 +285,36 @@ static natsStatus sign_cb(char **err_txt, unsigned char **sig, int *len, const c
     bool unsendable = false;
     if (!out)
         return NATS_NO_MEMORY;
-    if (jsd__nkey_sign_nonce(path, nonce ? nonce : "", out, &unsendable) != JSD_OK || unsendable) {
+    /* a bare seed's public key was announced once, at open (nkeys.c) */
+    const char *announced = c->nkey_seed_file && c->nkey_public[0] ? c->nkey_public : NULL;
+    jsd_status st = jsd__nkey_sign_nonce(path, announced, nonce ? nonce : "", out, &unsendable);
+    if (st != JSD_OK || unsendable) {
         jsd__wipe(out, 64);
         free(out);
         if (unsendable)
             atomic_fetch_add(&c->sh->unsendable_sigs, 1);
-        else
+        else if (st == JSD_ERR_AUTH && !atomic_exchange(&c->nkey_mismatch_warned, 1))
+            JSD_WARN("conn",
+                     "the NKey seed file \"%s\" now holds another user key than the one this "
+                     "connection announced when it opened (nats.c 3.4.1 takes a seed's public "
+                     "key once): connection attempts fail until the process is restarted or "
+                     "the seed it opened with is back",
+                     path);
+        else if (st != JSD_ERR_AUTH)
             JSD_WARN("conn",
                      "cannot sign the NATS server's nonce: the key file \"%s\" cannot be "
                      "read or holds no user seed; this connection attempt fails",
                      path);
         *err_txt = strdup(unsendable ? "the nonce's signature begins with a zero byte, which "
                                        "nats.c 3.4.1 cannot send; trying again with a new nonce"
-                                     : "cannot sign the server's nonce: the key file cannot be "
-                                       "read or holds no user seed");
+                          : st == JSD_ERR_AUTH
+                              ? "the NKey seed file holds another user key than the one this "
+                                "connection announces; restart the process to use it"
+                              : "cannot sign the server's nonce: the key file cannot be "
+                                "read or holds no user seed");
         return NATS_ERR;
     }
+    atomic_store(&c->nkey_mismatch_warned, 0);
     *sig = out;
     *len = 64;
     return NATS_OK;
@@ -412,6 +426,8 @@ static jsd_status build_options(jsd_conn *c, const jsd_conn_opts *o, natsOptions
             return kst;
         }
         step = c->creds_file ? "loading the credentials file" : "loading the NKey seed file";
+        if (!c->creds_file)
+            jsd__strlcpy(c->nkey_public, pub, sizeof(c->nkey_public));
         s = c->creds_file ? natsOptions_SetUserCredentialsCallbacks(no, creds_jwt_cb, c, sign_cb, c)
                           : natsOptions_SetNKey(no, pub, sign_cb, c);
         if (s != NATS_OK)

@@ -64,9 +64,11 @@ jsd_status jsd__nkey_decode_seed(const char *seed, size_t n, unsigned char *type
  * path (a seed file or a creds file), read afresh; *unsendable when its first
  * byte is zero, which nats.c 3.4.1 cannot send (nkeys.c, "Signing the
  * server's nonce"). JSD_ERR_CONFIG when the file cannot be read or holds no
- * user seed. */
-jsd_status jsd__nkey_sign_nonce(const char *path, const char *nonce, unsigned char sig[64],
-                                bool *unsendable);
+ * user seed; JSD_ERR_AUTH, and no signature, when expect_public (may be
+ * NULL) is not the seed's public user key: the file now holds another key
+ * than the one the connection announces. */
+jsd_status jsd__nkey_sign_nonce(const char *path, const char *expect_public, const char *nonce,
+                                unsigned char sig[64], bool *unsendable);
 
 /* The user JWT of a creds file (the first JWT-shaped line between a header
  * and a footer line), malloc'd; JSD_ERR_CONFIG when there is none. */

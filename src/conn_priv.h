@@ -68,6 +68,11 @@ struct jsd_conn {
     int max_pending_msgs;
     int64_t max_pending_bytes;
     int coalesce_writes; /* nats.c's flusher writes the buffer (no SendAsap) */
+    /* The public user key an NKey seed file gave at open, which nats.c 3.4.1
+     * announces at every (re)connection ("" without a seed file). Public,
+     * so kept; the signer refuses a seed that no longer matches it. */
+    char nkey_public[64];
+    atomic_int nkey_mismatch_warned; /* the signer logged the mismatch (reset on a match) */
 
     char server_version[64];
     jsd_error last;

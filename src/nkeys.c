@@ -196,22 +196,35 @@ jsd_status jsd__nkey_public_from_file(const char *path, char *out, size_t cap, j
  * signature is reported (*unsendable) instead of returned: conn.c fails
  * that attempt before its CONNECT, and the next one gets a new nonce. The
  * file is read afresh at each signature, as nats.c does, so that a rotated
- * key is picked up at the next reconnection. */
-jsd_status jsd__nkey_sign_nonce(const char *path, const char *nonce, unsigned char sig[64],
-                                bool *unsendable)
+ * key is picked up at the next reconnection: a creds file's JWT, which
+ * names the user's public key, is read afresh too. A bare seed file's
+ * public key is told to nats.c 3.4.1 once (natsOptions_SetNKey) and
+ * announced at every reconnection, so a seed rotated under a running
+ * process would sign for another key than the one announced, and be
+ * refused; two refusals in a row close the connection for good. The
+ * caller passes the announced key, and such a seed signs nothing
+ * (JSD_ERR_AUTH): that attempt fails before its CONNECT, and the next one
+ * reads the file again. */
+jsd_status jsd__nkey_sign_nonce(const char *path, const char *expect_public, const char *nonce,
+                                unsigned char sig[64], bool *unsendable)
 {
     unsigned char key32[32];
     size_t siglen = 64;
     EVP_PKEY *key = NULL;
     EVP_MD_CTX *ctx = NULL;
     jsd_status st = JSD_ERR_CONFIG;
-    char *text;
+    char *text, pub[64];
 
     *unsendable = false;
     if (!(text = jsd__read_file(path, KEY_FILE_MAX, NULL)))
         return JSD_ERR_CONFIG;
     bool found = find_user_seed(text, key32);
     drop_key_text(text);
+    if (found && expect_public &&
+        (user_public(key32, pub, sizeof(pub)) != JSD_OK || strcmp(pub, expect_public) != 0)) {
+        jsd__wipe(key32, sizeof(key32));
+        return JSD_ERR_AUTH;
+    }
     if (found && (key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, key32, 32)) &&
         (ctx = EVP_MD_CTX_new()) && EVP_DigestSignInit(ctx, NULL, NULL, NULL, key) == 1 &&
         EVP_DigestSign(ctx, sig, &siglen, (const unsigned char *)nonce, strlen(nonce)) == 1 &&

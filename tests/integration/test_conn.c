@@ -589,6 +589,7 @@ typedef struct nonce_server {
     atomic_int stop;
     atomic_int zero_mode;
     atomic_int kick;
+    atomic_int greetings;         /* clients greeted */
     atomic_int zero_greetings;    /* clients greeted with the zero nonce */
     atomic_int unsigned_connects; /* CONNECTs without a signature */
     atomic_int signed_connects;   /* CONNECTs whose signature verified */
@@ -690,6 +691,7 @@ static void nonce_greet(nonce_server *m, nonce_client *cl)
     char info[512];
     bool zero = atomic_load(&m->zero_mode) != 0;
     jsd__strlcpy(cl->nonce, zero ? m->zero_nonce : m->plain_nonce, sizeof(cl->nonce));
+    atomic_fetch_add(&m->greetings, 1);
     if (zero)
         atomic_fetch_add(&m->zero_greetings, 1);
     int n = snprintf(info, sizeof(info),
@@ -838,6 +840,90 @@ static void unsendable_signatures_are_never_sent(void **state)
     print_message("nats.c %s: %d greetings with a zero-signing nonce, none sent unsigned\n",
                   nats_GetVersion(), atomic_load(&m.zero_greetings));
     jsd_conn_close(op.c);
+    nonce_stop(&m);
+}
+
+static pthread_mutex_t rotated_lk = PTHREAD_MUTEX_INITIALIZER;
+static int rotated_lines;
+static char rotated_line[1024];
+
+static void catch_rotated(jsd_log_level level, const char *component, const char *line, void *user)
+{
+    (void)component;
+    (void)user;
+    if (level == JSD_LOG_WARN && strstr(line, "now holds another user key")) {
+        pthread_mutex_lock(&rotated_lk);
+        rotated_lines++;
+        jsd__strlcpy(rotated_line, line, sizeof(rotated_line));
+        pthread_mutex_unlock(&rotated_lk);
+    }
+}
+
+static int rotated_seen(void)
+{
+    pthread_mutex_lock(&rotated_lk);
+    int n = rotated_lines;
+    pthread_mutex_unlock(&rotated_lk);
+    return n;
+}
+
+/* A bare NKey seed file replaced under a running connection by another
+ * user's seed: nats.c 3.4.1 announces the public key it was given at open at
+ * every reconnection, so a CONNECT signed with the new seed could only be
+ * refused, and two refusals in a row would close the connection for good.
+ * Instead each attempt fails before its CONNECT (the fake server refuses
+ * nothing), the warning says why once, and the connection comes back when
+ * the seed it opened with is back. */
+static void a_seed_rotated_under_the_connection_sends_no_connect_it_cannot_win(void **state)
+{
+    (void)state;
+    nonce_server m;
+    char url[64], seed_path[512], seed_a[128], seed_b[64];
+    unsigned char raw[32];
+    snprintf(seed_path, sizeof(seed_path), "%s/rotated-user.nk", jsd_test_dir());
+    int port = nonce_start(&m, seed_path);
+    snprintf(url, sizeof(url), "nats://127.0.0.1:%d", port);
+    file_text(seed_path, seed_a, sizeof(seed_a));
+    jsd_conn_opts o;
+    opts_for(&o, url);
+    o.nkey_seed_file = seed_path;
+    o.require_jetstream = 0; /* the fake has no JetStream */
+    jsd_conn *c = NULL;
+    jsd_error e;
+    ASSERT_OK_E(jsd_conn_open(&c, &o, &e), e.msg);
+    ASSERT_EQ(atomic_load(&m.signed_connects), 1);
+
+    /* another user's seed in the file's place, then a reconnection */
+    ASSERT_EQ(RAND_bytes(raw, sizeof(raw)), 1);
+    ASSERT_OK(jsd__nkey_encode(20 << 3, true, raw, seed_b, sizeof(seed_b)));
+    FILE *f = fopen(seed_path, "we");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "%s\n", seed_b);
+    ASSERT_EQ(fclose(f), 0);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, catch_rotated, NULL);
+    int greeted = atomic_load(&m.greetings);
+    atomic_store(&m.kick, 1);
+    ASSERT_WAIT(!jsd_conn_is_connected(c), 5000);
+    ASSERT_WAIT(rotated_seen() >= 1 && atomic_load(&m.greetings) >= greeted + 3, 10000);
+    ASSERT_EQ(atomic_load(&m.refused), 0);
+    ASSERT_EQ(atomic_load(&m.signed_connects), 1);
+    ASSERT_EQ(rotated_seen(), 1); /* once, however many attempts */
+    pthread_mutex_lock(&rotated_lk);
+    ASSERT_CONTAINS(rotated_line, seed_path);
+    ASSERT_CONTAINS(rotated_line, "restarted");
+    assert_no_key_material(rotated_line, seed_path);
+    pthread_mutex_unlock(&rotated_lk);
+
+    /* the seed it opened with is back: the next attempt connects */
+    f = fopen(seed_path, "we");
+    ASSERT_TRUE(f != NULL);
+    fputs(seed_a, f);
+    ASSERT_EQ(fclose(f), 0);
+    ASSERT_WAIT(jsd_conn_is_connected(c), 10000);
+    ASSERT_EQ(atomic_load(&m.signed_connects), 2);
+    ASSERT_EQ(atomic_load(&m.refused), 0);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, NULL, NULL);
+    jsd_conn_close(c);
     nonce_stop(&m);
 }
 
@@ -1367,6 +1453,7 @@ JSD_TEST_MAIN(cmocka_unit_test(tls_with_token_connects),
               cmocka_unit_test(shutdown_after_a_tls_connection_waits_for_the_client),
               cmocka_unit_test(client_certificate_is_required_and_checked),
               cmocka_unit_test(nkey_seed_logs_in_and_an_unknown_seed_is_refused),
+              cmocka_unit_test(a_seed_rotated_under_the_connection_sends_no_connect_it_cannot_win),
               cmocka_unit_test(creds_file_logs_in_in_operator_mode),
               cmocka_unit_test(wrong_token_is_an_authorization_error),
               cmocka_unit_test(wrong_password_is_an_authorization_error),

@@ -409,7 +409,7 @@ static void nonce_signature_verifies_and_a_leading_zero_is_reported(void **state
     for (int i = 0; i < 2000; i++) {
         char nonce[32];
         snprintf(nonce, sizeof(nonce), "nonce-%d", i);
-        ASSERT_OK(jsd__nkey_sign_nonce(seed_file, nonce, sig, &unsendable));
+        ASSERT_OK(jsd__nkey_sign_nonce(seed_file, NULL, nonce, sig, &unsendable));
         EVP_MD_CTX *ctx = EVP_MD_CTX_new();
         ASSERT_EQ(EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, pub), 1);
         ASSERT_EQ(EVP_DigestVerify(ctx, sig, 64, (const unsigned char *)nonce, strlen(nonce)), 1);
@@ -423,13 +423,40 @@ static void nonce_signature_verifies_and_a_leading_zero_is_reported(void **state
                                                  "-----BEGIN USER NKEY SEED-----\n" KNOWN_SEED
                                                  "\n------END USER NKEY SEED------\n");
     unsigned char sig2[64];
-    ASSERT_OK(jsd__nkey_sign_nonce(creds, "nonce-0", sig2, &unsendable));
-    ASSERT_OK(jsd__nkey_sign_nonce(seed_file, "nonce-0", sig, &unsendable));
+    ASSERT_OK(jsd__nkey_sign_nonce(creds, NULL, "nonce-0", sig2, &unsendable));
+    ASSERT_OK(jsd__nkey_sign_nonce(seed_file, NULL, "nonce-0", sig, &unsendable));
     ASSERT_EQ(memcmp(sig, sig2, 64), 0);
-    ASSERT_STATUS(jsd__nkey_sign_nonce(write_text("noseed.nk", "nothing\n"), "n", sig, &unsendable),
-                  JSD_ERR_CONFIG);
+    ASSERT_STATUS(
+        jsd__nkey_sign_nonce(write_text("noseed.nk", "nothing\n"), NULL, "n", sig, &unsendable),
+        JSD_ERR_CONFIG);
     EVP_PKEY_free(pub);
     EVP_PKEY_free(k);
+}
+
+/* A seed file whose key is not the one the connection announces (a seed
+ * rotated under a running process) signs nothing, so no CONNECT goes out
+ * that the server can only refuse; its own key signs as without one. */
+static void a_seed_that_is_not_the_announced_key_signs_nothing(void **state)
+{
+    (void)state;
+    unsigned char sig[64], plain[64];
+    bool unsendable = true;
+    char seed_file[512];
+    jsd__strlcpy(seed_file, write_text("rotated.nk", KNOWN_SEED "\n"), sizeof(seed_file));
+    ASSERT_OK(jsd__nkey_sign_nonce(seed_file, NULL, "nonce-1", plain, &unsendable));
+    ASSERT_OK(jsd__nkey_sign_nonce(seed_file, KNOWN_PUB, "nonce-1", sig, &unsendable));
+    ASSERT_EQ(memcmp(sig, plain, sizeof(sig)), 0);
+    memset(sig, 0x5a, sizeof(sig));
+    ASSERT_STATUS(jsd__nkey_sign_nonce(seed_file,
+                                       "UBNQKSO2XKUVYFV3DDBDTJRSS4XKBMPUUGUIM6NZNAJOESYLU5E3GW5Y",
+                                       "nonce-1", sig, &unsendable),
+                  JSD_ERR_AUTH);
+    for (size_t i = 0; i < sizeof(sig); i++)
+        ASSERT_EQ(sig[i], 0x5a);
+    /* an unreadable file is still a configuration error, key or no key */
+    ASSERT_STATUS(jsd__nkey_sign_nonce(write_text("noseed2.nk", "nothing\n"), KNOWN_PUB, "n", sig,
+                                       &unsendable),
+                  JSD_ERR_CONFIG);
 }
 
 static void nats_errors_map_to_statuses(void **state)
@@ -470,5 +497,6 @@ JSD_TEST_MAIN(cmocka_unit_test(defaults_are_documented_values), cmocka_unit_test
               cmocka_unit_test(creds_jwt_is_the_framed_line),
               cmocka_unit_test(creds_file_without_a_jwt_is_refused),
               cmocka_unit_test(nonce_signature_verifies_and_a_leading_zero_is_reported),
+              cmocka_unit_test(a_seed_that_is_not_the_announced_key_signs_nothing),
               cmocka_unit_test(nats_errors_map_to_statuses),
               cmocka_unit_test(star_password_and_the_pre_network_check))
