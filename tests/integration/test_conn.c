@@ -843,27 +843,34 @@ static void unsendable_signatures_are_never_sent(void **state)
     nonce_stop(&m);
 }
 
-static pthread_mutex_t rotated_lk = PTHREAD_MUTEX_INITIALIZER;
-static int rotated_lines;
-static char rotated_line[1024];
+/* Log lines that hold both needles (needle2 may be NULL) at level or above:
+ * counted, the last one kept. The log callback's user pointer. */
+typedef struct line_catch {
+    pthread_mutex_t lk;
+    jsd_log_level level;
+    const char *needle, *needle2;
+    int n;
+    char last[1024];
+} line_catch;
 
-static void catch_rotated(jsd_log_level level, const char *component, const char *line, void *user)
+static void catch_lines(jsd_log_level level, const char *component, const char *line, void *user)
 {
+    line_catch *lc = user;
     (void)component;
-    (void)user;
-    if (level == JSD_LOG_WARN && strstr(line, "now holds another user key")) {
-        pthread_mutex_lock(&rotated_lk);
-        rotated_lines++;
-        jsd__strlcpy(rotated_line, line, sizeof(rotated_line));
-        pthread_mutex_unlock(&rotated_lk);
-    }
+    if (level < lc->level || !strstr(line, lc->needle) ||
+        (lc->needle2 && !strstr(line, lc->needle2)))
+        return;
+    pthread_mutex_lock(&lc->lk);
+    lc->n++;
+    jsd__strlcpy(lc->last, line, sizeof(lc->last));
+    pthread_mutex_unlock(&lc->lk);
 }
 
-static int rotated_seen(void)
+static int lines_caught(line_catch *lc)
 {
-    pthread_mutex_lock(&rotated_lk);
-    int n = rotated_lines;
-    pthread_mutex_unlock(&rotated_lk);
+    pthread_mutex_lock(&lc->lk);
+    int n = lc->n;
+    pthread_mutex_unlock(&lc->lk);
     return n;
 }
 
@@ -900,19 +907,22 @@ static void a_seed_rotated_under_the_connection_sends_no_connect_it_cannot_win(v
     ASSERT_TRUE(f != NULL);
     fprintf(f, "%s\n", seed_b);
     ASSERT_EQ(fclose(f), 0);
-    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, catch_rotated, NULL);
+    static line_catch rotated = {.lk = PTHREAD_MUTEX_INITIALIZER,
+                                 .level = JSD_LOG_WARN,
+                                 .needle = "now holds another user key"};
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, catch_lines, &rotated);
     int greeted = atomic_load(&m.greetings);
     atomic_store(&m.kick, 1);
     ASSERT_WAIT(!jsd_conn_is_connected(c), 5000);
-    ASSERT_WAIT(rotated_seen() >= 1 && atomic_load(&m.greetings) >= greeted + 3, 10000);
+    ASSERT_WAIT(lines_caught(&rotated) >= 1 && atomic_load(&m.greetings) >= greeted + 3, 10000);
     ASSERT_EQ(atomic_load(&m.refused), 0);
     ASSERT_EQ(atomic_load(&m.signed_connects), 1);
-    ASSERT_EQ(rotated_seen(), 1); /* once, however many attempts */
-    pthread_mutex_lock(&rotated_lk);
-    ASSERT_CONTAINS(rotated_line, seed_path);
-    ASSERT_CONTAINS(rotated_line, "restarted");
-    assert_no_key_material(rotated_line, seed_path);
-    pthread_mutex_unlock(&rotated_lk);
+    ASSERT_EQ(lines_caught(&rotated), 1); /* once, however many attempts */
+    pthread_mutex_lock(&rotated.lk);
+    ASSERT_CONTAINS(rotated.last, seed_path);
+    ASSERT_CONTAINS(rotated.last, "restarted");
+    assert_no_key_material(rotated.last, seed_path);
+    pthread_mutex_unlock(&rotated.lk);
 
     /* the seed it opened with is back: the next attempt connects */
     f = fopen(seed_path, "we");
@@ -927,29 +937,6 @@ static void a_seed_rotated_under_the_connection_sends_no_connect_it_cannot_win(v
     nonce_stop(&m);
 }
 
-static pthread_mutex_t retry_lk = PTHREAD_MUTEX_INITIALIZER;
-static int retry_lines;
-
-static void count_retries(jsd_log_level level, const char *component, const char *line, void *user)
-{
-    (void)level;
-    (void)component;
-    (void)user;
-    if (strstr(line, "connect attempt") && strstr(line, "retrying")) {
-        pthread_mutex_lock(&retry_lk);
-        retry_lines++;
-        pthread_mutex_unlock(&retry_lk);
-    }
-}
-
-static int retries_seen(void)
-{
-    pthread_mutex_lock(&retry_lk);
-    int n = retry_lines;
-    pthread_mutex_unlock(&retry_lk);
-    return n;
-}
-
 /* A server that comes up while the start-up budget lasts is connected to:
  * the open keeps retrying (seen in its DEBUG log) until the restart. */
 static void startup_waits_for_a_server_that_comes_up(void **state)
@@ -960,12 +947,16 @@ static void startup_waits_for_a_server_that_comes_up(void **state)
     pthread_t th;
     ASSERT_EQ(jsd_fx_nats_start(JSD_FX_PLAIN, &fx), 0);
     ASSERT_EQ(jsd_fx_nats_stop(&fx), 0);
-    jsd_log_configure(JSD_LOG_DEBUG, JSD_LOG_TEXT, count_retries, NULL);
+    static line_catch retries = {.lk = PTHREAD_MUTEX_INITIALIZER,
+                                 .level = JSD_LOG_DEBUG,
+                                 .needle = "connect attempt",
+                                 .needle2 = "retrying"};
+    jsd_log_configure(JSD_LOG_DEBUG, JSD_LOG_TEXT, catch_lines, &retries);
     memset(&op, 0, sizeof(op));
     opts_for(&op.o, fx.url);
     op.o.startup_budget_ms = 60000;
     ASSERT_EQ(pthread_create(&th, NULL, open_thread, &op), 0);
-    ASSERT_WAIT(retries_seen() >= 2, 30000);
+    ASSERT_WAIT(lines_caught(&retries) >= 2, 30000);
     ASSERT_EQ(jsd_fx_nats_restart(&fx), 0);
     ASSERT_EQ(pthread_join(th, NULL), 0);
     jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, NULL, NULL);
