@@ -285,33 +285,37 @@ static natsStatus sign_cb(char **err_txt, unsigned char **sig, int *len, const c
     bool unsendable = false;
     if (!out)
         return NATS_NO_MEMORY;
-    /* a bare seed's public key was announced once, at open (nkeys.c) */
-    const char *announced = c->nkey_seed_file && c->nkey_public[0] ? c->nkey_public : NULL;
+    /* a bare seed's public key was announced once, at open (nkeys.c); a
+     * creds file's JWT names its own */
+    const char *announced = c->nkey_public[0] ? c->nkey_public : NULL;
     jsd_status st = jsd__nkey_sign_nonce(path, announced, nonce ? nonce : "", out, &unsendable);
     if (st != JSD_OK || unsendable) {
+        const char *why;
         jsd__wipe(out, 64);
         free(out);
-        if (unsendable)
+        if (unsendable) {
             atomic_fetch_add(&c->sh->unsendable_sigs, 1);
-        else if (st == JSD_ERR_AUTH && !atomic_exchange(&c->nkey_mismatch_warned, 1))
-            JSD_WARN("conn",
-                     "the NKey seed file \"%s\" now holds another user key than the one this "
-                     "connection announced when it opened (nats.c 3.4.1 takes a seed's public "
-                     "key once): connection attempts fail until the process is restarted or "
-                     "the seed it opened with is back",
-                     path);
-        else if (st != JSD_ERR_AUTH)
+            why = "the nonce's signature begins with a zero byte, which nats.c 3.4.1 cannot "
+                  "send; trying again with a new nonce";
+        } else if (st == JSD_ERR_AUTH) {
+            if (!atomic_exchange(&c->nkey_mismatch_warned, 1))
+                JSD_WARN("conn",
+                         "the NKey seed file \"%s\" now holds another user key than the one "
+                         "this connection announced when it opened (nats.c 3.4.1 takes a seed's "
+                         "public key once): connection attempts fail until the process is "
+                         "restarted or the seed it opened with is back",
+                         path);
+            why = "the NKey seed file holds another user key than the one this connection "
+                  "announces; restart the process to use it";
+        } else {
             JSD_WARN("conn",
                      "cannot sign the NATS server's nonce: the key file \"%s\" cannot be "
                      "read or holds no user seed; this connection attempt fails",
                      path);
-        *err_txt = strdup(unsendable ? "the nonce's signature begins with a zero byte, which "
-                                       "nats.c 3.4.1 cannot send; trying again with a new nonce"
-                          : st == JSD_ERR_AUTH
-                              ? "the NKey seed file holds another user key than the one this "
-                                "connection announces; restart the process to use it"
-                              : "cannot sign the server's nonce: the key file cannot be "
-                                "read or holds no user seed");
+            why = "cannot sign the server's nonce: the key file cannot be read or holds no "
+                  "user seed";
+        }
+        *err_txt = strdup(why);
         return NATS_ERR;
     }
     atomic_store(&c->nkey_mismatch_warned, 0);
