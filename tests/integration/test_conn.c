@@ -749,6 +749,26 @@ static void *nonce_main(void *arg)
     return NULL;
 }
 
+/* A new user NKey: its private key in raw, and its seed file's text (the
+ * seed and a newline) in line. */
+static void new_user_seed(unsigned char raw[32], char *line, size_t cap)
+{
+    ASSERT_EQ(RAND_bytes(raw, 32), 1);
+    ASSERT_OK(jsd__nkey_encode(20 << 3, true, raw, line, cap - 1));
+    size_t n = strlen(line); /* room is left for the newline */
+    line[n] = '\n';
+    line[n + 1] = '\0';
+}
+
+/* path's content replaced by text. */
+static void put_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "we");
+    ASSERT_TRUE(f != NULL);
+    fputs(text, f);
+    ASSERT_EQ(fclose(f), 0);
+}
+
 /* Start the fake server for a new user NKey, whose seed goes to seed_path;
  * returns its port. */
 static int nonce_start(nonce_server *m, const char *seed_path)
@@ -757,14 +777,10 @@ static int nonce_start(nonce_server *m, const char *seed_path)
     char seed[64];
     int port;
     memset(m, 0, sizeof(*m));
-    ASSERT_EQ(RAND_bytes(raw, sizeof(raw)), 1);
-    ASSERT_OK(jsd__nkey_encode(20 << 3, true, raw, seed, sizeof(seed)));
+    new_user_seed(raw, seed, sizeof(seed));
     m->key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, raw, sizeof(raw));
     ASSERT_TRUE(m->key != NULL);
-    FILE *f = fopen(seed_path, "we");
-    ASSERT_TRUE(f != NULL);
-    fprintf(f, "%s\n", seed);
-    ASSERT_EQ(fclose(f), 0);
+    put_text(seed_path, seed);
     ASSERT_EQ(chmod(seed_path, 0600), 0);
     /* a nonce of each kind; about one in 256 signatures begins with 0x00 */
     for (int i = 0; !m->zero_nonce[0] || !m->plain_nonce[0]; i++) {
@@ -901,12 +917,8 @@ static void a_seed_rotated_under_the_connection_sends_no_connect_it_cannot_win(v
     ASSERT_EQ(atomic_load(&m.signed_connects), 1);
 
     /* another user's seed in the file's place, then a reconnection */
-    ASSERT_EQ(RAND_bytes(raw, sizeof(raw)), 1);
-    ASSERT_OK(jsd__nkey_encode(20 << 3, true, raw, seed_b, sizeof(seed_b)));
-    FILE *f = fopen(seed_path, "we");
-    ASSERT_TRUE(f != NULL);
-    fprintf(f, "%s\n", seed_b);
-    ASSERT_EQ(fclose(f), 0);
+    new_user_seed(raw, seed_b, sizeof(seed_b));
+    put_text(seed_path, seed_b);
     static line_catch rotated = {.lk = PTHREAD_MUTEX_INITIALIZER,
                                  .level = JSD_LOG_WARN,
                                  .needle = "now holds another user key"};
@@ -925,10 +937,7 @@ static void a_seed_rotated_under_the_connection_sends_no_connect_it_cannot_win(v
     pthread_mutex_unlock(&rotated.lk);
 
     /* the seed it opened with is back: the next attempt connects */
-    f = fopen(seed_path, "we");
-    ASSERT_TRUE(f != NULL);
-    fputs(seed_a, f);
-    ASSERT_EQ(fclose(f), 0);
+    put_text(seed_path, seed_a);
     ASSERT_WAIT(jsd_conn_is_connected(c), 10000);
     ASSERT_EQ(atomic_load(&m.signed_connects), 2);
     ASSERT_EQ(atomic_load(&m.refused), 0);
