@@ -279,10 +279,10 @@ jsd_status jsd__batch_add(jsd__effect_batch *b, const jsd__claimed_row *r)
     const unsigned char *henc = r->headers;
     size_t henc_len = r->headers_len;
     unsigned char *from_json = NULL;
-    jsd_error jerr;
-    jsd_error_clear(&jerr);
+    jsd_error jerr; /* read only when bad_json */
     bool bad_json = false;
     if (henc && henc_len && json_start(henc[0])) {
+        jsd_error_clear(&jerr);
         jsd_status js = jsd__headers_from_json(henc, henc_len, &from_json, &henc_len, &jerr);
         if (js == JSD_ERR_NOMEM)
             return js;
