@@ -715,22 +715,24 @@ static bool writer_or_wakeup(jsd_relay *r)
 }
 
 /* Refresh the gauges. The backlog and the oldest age come from the store:
- * counted by the gauge thread while it runs (relay_gauge.c), else here every
- * JSD__GAUGES_EVERY_MS; force (the run's end, the gauge thread stopped)
- * counts now, on the gauges' own handle when there is one. */
+ * counted by the gauge thread while it runs (relay_gauge.c), else here as
+ * often as it would (jsd__relay_gauge_interval_ms); force (the run's end,
+ * the gauge thread stopped) counts now, on the gauges' own handle when
+ * there is one. */
 static void gauges(jsd_relay *r, bool force)
 {
     if (!r->mstd)
         return;
     jsd_gauge_set(r->m_inflight, (double)r->in_flight);
     int64_t now = jsd__mono_ms();
-    if (!force && (r->gauge_running || now - r->last_gauges_ms < JSD__GAUGES_EVERY_MS))
+    if (!force && (r->gauge_running ||
+                   now - r->last_gauges_ms < jsd__relay_gauge_interval_ms(r->gauges_count_ms)))
         return;
     r->last_gauges_ms = now;
     if (r->gstore)
-        jsd__relay_backlog_refresh(r, r->gstore, NULL);
+        r->gauges_count_ms = jsd__relay_backlog_refresh(r, r->gstore, NULL);
     else
-        jsd__relay_backlog_refresh(r, r->store, &r->store_mu);
+        r->gauges_count_ms = jsd__relay_backlog_refresh(r, r->store, &r->store_mu);
 }
 
 /* Progress to the log every PROGRESS_EVERY_MS while there is activity. */

@@ -1,7 +1,8 @@
 /*
  * relay_gauge — the relay's backlog gauges (jsd_outbox_backlog,
  * jsd_outbox_oldest_unpublished_age_seconds), refreshed every
- * JSD__GAUGES_EVERY_MS on a thread and a store connection of their own.
+ * JSD__GAUGES_EVERY_MS (longer when counting is slow, below) on a thread
+ * and a store connection of their own.
  *
  * Counting the pending effects reads every one of them (O(backlog): about
  * 30 ms per 100k on SQLite and 100 ms on PostgreSQL, issue 12). On the
@@ -14,24 +15,42 @@
  * store, where a second connection is another database) the count stays
  * on the publishing thread, as before. The last refresh, when the run
  * stops, is made after this thread has ended (relay.c, gauges).
+ *
+ * The count comes every JSD__GAUGES_EVERY_MS, or JSD__GAUGES_COST_X times
+ * as long as the last one took when that is longer, so that counting
+ * takes at most 1/20 of the store's time whatever the backlog. The count
+ * grows with it: 200k pending effects took ~60 ms of CPU on SQLite (4.7 %
+ * of the samples of a 1.5 s bench_relay run, perf, issue 12), so a backlog
+ * of millions, as after an outage, would be counted for about a second of
+ * every five (PostgreSQL more) just when the relay needs the store most.
  */
 #include "relay_int.h"
 #include "store/store.h"
 
-void jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t *mu)
+int64_t jsd__relay_gauge_interval_ms(int64_t count_ms)
+{
+    if (count_ms >= JSD__GAUGES_EVERY_MS / JSD__GAUGES_COST_X)
+        return count_ms * JSD__GAUGES_COST_X;
+    return JSD__GAUGES_EVERY_MS;
+}
+
+int64_t jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t *mu)
 {
     jsd_store_stats stats;
     if (mu)
         pthread_mutex_lock(mu);
+    int64_t t0 = jsd__mono_ms();
     jsd_status s = jsd__store_backlog(st, jsd__now_ms(), &stats);
+    int64_t took = jsd__mono_ms() - t0;
     if (s != JSD_OK)
         jsd__relay_store_trouble_on(r, st, "backlog for metrics");
     if (mu)
         pthread_mutex_unlock(mu);
     if (s != JSD_OK)
-        return;
+        return took;
     jsd_gauge_set(r->mstd->outbox_backlog, (double)stats.backlog);
     jsd_gauge_set(r->mstd->outbox_oldest_age, (double)stats.oldest_due_age_ms / 1000.0);
+    return took;
 }
 
 static void *gauge_main(void *arg)
@@ -40,9 +59,9 @@ static void *gauge_main(void *arg)
     pthread_mutex_lock(&r->gauge_mu);
     while (!r->gauge_quit) {
         pthread_mutex_unlock(&r->gauge_mu);
-        jsd__relay_backlog_refresh(r, r->gstore, NULL);
+        int64_t took = jsd__relay_backlog_refresh(r, r->gstore, NULL);
         pthread_mutex_lock(&r->gauge_mu);
-        int64_t until = jsd__mono_ms() + JSD__GAUGES_EVERY_MS;
+        int64_t until = jsd__mono_ms() + jsd__relay_gauge_interval_ms(took);
         while (!r->gauge_quit && jsd__mono_ms() < until)
             jsd__cond_wait_ms(&r->gauge_cv, &r->gauge_mu, (int)(until - jsd__mono_ms()));
     }

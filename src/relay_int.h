@@ -133,6 +133,7 @@ struct jsd_relay {
     jsd_metric *m_dead, *m_inflight, *m_first_dup, *m_horizon_at_risk, *m_horizon_passed;
     jsd_metric *m_commit_to_puback; /* jsd_relay_commit_to_puback_seconds */
     int64_t last_gauges_ms;
+    int64_t gauges_count_ms; /* what the last backlog count took (relay_gauge.c) */
 
     int64_t last_store_warn_ms; /* under err_mu */
     int64_t last_nats_warn_ms;  /* under err_mu */
@@ -246,11 +247,14 @@ void jsd__relay_writer_stop(jsd_relay *r);
 
 /* ---- relay_gauge.c -------------------------------------------------------------- */
 
-#define JSD__GAUGES_EVERY_MS 5000 /* the backlog gauges' refresh */
+#define JSD__GAUGES_EVERY_MS 5000 /* the backlog gauges' refresh, at the most often */
+#define JSD__GAUGES_COST_X   20   /* ... and at least this many counts' time apart */
 
 /* Count the backlog on st (under mu unless NULL) and set the gauges; a
- * failure is store trouble. Needs r->mstd. */
-void jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t *mu);
+ * failure is store trouble. Needs r->mstd. Returns the ms the count took. */
+int64_t jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t *mu);
+/* The wait before the next count after one that took count_ms (relay_gauge.c). */
+int64_t jsd__relay_gauge_interval_ms(int64_t count_ms);
 /* The gauge thread, for a run with metrics and a gstore; no-ops otherwise. */
 void jsd__relay_gauge_start(jsd_relay *r);
 void jsd__relay_gauge_stop(jsd_relay *r);
