@@ -48,6 +48,7 @@ static double cpu_s(void)
 }
 
 static double last_cpu_us; /* client CPU per message of the last run */
+static double last_srv_us; /* the server's (JSD_BENCH_NATS_PID), -1 when not known */
 
 static int die(const char *what, natsStatus s)
 {
@@ -125,6 +126,7 @@ static double run_raw(const char *url, jsCtx *admin, int n, int run, const char 
     make_stream(admin, stream, subject);
     raw_errors = 0;
 
+    int64_t s0 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
     double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < n; i++) {
         jsPubOptions po;
@@ -141,6 +143,8 @@ static double run_raw(const char *url, jsCtx *admin, int n, int run, const char 
         die("js_PublishAsyncComplete", s);
     double secs = now_s() - t0;
     last_cpu_us = (cpu_s() - c0) * 1e6 / n;
+    int64_t s1 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
+    last_srv_us = s0 >= 0 && s1 >= s0 ? (double)(s1 - s0) / n : -1;
     uint64_t stored = stream_msgs(admin, stream);
     if (raw_errors || stored != (uint64_t)n) {
         fprintf(stderr, "bench_publish: raw run %d: %d errors, %llu of %d stored\n", run,
@@ -185,6 +189,7 @@ static double run_publisher(const char *url, jsCtx *admin, int n, int run, const
     }
 
     int accepted = 0, other = 0;
+    int64_t s0 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
     double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < n;) {
         snprintf(id, sizeof(id), "pub-%d-%d", run, i);
@@ -208,6 +213,8 @@ static double run_publisher(const char *url, jsCtx *admin, int n, int run, const
     }
     double secs = now_s() - t0;
     last_cpu_us = (cpu_s() - c0) * 1e6 / n;
+    int64_t s1 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
+    last_srv_us = s0 >= 0 && s1 >= s0 ? (double)(s1 - s0) / n : -1;
     uint64_t stored = stream_msgs(admin, stream);
     if (other || accepted != n || stored != (uint64_t)n) {
         fprintf(stderr, "bench_publish: publisher run %d: %d accepted, %d other, %llu stored\n",
@@ -245,7 +252,7 @@ int main(int argc, char **argv)
         die("admin connection", s);
 
     double raw[RUNS], pub[RUNS], ratio[RUNS], raw_cpu[RUNS], pub_cpu[RUNS];
-    double rawc[RUNS], rawc_cpu[RUNS];
+    double rawc[RUNS], rawc_cpu[RUNS], raw_srv[RUNS], pub_srv[RUNS], rawc_srv[RUNS];
     /* triples in rotating order, so no kind always follows another's stream
      * deletion */
     for (int r = 0; r < RUNS; r++) {
@@ -254,14 +261,17 @@ int main(int argc, char **argv)
             case 0:
                 raw[r] = run_raw(url, admin, n, r, payload, false);
                 raw_cpu[r] = last_cpu_us;
+                raw_srv[r] = last_srv_us;
                 break;
             case 1:
                 pub[r] = run_publisher(url, admin, n, r, payload);
                 pub_cpu[r] = last_cpu_us;
+                pub_srv[r] = last_srv_us;
                 break;
             default:
                 rawc[r] = run_raw(url, admin, n, RUNS + r, payload, true);
                 rawc_cpu[r] = last_cpu_us;
+                rawc_srv[r] = last_srv_us;
                 break;
             }
         }
@@ -279,6 +289,14 @@ int main(int argc, char **argv)
     printf("raw.publish.cpu%s %.2f us/msg\n", suffix, bench_median(raw_cpu, RUNS));
     printf("raw.publish.coalesced.cpu%s %.2f us/msg\n", suffix, bench_median(rawc_cpu, RUNS));
     printf("publisher.cpu%s %.2f us/msg\n", suffix, bench_median(pub_cpu, RUNS));
+    /* the server's CPU per message, when its process id was given: where
+     * the machine's cores go (docs/PERFORMANCE.md, the CPU budget) */
+    if (raw_srv[0] >= 0) {
+        printf("raw.publish.server.cpu%s %.2f us/msg\n", suffix, bench_median(raw_srv, RUNS));
+        printf("raw.publish.coalesced.server.cpu%s %.2f us/msg\n", suffix,
+               bench_median(rawc_srv, RUNS));
+        printf("publisher.server.cpu%s %.2f us/msg\n", suffix, bench_median(pub_srv, RUNS));
+    }
     jsCtx_Destroy(admin);
     natsConnection_Destroy(nc);
     nats_Close();

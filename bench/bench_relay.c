@@ -90,8 +90,11 @@ static void pg_fresh(const char *base_url, char *url, size_t cap, char *name, si
 
 /* ---- throughput ---------------------------------------------------------------------- */
 
-/* One run: n effects pre-enqueued, then the relay until idle. Returns msg/s. */
-static double last_cpu_us_per_effect;
+/* One run: n effects pre-enqueued, then the relay until idle. Returns msg/s;
+ * the CPU per effect of this process, of nats-server and of PostgreSQL (its
+ * postmaster and every process under it; -1 when not known) go to last_*. */
+static double last_cpu_us_per_effect, last_server_us_per_effect, last_pg_us_per_effect;
+static double last_busy_pct; /* the machine's cores busy during the run, % (-1: not known) */
 
 static double throughput_run(const char *store_url, int n, int batch, int in_flight,
                              const char *label)
@@ -121,10 +124,20 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     if (jsd_relay_create(&r, rs, c, &o, &err) != JSD_OK)
         bench_die("relay: %s", err.msg);
 
+    int64_t s0 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
+    int64_t p0 = bench_server_cpu_us("JSD_BENCH_PG_PID", 1);
+    long long b0 = 0, a0 = 0, b1 = 0, a1 = 0;
+    int machine = bench_machine_ticks(&b0, &a0);
     int64_t t0 = bench_mono_us(), c0 = bench_cpu_us();
     if (jsd_relay_run_until_idle(r) != JSD_OK)
         bench_die("relay run: %s", jsd_relay_errmsg(r));
     int64_t t1 = bench_mono_us(), c1 = bench_cpu_us();
+    machine = machine && bench_machine_ticks(&b1, &a1) && a1 > a0;
+    last_busy_pct = machine ? 100.0 * (double)(b1 - b0) / (double)(a1 - a0) : -1;
+    int64_t s1 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
+    int64_t p1 = bench_server_cpu_us("JSD_BENCH_PG_PID", 1);
+    last_server_us_per_effect = s0 >= 0 && s1 >= s0 ? (double)(s1 - s0) / n : -1;
+    last_pg_us_per_effect = p0 >= 0 && p1 >= p0 ? (double)(p1 - p0) / n : -1;
 
     jsd_relay_stats st;
     jsd_relay_stats_get(r, &st);
@@ -172,32 +185,54 @@ static int env_int(const char *name, int dflt)
     return *end || x < 1 || x > 4096 ? dflt : (int)x;
 }
 
+/* "<label>.machine_busy" (the share of all cores busy during the runs),
+ * "<label>.server.cpu" (nats-server) and, for PostgreSQL, "<label>.pg.cpu":
+ * medians of the runs, the last two per effect and only when the servers'
+ * process ids were given (bench/run.sh does). Beside "<label>.cpu" they show
+ * where the machine's cores went (docs/PERFORMANCE.md, the CPU budget). */
+static void print_servers(const char *label, double *srv, double *pg, double *busy)
+{
+    if (busy[0] >= 0)
+        printf("%s.machine_busy %.0f %%\n", label, bench_median(busy, RUNS));
+    if (srv[0] >= 0)
+        printf("%s.server.cpu %.2f us/msg\n", label, bench_median(srv, RUNS));
+    if (pg && pg[0] >= 0)
+        printf("%s.pg.cpu %.2f us/msg\n", label, bench_median(pg, RUNS));
+}
+
 static void bench_throughput_sqlite(int n)
 {
-    double v[RUNS], c[RUNS];
+    double v[RUNS], c[RUNS], srv[RUNS], busy[RUNS];
     for (int i = 0; i < RUNS; i++) {
         char url[700];
         sqlite_url(url, sizeof(url));
         v[i] = throughput_run(url, n, env_int("BENCH_RELAY_BATCH", 256), 1024, "relay.sqlite");
         c[i] = last_cpu_us_per_effect;
+        srv[i] = last_server_us_per_effect;
+        busy[i] = last_busy_pct;
     }
     printf("relay.sqlite %.0f msg/s\n", bench_median(v, RUNS));
     printf("relay.sqlite.cpu %.2f us/msg\n", bench_median(c, RUNS));
+    print_servers("relay.sqlite", srv, NULL, busy);
     fflush(stdout);
 }
 
 static void bench_throughput_pg(const char *base, int n)
 {
-    double v[RUNS], c[RUNS];
+    double v[RUNS], c[RUNS], srv[RUNS], pg[RUNS], busy[RUNS];
     for (int i = 0; i < RUNS; i++) {
         char url[700], name[80];
         pg_fresh(base, url, sizeof(url), name, sizeof(name));
         v[i] = throughput_run(url, n, 256, 1024, "relay.postgres");
         c[i] = last_cpu_us_per_effect;
+        srv[i] = last_server_us_per_effect;
+        pg[i] = last_pg_us_per_effect;
+        busy[i] = last_busy_pct;
         bench_pg_drop(base, name);
     }
     printf("relay.postgres %.0f msg/s\n", bench_median(v, RUNS));
     printf("relay.postgres.cpu %.2f us/msg\n", bench_median(c, RUNS));
+    print_servers("relay.postgres", srv, pg, busy);
     fflush(stdout);
 }
 

@@ -28,7 +28,8 @@ start_nats() { # start_nats DIR [SERVER_BINARY]: prints the URL
 }
 
 # start_pg DIR: a PostgreSQL 15 with the deployment-like settings of
-# fixture.sh's bench profile; exports JSD_BENCH_PG_URL and prints the
+# fixture.sh's bench profile; exports JSD_BENCH_PG_URL (and the postmaster's
+# process id, JSD_BENCH_PG_PID) and prints the
 # settings that shape the figures on stderr.
 start_pg() {
   local dir=$1
@@ -36,7 +37,9 @@ start_pg() {
     echo "bench: cannot start PostgreSQL:" >&2; cat "$dir.log" >&2; exit 1
   fi
   JSD_BENCH_PG_URL=$(sed -n 's/^PG_URL=//p' "$dir/fixture.env")
-  export JSD_BENCH_PG_URL
+  # the postmaster: bench_relay reads its and its children's CPU (*.pg.cpu)
+  JSD_BENCH_PG_PID=$(sed -n 's/^PG_PID=//p' "$dir/fixture.env")
+  export JSD_BENCH_PG_URL JSD_BENCH_PG_PID
   local psql settings
   psql=${JSD_PG_BIN:-/usr/lib/postgresql/15/bin}/psql
   [ -x "$psql" ] || psql=psql

@@ -27,6 +27,11 @@ if sys=$(command -v nats-server 2>/dev/null); then fast_bin=$sys; fi
 JSD_BENCH_NATS_URL=$(start_nats "$root/nats" "$fast_bin") || exit 1
 JSD_BENCH_NATS_FSYNC_URL=$(start_nats "$root/nats-fsync") || exit 1
 export JSD_BENCH_NATS_URL JSD_BENCH_NATS_FSYNC_URL
+# The servers' process ids: the programs read their CPU from /proc and print
+# it per message beside their own (*.server.cpu, *.pg.cpu).
+fsync_pid=$(sed -n 's/^NATS_PID=//p' "$root/nats-fsync/fixture.env")
+JSD_BENCH_NATS_PID=$(sed -n 's/^NATS_PID=//p' "$root/nats/fixture.env")
+export JSD_BENCH_NATS_PID
 echo "bench: nats-server $(sed -n 's/^NATS_VERSION=//p' "$root/nats/fixture.env") (fsync always: $(sed -n 's/^NATS_FSYNC_ALWAYS=//p' "$root/nats/fixture.env")) and $(sed -n 's/^NATS_VERSION=//p' "$root/nats-fsync/fixture.env") (fsync always: $(sed -n 's/^NATS_FSYNC_ALWAYS=//p' "$root/nats-fsync/fixture.env")); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 if [ "${JSD_BENCH_PG:-1}" = 1 ]; then
@@ -36,7 +41,7 @@ fi
 rc=0
 if [ -x "$BUILD/bench/bench_publish" ]; then
   "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_URL" "${BENCH_MESSAGES:-100000}" | tee -a "$figures" || rc=1
-  "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_FSYNC_URL" "${BENCH_FSYNC_MESSAGES:-5000}" .fsync | tee -a "$figures" || rc=1
+  JSD_BENCH_NATS_PID=$fsync_pid "$BUILD/bench/bench_publish" "$JSD_BENCH_NATS_FSYNC_URL" "${BENCH_FSYNC_MESSAGES:-5000}" .fsync | tee -a "$figures" || rc=1
 else
   echo "bench: $BUILD/bench/bench_publish is not built" >&2; rc=1
 fi

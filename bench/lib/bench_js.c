@@ -1,6 +1,10 @@
 /* bench_js — see bench_js.h. */
 #include "bench_js.h"
 
+#include <dirent.h>
+#include <stdbool.h>
+#include <unistd.h>
+
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -26,6 +30,92 @@ int64_t bench_cpu_us(void)
     getrusage(RUSAGE_SELF, &ru);
     return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
            ru.ru_stime.tv_usec;
+}
+
+/* Up to max numbers from p, separated by blanks, into v; how many were read. */
+static int numbers(const char *p, long long *v, int max)
+{
+    int n = 0;
+    while (n < max) {
+        char *end = NULL;
+        long long x = strtoll(p, &end, 10);
+        if (end == p)
+            break;
+        v[n++] = x;
+        p = end;
+    }
+    return n;
+}
+
+/* Fields 4 (ppid) and 14-17 (utime, stime, cutime, cstime, in clock ticks)
+ * of /proc/<pid>/stat; the command name (field 2) may hold spaces and
+ * parentheses, so fields are counted from its closing parenthesis, after
+ * the one-letter state (field 3). */
+static int proc_stat(long pid, long *ppid, long long t[4])
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    if (!p || !p[1] || !p[2] || !p[3])
+        return -1;
+    long long v[14]; /* fields 4..17 */
+    if (numbers(p + 4, v, 14) != 14)
+        return -1;
+    *ppid = (long)v[0];
+    for (int i = 0; i < 4; i++)
+        t[i] = v[10 + i];
+    return 0;
+}
+
+int64_t bench_server_cpu_us(const char *pid_env, int tree)
+{
+    const char *v = getenv(pid_env);
+    long pid = v ? strtol(v, NULL, 10) : 0;
+    long ppid;
+    long long t[4];
+    if (pid <= 0 || proc_stat(pid, &ppid, t) != 0)
+        return -1;
+    long long ticks = t[0] + t[1];
+    if (tree) {
+        ticks += t[2] + t[3];
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            char *end = NULL;
+            long child = strtol(de->d_name, &end, 10);
+            long long ct[4];
+            if (child > 0 && !*end && proc_stat(child, &ppid, ct) == 0 && ppid == pid)
+                ticks += ct[0] + ct[1];
+        }
+        if (d)
+            closedir(d);
+    }
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? (int64_t)(ticks * 1000000 / hz) : -1;
+}
+
+int bench_machine_ticks(long long *busy, long long *all)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    long long v[8];
+    bool ok = fgets(line, sizeof(line), f) && strncmp(line, "cpu ", 4) == 0 &&
+              numbers(line + 4, v, 8) == 8;
+    fclose(f);
+    if (!ok)
+        return 0;
+    /* user nice system idle iowait irq softirq steal (guest time is in user) */
+    *all = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+    *busy = *all - v[3] - v[4];
+    return 1;
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -25,6 +25,18 @@ int64_t bench_mono_us(void);
 /* CPU time (user + system) of this process, µs: a steadier measure than
  * wall time on a shared machine. */
 int64_t bench_cpu_us(void);
+/* CPU time (user + system) of the server whose process id is in the
+ * environment variable pid_env (JSD_BENCH_NATS_PID, JSD_BENCH_PG_PID), µs,
+ * read from /proc: the process's own time plus, with tree, that of its live
+ * children and of those it has reaped (a PostgreSQL postmaster's backends
+ * and helpers). -1 when the variable is unset or the process unreadable.
+ * With the bench process's own CPU (bench_cpu_us) it shows how a
+ * machine's cores are shared during a run. */
+int64_t bench_server_cpu_us(const char *pid_env, int tree);
+/* The machine's CPU time so far, all cores, from /proc/stat (clock ticks):
+ * *busy everything but idle and iowait, *all everything. false when
+ * unreadable. Two readings give the share of the machine that was busy. */
+int bench_machine_ticks(long long *busy, long long *all);
 /* The median of v[0..n) (n odd); sorts v in place. */
 double bench_median(double *v, size_t n);
 /* Print "PROG: " fmt (with detail) and exit 1. */
