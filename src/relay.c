@@ -724,15 +724,12 @@ static void gauges(jsd_relay *r, bool force)
     if (!r->mstd)
         return;
     jsd_gauge_set(r->m_inflight, (double)r->in_flight);
-    int64_t now = jsd__mono_ms();
-    if (!force && (r->gauge_running ||
-                   now - r->last_gauges_ms < jsd__relay_gauge_interval_ms(r->gauges_count_ms)))
+    if (!force && (r->gauge_running || jsd__mono_ms() < r->gauges_due_ms))
         return;
-    r->last_gauges_ms = now;
     if (r->gstore)
-        r->gauges_count_ms = jsd__relay_backlog_refresh(r, r->gstore, NULL);
+        r->gauges_due_ms = jsd__relay_backlog_refresh(r, r->gstore, NULL);
     else
-        r->gauges_count_ms = jsd__relay_backlog_refresh(r, r->store, &r->store_mu);
+        r->gauges_due_ms = jsd__relay_backlog_refresh(r, r->store, &r->store_mu);
 }
 
 /* Progress to the log every PROGRESS_EVERY_MS while there is activity. */

@@ -46,11 +46,11 @@ int64_t jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t 
         jsd__relay_store_trouble_on(r, st, "backlog for metrics");
     if (mu)
         pthread_mutex_unlock(mu);
-    if (s != JSD_OK)
-        return took;
-    jsd_gauge_set(r->mstd->outbox_backlog, (double)stats.backlog);
-    jsd_gauge_set(r->mstd->outbox_oldest_age, (double)stats.oldest_due_age_ms / 1000.0);
-    return took;
+    if (s == JSD_OK) {
+        jsd_gauge_set(r->mstd->outbox_backlog, (double)stats.backlog);
+        jsd_gauge_set(r->mstd->outbox_oldest_age, (double)stats.oldest_due_age_ms / 1000.0);
+    }
+    return t0 + jsd__relay_gauge_interval_ms(took);
 }
 
 static void *gauge_main(void *arg)
@@ -59,9 +59,8 @@ static void *gauge_main(void *arg)
     pthread_mutex_lock(&r->gauge_mu);
     while (!r->gauge_quit) {
         pthread_mutex_unlock(&r->gauge_mu);
-        int64_t took = jsd__relay_backlog_refresh(r, r->gstore, NULL);
+        int64_t until = jsd__relay_backlog_refresh(r, r->gstore, NULL);
         pthread_mutex_lock(&r->gauge_mu);
-        int64_t until = jsd__mono_ms() + jsd__relay_gauge_interval_ms(took);
         while (!r->gauge_quit && jsd__mono_ms() < until)
             jsd__cond_wait_ms(&r->gauge_cv, &r->gauge_mu, (int)(until - jsd__mono_ms()));
     }

@@ -132,8 +132,7 @@ struct jsd_relay {
     const jsd_metrics_std *mstd;
     jsd_metric *m_dead, *m_inflight, *m_first_dup, *m_horizon_at_risk, *m_horizon_passed;
     jsd_metric *m_commit_to_puback; /* jsd_relay_commit_to_puback_seconds */
-    int64_t last_gauges_ms;
-    int64_t gauges_count_ms; /* what the last backlog count took (relay_gauge.c) */
+    int64_t gauges_due_ms;          /* the publishing thread's next backlog count (mono) */
 
     int64_t last_store_warn_ms; /* under err_mu */
     int64_t last_nats_warn_ms;  /* under err_mu */
@@ -251,7 +250,8 @@ void jsd__relay_writer_stop(jsd_relay *r);
 #define JSD__GAUGES_COST_X   20   /* ... and at least this many counts' time apart */
 
 /* Count the backlog on st (under mu unless NULL) and set the gauges; a
- * failure is store trouble. Needs r->mstd. Returns the ms the count took. */
+ * failure is store trouble. Needs r->mstd. Returns when the next count is
+ * due (jsd__mono_ms): the count's start + jsd__relay_gauge_interval_ms. */
 int64_t jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t *mu);
 /* The wait before the next count after one that took count_ms (relay_gauge.c). */
 int64_t jsd__relay_gauge_interval_ms(int64_t count_ms);
