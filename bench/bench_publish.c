@@ -144,7 +144,7 @@ static double run_raw(const char *url, jsCtx *admin, int n, int run, const char 
     double secs = now_s() - t0;
     last_cpu_us = (cpu_s() - c0) * 1e6 / n;
     int64_t s1 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
-    last_srv_us = s0 >= 0 && s1 >= s0 ? (double)(s1 - s0) / n : -1;
+    last_srv_us = bench_per_msg(s0, s1, n);
     uint64_t stored = stream_msgs(admin, stream);
     if (raw_errors || stored != (uint64_t)n) {
         fprintf(stderr, "bench_publish: raw run %d: %d errors, %llu of %d stored\n", run,
@@ -214,7 +214,7 @@ static double run_publisher(const char *url, jsCtx *admin, int n, int run, const
     double secs = now_s() - t0;
     last_cpu_us = (cpu_s() - c0) * 1e6 / n;
     int64_t s1 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
-    last_srv_us = s0 >= 0 && s1 >= s0 ? (double)(s1 - s0) / n : -1;
+    last_srv_us = bench_per_msg(s0, s1, n);
     uint64_t stored = stream_msgs(admin, stream);
     if (other || accepted != n || stored != (uint64_t)n) {
         fprintf(stderr, "bench_publish: publisher run %d: %d accepted, %d other, %llu stored\n",

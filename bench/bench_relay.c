@@ -136,8 +136,8 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     last_busy_pct = machine ? 100.0 * (double)(b1 - b0) / (double)(a1 - a0) : -1;
     int64_t s1 = bench_server_cpu_us("JSD_BENCH_NATS_PID", 0);
     int64_t p1 = bench_server_cpu_us("JSD_BENCH_PG_PID", 1);
-    last_server_us_per_effect = s0 >= 0 && s1 >= s0 ? (double)(s1 - s0) / n : -1;
-    last_pg_us_per_effect = p0 >= 0 && p1 >= p0 ? (double)(p1 - p0) / n : -1;
+    last_server_us_per_effect = bench_per_msg(s0, s1, n);
+    last_pg_us_per_effect = bench_per_msg(p0, p1, n);
 
     jsd_relay_stats st;
     jsd_relay_stats_get(r, &st);

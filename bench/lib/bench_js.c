@@ -100,6 +100,11 @@ int64_t bench_server_cpu_us(const char *pid_env, int tree)
     return hz > 0 ? (int64_t)(ticks * 1000000 / hz) : -1;
 }
 
+double bench_per_msg(int64_t before, int64_t after, int n)
+{
+    return before >= 0 && after >= before && n > 0 ? (double)(after - before) / n : -1;
+}
+
 int bench_machine_ticks(long long *busy, long long *all)
 {
     FILE *f = fopen("/proc/stat", "r");

@@ -33,6 +33,9 @@ int64_t bench_cpu_us(void);
  * With the bench process's own CPU (bench_cpu_us) it shows how a
  * machine's cores are shared during a run. */
 int64_t bench_server_cpu_us(const char *pid_env, int tree);
+/* (after - before) / n, two bench_server_cpu_us readings made per message;
+ * -1 when either was not known. */
+double bench_per_msg(int64_t before, int64_t after, int n);
 /* The machine's CPU time so far, all cores, from /proc/stat (clock ticks):
  * *busy everything but idle and iowait, *all everything. false when
  * unreadable. Two readings give the share of the machine that was busy. */
