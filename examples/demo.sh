@@ -124,7 +124,7 @@ ships=$(count_sql "$run/shipping.db" 'SELECT count(*) FROM shipments')
 distinct=$(count_sql "$run/shipping.db" 'SELECT count(DISTINCT order_id) FROM shipments')
 orders_msgs=$("$J" status --stream ORDERS --json | json_num messages)
 ship_msgs=$("$J" status --stream SHIPPING --json | json_num messages)
-orders_dup=$(count_sql "$run/orders.db" 'SELECT count(*) FROM jsd_outbox WHERE duplicate = 1')
+orders_dup=$(count_sql "$run/orders.db" 'SELECT count(*) FROM jsd_outbox_state WHERE duplicate = 1')
 dead=$(dlq_list | grep -c poison || true)
 reason=$(dlq_list | grep poison | head -1)
 

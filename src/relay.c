@@ -140,7 +140,16 @@
  *    A claim that finds a range expired takes it over: its still unsettled
  *    rows are marked maybe published (4a) and become claimable. A released
  *    row is marked (lease_expires 0) so that a takeover does not mark it.
- *    Keyed heads keep the per-row lease of points 3 and 5.
+ *    Keyed heads keep the per-row lease of points 3 and 5, and so do
+ *    retries and durable timers (schema 8). A run of receipts of first
+ *    attempts is recorded as one row of jsd_outbox_runs, in the receipt's
+ *    transaction with the range's settlement and the settled floor's rise
+ *    (store/sqlite.c, "the settled floor"): a crash leaves all three or
+ *    none, and the order of points 1-4 is unchanged. Below the floor every
+ *    first attempt is covered by a run or held by a range; whatever makes
+ *    one claimable again (a takeover, a release, a requeue, an unpublish)
+ *    lowers the floor in its own transaction, so no claimable effect is
+ *    ever left below it.
  * 10. The duplicate-window horizon (src/relay_horizon.c). Point 2 holds only
  *    while a retry reaches the broker inside the window of the attempt that
  *    may have stored M. The store keeps first_attempt_at: the claim time of

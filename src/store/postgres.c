@@ -482,8 +482,18 @@ static const char *const migration_7[] = {
     NULL};
 /* clang-format on */
 
+/* 8: the SQL contract's view of publication state (docs/SQL-CONTRACT.md):
+ * the outbox row as it is here; SQLite's resolves receipts recorded as runs
+ * (sqlite.c's migration_8). */
+static const char *const migration_8[] = {
+    "CREATE VIEW @jsd_outbox_state AS SELECT id, owner, effect_id, msg_id, subject, headers, "
+    "headers_json, payload, order_key, created_at, not_before, next_attempt_at, lease_token, "
+    "lease_expires, attempts, last_error, dead_lettered_at, dead_reason, stream, stream_seq, "
+    "duplicate, published_at, first_attempt_at FROM @jsd_outbox",
+    NULL};
+
 static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
-                                                migration_5, migration_6, migration_7};
+                                                migration_5, migration_6, migration_7, migration_8};
 
 const char *const *jsd__pg_migration(int v)
 {

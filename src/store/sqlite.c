@@ -98,6 +98,19 @@ enum {
     S_STATS_POISON,
     S_STATS_POISON_UNPUB,
     S_DATA_VERSION,
+    S_CLAIM_REST,
+    S_FLOOR_GET,
+    S_FLOOR_SET,
+    S_FLOOR_LOWER,
+    S_READY_NEXT,
+    S_RUN_AT,
+    S_RUNS_FROM,
+    S_RUN_INS,
+    S_READY_COUNT,
+    S_STATS_READY,
+    S_STATS_RUNS_FROM,
+    S_ROW_DUE,
+    S_LEASE_RELEASED,
     S__COUNT
 };
 
@@ -110,10 +123,21 @@ enum {
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
 #define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
+/* Unordered first attempts due at insert (schema 8): claimed by range, and
+ * their receipts recorded as runs, which the settled floor passes ("the
+ * settled floor" below). */
+#define READY "order_key IS NULL AND attempts = 0 AND not_before <= created_at AND " PENDING
+/* The other unordered pending rows (retries, durable timers): leased row by
+ * row and receipted in the row, so that they never hold the floor back. */
+#define REST "order_key IS NULL AND (attempts > 0 OR not_before > created_at) AND " PENDING
+/* Not covered by a run of receipts (o: the outbox row). */
+#define UNCOVERED                                                                                  \
+    "coalesce((SELECT r.hi FROM jsd_outbox_runs r WHERE r.lo <= jsd_outbox.id "                    \
+    "ORDER BY r.lo DESC LIMIT 1), -1) < jsd_outbox.id"
 /* A pending row a range lease holds when its id lies in the range (checked
- * in C, range_has): unkeyed, no lease of its own (sq_claim, "range leases"). */
-#define RANGE_HELD                                                                                 \
-    "order_key IS NULL AND lease_token IS NULL AND lease_expires IS NULL AND " PENDING
+ * in C, range_has): a ready one with no lease of its own (sq_claim, "range
+ * leases"). */
+#define RANGE_HELD "lease_token IS NULL AND lease_expires IS NULL AND " READY
 /* The backlog of one half (order_key IS NULL / IS NOT NULL), through its
  * partial pending index (see S_TROUBLE). */
 #define STATS_PENDING_PART(key)                                                                    \
@@ -121,6 +145,11 @@ enum {
     "min(CASE WHEN max(next_attempt_at, not_before) <= ?1 THEN not_before END) AS m "              \
     "FROM jsd_outbox "                                                                             \
     "WHERE order_key " key " AND " PENDING
+
+#define STATS_PENDING_REST                                                                         \
+    "SELECT count(*) AS n, coalesce(sum(max(next_attempt_at, not_before) <= ?1), 0) AS d, "        \
+    "min(CASE WHEN max(next_attempt_at, not_before) <= ?1 THEN not_before END) AS m "              \
+    "FROM jsd_outbox INDEXED BY jsd_outbox_rest WHERE " REST
 
 static const char *const sql_text[S__COUNT] = {
     [S_BEGIN] = "BEGIN IMMEDIATE",
@@ -155,10 +184,10 @@ static const char *const sql_text[S__COUNT] = {
      * with a lease_token is one leased row by row before schema 3 (or by a
      * test standing in for a crashed relay): claimable once it expired; one
      * with only lease_expires (0) was released from a range. */
-    [S_CLAIM_GAP] = "SELECT " OUTBOX_COLS ", duplicate, lease_token, lease_expires FROM jsd_outbox "
-                    "INDEXED BY jsd_outbox_ready WHERE order_key IS NULL AND " PENDING
-                    " AND id > ?1 AND id < ?2 AND next_attempt_at <= ?3 AND not_before <= ?3 "
-                    "AND (lease_token IS NULL OR lease_expires <= ?3) ORDER BY id LIMIT ?4",
+    [S_CLAIM_GAP] = "SELECT " OUTBOX_COLS ", duplicate, lease_token, lease_expires, "
+                    "max(next_attempt_at, not_before, CASE WHEN lease_token IS NULL THEN 0 "
+                    "ELSE lease_expires END) <= ?3 FROM jsd_outbox INDEXED BY jsd_outbox_ready "
+                    "WHERE " READY " AND id > ?1 AND id < ?2 ORDER BY id LIMIT ?4",
     [S_KEYED_ANY] = "SELECT 1 FROM jsd_outbox INDEXED BY jsd_outbox_keyed "
                     "WHERE order_key IS NOT NULL AND " PENDING " LIMIT 1",
     [S_UNLEASE_OLD] = "UPDATE jsd_outbox SET duplicate = CASE WHEN lease_token IS NOT NULL "
@@ -173,9 +202,9 @@ static const char *const sql_text[S__COUNT] = {
     [S_LEASE_MARK] =
         "UPDATE jsd_outbox SET duplicate = 1, first_attempt_at = coalesce(first_attempt_at, ?3) "
         "WHERE id BETWEEN ?1 AND ?2 AND " RANGE_HELD
-        " AND next_attempt_at <= ?3 AND not_before <= ?3",
+        " AND next_attempt_at <= ?3 AND not_before <= ?3 AND " UNCOVERED,
     [S_LEASE_DEL] = "DELETE FROM jsd_outbox_lease WHERE token = ?1",
-    [S_LEASE_LIVE] = "SELECT lo, hi FROM jsd_outbox_lease ORDER BY lo",
+    [S_LEASE_LIVE] = "SELECT lo, hi, released FROM jsd_outbox_lease ORDER BY lo",
     [S_LEASE_INS] = "INSERT INTO jsd_outbox_lease (token, lo, hi, claimed_at, expires, open) "
                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [S_LEASE_GET] = "SELECT lo, hi, claimed_at FROM jsd_outbox_lease WHERE token = ?1",
@@ -184,12 +213,13 @@ static const char *const sql_text[S__COUNT] = {
     [S_RECEIPT] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
                   "published_at = ?6, lease_token = NULL, lease_expires = NULL "
                   "WHERE id = ?1 AND lease_token = ?2 AND published_at IS NULL",
-    [S_RECEIPT_RANGE] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
-                        "published_at = ?6 WHERE id = ?1 AND ?2 IS NOT NULL AND " RANGE_HELD,
+    [S_RECEIPT_RANGE] =
+        "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4, duplicate = ?5, "
+        "published_at = ?6 WHERE id = ?1 AND ?2 IS NOT NULL AND " RANGE_HELD " AND " UNCOVERED,
     /* A run of receipts (run_end): ids ?1..?7 with stream seqs ?4.. in step. */
     [S_RECEIPT_RUN] = "UPDATE jsd_outbox SET stream = ?3, stream_seq = ?4 + (id - ?1), "
                       "duplicate = ?5, published_at = ?6 WHERE id BETWEEN ?1 AND ?7 "
-                      "AND ?2 IS NOT NULL AND " RANGE_HELD,
+                      "AND ?2 IS NOT NULL AND " RANGE_HELD " AND " UNCOVERED,
     [S_FAIL_SEL] =
         "SELECT attempts FROM jsd_outbox WHERE id = ?1 AND lease_token = ?2 AND " PENDING,
     [S_FAIL_SEL_RANGE] =
@@ -201,7 +231,7 @@ static const char *const sql_text[S__COUNT] = {
     /* Pending counts go by order key, each half through its partial pending
      * index: PENDING alone matches neither index, and SQLite then scans the
      * whole table, published rows included (seconds behind 5M of them). */
-    [S_TROUBLE] = "SELECT (SELECT count(*) FROM jsd_outbox WHERE order_key IS NULL AND " PENDING
+    [S_TROUBLE] = "SELECT (SELECT count(*) FROM jsd_outbox INDEXED BY jsd_outbox_rest WHERE " REST
                   " AND attempts > 0) + (SELECT count(*) FROM jsd_outbox WHERE order_key IS NOT "
                   "NULL AND " PENDING " AND attempts > 0), "
                   "(SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
@@ -220,8 +250,7 @@ static const char *const sql_text[S__COUNT] = {
     [S_NEXT_DUE] =
         "SELECT min(t) FROM (SELECT min(max(next_attempt_at, not_before, "
         "coalesce(lease_expires, 0))) "
-        "AS t FROM jsd_outbox o WHERE order_key IS NULL AND " PENDING " AND NOT EXISTS "
-        "(SELECT 1 FROM jsd_outbox_lease l WHERE o.id BETWEEN l.lo AND l.hi) UNION ALL "
+        "AS t FROM jsd_outbox INDEXED BY jsd_outbox_rest WHERE " REST " UNION ALL "
         /* what a range holds is claimable when its lease expires, or earlier */
         "SELECT min(expires) FROM jsd_outbox_lease UNION ALL "
         "SELECT min(max(c.next_attempt_at, c.not_before, coalesce(c.lease_expires, 0))) FROM "
@@ -258,14 +287,44 @@ static const char *const sql_text[S__COUNT] = {
                  "ORDER BY published_at LIMIT ?2)",
     [S_GC_IN] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
                 "WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
-    [S_STATS_PENDING] = "SELECT sum(n), sum(d), min(m) FROM (" STATS_PENDING_PART(
-        "IS NULL") " UNION ALL " STATS_PENDING_PART("IS NOT NULL") ")",
+    [S_STATS_PENDING] = "SELECT sum(n), sum(d), min(m) FROM (" STATS_PENDING_REST
+                        " UNION ALL " STATS_PENDING_PART("IS NOT NULL") ")",
     [S_STATS_DEAD] = "SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL",
-    [S_STATS_PUBLISHED] = "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL",
+    [S_STATS_PUBLISHED] = "SELECT (SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL) "
+                          "+ (SELECT coalesce(sum(hi - lo + 1), 0) FROM jsd_outbox_runs)",
     [S_STATS_INBOX] = "SELECT count(*) FROM jsd_inbox",
     [S_STATS_POISON] = "SELECT count(*) FROM jsd_poison",
     [S_STATS_POISON_UNPUB] = "SELECT count(*) FROM jsd_poison WHERE dlq_seq IS NULL",
     [S_DATA_VERSION] = "PRAGMA data_version",
+    [S_CLAIM_REST] =
+        "UPDATE jsd_outbox SET lease_token = ?1, lease_expires = ?2, "
+        "duplicate = CASE WHEN lease_token IS NOT NULL THEN 1 ELSE duplicate END, "
+        "first_attempt_at = CASE WHEN lease_token IS NOT NULL THEN coalesce(first_attempt_at, "
+        "lease_expires - (?2 - ?3)) ELSE first_attempt_at END WHERE id IN ("
+        "SELECT id FROM jsd_outbox INDEXED BY jsd_outbox_rest WHERE " REST
+        " AND next_attempt_at <= ?3 AND not_before <= ?3 "
+        "AND (lease_expires IS NULL OR lease_expires <= ?3) ORDER BY id LIMIT ?4) "
+        "RETURNING " OUTBOX_COLS ", duplicate",
+    [S_FLOOR_GET] = "SELECT floor FROM jsd_outbox_floor",
+    [S_FLOOR_SET] = "UPDATE jsd_outbox_floor SET floor = ?1 WHERE floor <> ?1",
+    [S_FLOOR_LOWER] = "UPDATE jsd_outbox_floor SET floor = ?1 WHERE floor > ?1",
+    [S_READY_NEXT] = "SELECT id FROM jsd_outbox INDEXED BY jsd_outbox_ready WHERE " READY
+                     " AND id >= ?1 ORDER BY id LIMIT 1",
+    [S_RUN_AT] = "SELECT lo, hi FROM jsd_outbox_runs WHERE lo <= ?1 ORDER BY lo DESC LIMIT 1",
+    [S_RUNS_FROM] = "SELECT lo, hi FROM jsd_outbox_runs WHERE lo >= ?1 ORDER BY lo LIMIT ?2",
+    [S_RUN_INS] = "INSERT INTO jsd_outbox_runs (lo, hi, stream, seq, duplicate, published_at) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [S_READY_COUNT] = "SELECT count(*) FROM jsd_outbox INDEXED BY jsd_outbox_ready WHERE " READY
+                      " AND id BETWEEN ?1 AND ?2",
+    [S_STATS_READY] = "SELECT count(*), coalesce(sum(max(next_attempt_at, not_before) <= ?1), 0), "
+                      "min(CASE WHEN max(next_attempt_at, not_before) <= ?1 THEN not_before END) "
+                      "FROM jsd_outbox INDEXED BY jsd_outbox_ready WHERE " READY " AND id >= ?2",
+    [S_STATS_RUNS_FROM] =
+        "SELECT coalesce(sum(hi - lo + 1), 0) FROM jsd_outbox_runs WHERE lo >= ?1",
+    [S_LEASE_RELEASED] = "UPDATE jsd_outbox_lease SET released = min(coalesce(released, ?2), ?2) "
+                         "WHERE token = ?1",
+    [S_ROW_DUE] = "SELECT max(next_attempt_at, not_before, coalesce(lease_expires, 0)) "
+                  "FROM jsd_outbox WHERE id = ?1",
 };
 
 /* Schema migrations: MIGRATIONS[v - 1] takes the schema from v - 1 to v;
@@ -397,54 +456,58 @@ static const char *const migration_3[] = {"CREATE TABLE jsd_outbox_lease ("
     "next_attempt_at, lease_token, lease_expires, attempts, last_error, dead_lettered_at, "        \
     "dead_reason, stream, stream_seq, duplicate, published_at"
 /* clang-format off */
+/* The outbox table of schema 4 on (migration 4), by name, with its primary
+ * key's clause (pk) and columns added since (extra). */
+#define OUTBOX_TABLE(name, pk, extra) \
+    "CREATE TABLE " name " (" \
+    " id INTEGER PRIMARY KEY" pk "," \
+    " owner TEXT NOT NULL DEFAULT ''," \
+    " effect_id TEXT NOT NULL," \
+    " msg_id TEXT," \
+    " subject TEXT NOT NULL," \
+    " headers BLOB," \
+    " payload BLOB NOT NULL," \
+    " order_key TEXT," \
+    " created_at INTEGER NOT NULL DEFAULT " NOW_MS "," \
+    " not_before INTEGER NOT NULL DEFAULT " NOW_MS "," \
+    " next_attempt_at INTEGER NOT NULL DEFAULT " NOW_MS "," \
+    " lease_token TEXT," \
+    " lease_expires INTEGER," \
+    " attempts INTEGER NOT NULL DEFAULT 0," \
+    " last_error TEXT," \
+    " dead_lettered_at INTEGER," \
+    " dead_reason TEXT," \
+    " stream TEXT," \
+    " stream_seq INTEGER," \
+    " duplicate INTEGER," \
+    " published_at INTEGER," \
+    " headers_json TEXT," extra \
+    " UNIQUE (owner, effect_id)," \
+    " CONSTRAINT jsd_outbox_owner CHECK (" FOREIGN_ONLY IDENT_OK("owner") "))," \
+    " CONSTRAINT jsd_outbox_effect_id CHECK (" FOREIGN_ONLY "effect_id <> '' AND " \
+    IDENT_OK("effect_id") "))," \
+    " CONSTRAINT jsd_outbox_order_key CHECK (" FOREIGN_ONLY "order_key IS NULL OR " \
+    "(order_key <> '' AND " IDENT_OK("order_key") ")))," \
+    " CONSTRAINT jsd_outbox_subject_length CHECK (" FOREIGN_ONLY "typeof(subject) = 'text' AND " \
+    "length(CAST(subject AS BLOB)) BETWEEN 1 AND " JSD__XSTR(JSD_SUBJECT_MAX) "))," \
+    " CONSTRAINT jsd_outbox_subject_exact CHECK (" FOREIGN_ONLY \
+    "subject NOT GLOB '*[^A-Za-z0-9_.-]*' AND substr(subject, 1, 1) <> '.' AND " \
+    "substr(subject, -1) <> '.' AND instr(subject, '..') = 0))," \
+    " CONSTRAINT jsd_outbox_subject_reserved CHECK (" FOREIGN_ONLY "subject <> '_INBOX' AND " \
+    "subject NOT GLOB '_INBOX.*'))," \
+    " CONSTRAINT jsd_outbox_payload CHECK (" FOREIGN_ONLY "typeof(payload) IN ('blob', 'text') " \
+    "AND length(CAST(payload AS BLOB)) <= " JSD__XSTR(JSD__PAYLOAD_CAP_SQL) "))," \
+    " CONSTRAINT jsd_outbox_msg_id CHECK (msg_id IS NULL OR (typeof(msg_id) = 'text' AND " \
+    "length(msg_id) BETWEEN 1 AND " JSD__XSTR(JSD__MSG_ID_CHARS) "))," \
+    " CONSTRAINT jsd_outbox_times CHECK (" FOREIGN_ONLY "typeof(created_at) = 'integer' AND " \
+    "typeof(not_before) = 'integer' AND typeof(next_attempt_at) = 'integer' AND " \
+    "not_before >= 0))," \
+    " CONSTRAINT jsd_outbox_headers_json CHECK (headers_json IS NULL OR " \
+    "(typeof(headers_json) = 'text' AND json_valid(headers_json) AND " \
+    "json_type(headers_json) = 'object'))," \
+    " CONSTRAINT jsd_outbox_headers_one_form CHECK (headers IS NULL OR headers_json IS NULL))"
 static const char *const migration_4[] = {
-    "CREATE TABLE jsd_outbox_v4 ("
-    " id INTEGER PRIMARY KEY,"
-    " owner TEXT NOT NULL DEFAULT '',"
-    " effect_id TEXT NOT NULL,"
-    " msg_id TEXT,"
-    " subject TEXT NOT NULL,"
-    " headers BLOB,"
-    " payload BLOB NOT NULL,"
-    " order_key TEXT,"
-    " created_at INTEGER NOT NULL DEFAULT " NOW_MS ","
-    " not_before INTEGER NOT NULL DEFAULT " NOW_MS ","
-    " next_attempt_at INTEGER NOT NULL DEFAULT " NOW_MS ","
-    " lease_token TEXT,"
-    " lease_expires INTEGER,"
-    " attempts INTEGER NOT NULL DEFAULT 0,"
-    " last_error TEXT,"
-    " dead_lettered_at INTEGER,"
-    " dead_reason TEXT,"
-    " stream TEXT,"
-    " stream_seq INTEGER,"
-    " duplicate INTEGER,"
-    " published_at INTEGER,"
-    " headers_json TEXT,"
-    " UNIQUE (owner, effect_id),"
-    " CONSTRAINT jsd_outbox_owner CHECK (" FOREIGN_ONLY IDENT_OK("owner") ")),"
-    " CONSTRAINT jsd_outbox_effect_id CHECK (" FOREIGN_ONLY "effect_id <> '' AND "
-    IDENT_OK("effect_id") ")),"
-    " CONSTRAINT jsd_outbox_order_key CHECK (" FOREIGN_ONLY "order_key IS NULL OR "
-    "(order_key <> '' AND " IDENT_OK("order_key") "))),"
-    " CONSTRAINT jsd_outbox_subject_length CHECK (" FOREIGN_ONLY "typeof(subject) = 'text' AND "
-    "length(CAST(subject AS BLOB)) BETWEEN 1 AND " JSD__XSTR(JSD_SUBJECT_MAX) ")),"
-    " CONSTRAINT jsd_outbox_subject_exact CHECK (" FOREIGN_ONLY
-    "subject NOT GLOB '*[^A-Za-z0-9_.-]*' AND substr(subject, 1, 1) <> '.' AND "
-    "substr(subject, -1) <> '.' AND instr(subject, '..') = 0)),"
-    " CONSTRAINT jsd_outbox_subject_reserved CHECK (" FOREIGN_ONLY "subject <> '_INBOX' AND "
-    "subject NOT GLOB '_INBOX.*')),"
-    " CONSTRAINT jsd_outbox_payload CHECK (" FOREIGN_ONLY "typeof(payload) IN ('blob', 'text') "
-    "AND length(CAST(payload AS BLOB)) <= " JSD__XSTR(JSD__PAYLOAD_CAP_SQL) ")),"
-    " CONSTRAINT jsd_outbox_msg_id CHECK (msg_id IS NULL OR (typeof(msg_id) = 'text' AND "
-    "length(msg_id) BETWEEN 1 AND " JSD__XSTR(JSD__MSG_ID_CHARS) ")),"
-    " CONSTRAINT jsd_outbox_times CHECK (" FOREIGN_ONLY "typeof(created_at) = 'integer' AND "
-    "typeof(not_before) = 'integer' AND typeof(next_attempt_at) = 'integer' AND "
-    "not_before >= 0)),"
-    " CONSTRAINT jsd_outbox_headers_json CHECK (headers_json IS NULL OR "
-    "(typeof(headers_json) = 'text' AND json_valid(headers_json) AND "
-    "json_type(headers_json) = 'object')),"
-    " CONSTRAINT jsd_outbox_headers_one_form CHECK (headers IS NULL OR headers_json IS NULL))",
+    OUTBOX_TABLE("jsd_outbox_v4", "", ""),
     "PRAGMA ignore_check_constraints = ON",
     "INSERT INTO jsd_outbox_v4 (" OUTBOX_V4_COLS ") SELECT " OUTBOX_V4_COLS " FROM jsd_outbox",
     "PRAGMA ignore_check_constraints = OFF",
@@ -470,8 +533,57 @@ static const char *const migration_6[] = {NULL};
  * (rules.c), and the version is shared by both back ends. */
 static const char *const migration_7[] = {NULL};
 
+/* 8: receipts of first attempts as runs, and the settled floor ("the
+ * settled floor" below); publication state read through jsd_outbox_state
+ * (docs/SQL-CONTRACT.md). */
+#define OUTBOX_V8_COLS OUTBOX_V4_COLS ", headers_json, first_attempt_at"
+static const char *const migration_8[] = {
+    /* AUTOINCREMENT: an id is never handed out again, even after the rows
+     * above it were deleted, so nothing new lands below the floor */
+    OUTBOX_TABLE("jsd_outbox_v8", " AUTOINCREMENT", " first_attempt_at INTEGER,"),
+    "PRAGMA ignore_check_constraints = ON",
+    "INSERT INTO jsd_outbox_v8 (" OUTBOX_V8_COLS ") SELECT " OUTBOX_V8_COLS " FROM jsd_outbox",
+    "PRAGMA ignore_check_constraints = OFF",
+    "DROP TABLE jsd_outbox",
+    "ALTER TABLE jsd_outbox_v8 RENAME TO jsd_outbox",
+    "CREATE INDEX jsd_outbox_ready ON jsd_outbox (id) WHERE " READY,
+    "CREATE INDEX jsd_outbox_rest ON jsd_outbox (id) WHERE " REST,
+    "CREATE INDEX jsd_outbox_keyed ON jsd_outbox (order_key, id) "
+    "WHERE order_key IS NOT NULL AND " PENDING,
+    "CREATE INDEX jsd_outbox_published ON jsd_outbox (published_at) "
+    "WHERE published_at IS NOT NULL",
+    "CREATE INDEX jsd_outbox_dead ON jsd_outbox (dead_lettered_at) "
+    "WHERE dead_lettered_at IS NOT NULL",
+    "CREATE TABLE jsd_outbox_runs ("
+    " lo INTEGER PRIMARY KEY,"
+    " hi INTEGER NOT NULL,"
+    " stream TEXT NOT NULL,"
+    " seq INTEGER NOT NULL,"
+    " duplicate INTEGER NOT NULL,"
+    " published_at INTEGER NOT NULL)",
+    "CREATE INDEX jsd_outbox_runs_published ON jsd_outbox_runs (published_at)",
+    "CREATE TABLE jsd_outbox_floor (one INTEGER PRIMARY KEY CHECK (one = 1), floor INTEGER NOT "
+    "NULL)",
+    "INSERT INTO jsd_outbox_floor (one, floor) VALUES (1, 0)",
+    "ALTER TABLE jsd_outbox_lease ADD COLUMN released INTEGER",
+    "CREATE VIEW jsd_outbox_state AS SELECT o.id AS id, o.owner AS owner, "
+    "o.effect_id AS effect_id, o.msg_id AS msg_id, o.subject AS subject, o.headers AS headers, "
+    "o.headers_json AS headers_json, o.payload AS payload, o.order_key AS order_key, "
+    "o.created_at AS created_at, o.not_before AS not_before, "
+    "o.next_attempt_at AS next_attempt_at, o.lease_token AS lease_token, "
+    "o.lease_expires AS lease_expires, o.attempts AS attempts, o.last_error AS last_error, "
+    "o.dead_lettered_at AS dead_lettered_at, o.dead_reason AS dead_reason, "
+    "CASE WHEN r.lo IS NULL THEN o.stream ELSE r.stream END AS stream, "
+    "CASE WHEN r.lo IS NULL THEN o.stream_seq ELSE r.seq + (o.id - r.lo) END AS stream_seq, "
+    "CASE WHEN r.lo IS NULL THEN o.duplicate ELSE r.duplicate END AS duplicate, "
+    "CASE WHEN r.lo IS NULL THEN o.published_at ELSE r.published_at END AS published_at, "
+    "o.first_attempt_at AS first_attempt_at "
+    "FROM jsd_outbox o LEFT JOIN jsd_outbox_runs r ON r.lo = (SELECT max(x.lo) FROM "
+    "jsd_outbox_runs x WHERE x.lo <= o.id) AND r.hi >= o.id",
+    NULL};
+
 static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
-                                                migration_5, migration_6, migration_7};
+                                                migration_5, migration_6, migration_7, migration_8};
 
 const char *const *jsd__sqlite_migration(int v)
 {
@@ -1060,6 +1172,28 @@ static jsd_status add_claimed(jsd_store *s, sqlite3_stmt *st, bool maybe, jsd__e
     return rc;
 }
 
+/* Rows leased row by row by statement id (S_CLAIM, S_CLAIM_REST: token,
+ * lease expiry, now, at most max). */
+static jsd_status claim_by_row(jsd_store *s, int id, int max, int64_t lease_ms, const char *token,
+                               int64_t now, jsd__effect_batch *out)
+{
+    sqlite3_stmt *st = stmt(s, id);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, token);
+    sqlite3_bind_int64(st, 2, now + lease_ms);
+    sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_int(st, 4, max);
+    jsd_status rc = JSD_OK;
+    int x;
+    while (rc == JSD_OK && (x = sqlite3_step(st)) == SQLITE_ROW)
+        rc = add_claimed(s, st, false, out);
+    if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
+        rc = sq_fail(s, x, "claim");
+    done(st);
+    return rc;
+}
+
 /* Keyed heads, leased row by row (S_CLAIM). */
 static jsd_status claim_keyed(jsd_store *s, int max, int64_t lease_ms, const char *token,
                               int64_t now, jsd__effect_batch *out)
@@ -1073,18 +1207,163 @@ static jsd_status claim_keyed(jsd_store *s, int max, int64_t lease_ms, const cha
         return JSD_OK; /* no keyed effect pending: skip the GROUP BY */
     if (x != SQLITE_ROW)
         return sq_fail(s, x, "claim");
-    if (!(st = stmt(s, S_CLAIM)))
+    return claim_by_row(s, S_CLAIM, max, lease_ms, token, now, out);
+}
+
+/* DESIGN (the settled floor, schema 8). The receipts of first attempts
+ * claimed by range (READY rows) are recorded as runs (jsd_outbox_runs: ids
+ * lo..hi with stream seqs seq.. in step), not in their rows, which stay in
+ * the ready index. The floor (jsd_outbox_floor) keeps claims from stepping
+ * over them: every ready row below it is covered by a run or lies in a
+ * range lease row (live, or expired and not yet taken over). It moves up
+ * by floor_walk (after receipts, before claims) and down wherever a row
+ * below it becomes claimable again, in the same transaction: a range taken
+ * over (to its lo), a row released from a range, a dead letter requeued,
+ * a published effect unpublished. Ids never come back below it: the
+ * outbox's id is AUTOINCREMENT (schema 8), so a new row lands above every
+ * id ever handed out, even after rows were deleted by hand. Retries and durable timers are
+ * not ready rows: leased row by row and receipted in the row, they never
+ * hold the floor back while others are published past them. */
+#define FLOOR_STEPS 256 /* the most runs and ranges one walk passes */
+
+static jsd_status floor_get(jsd_store *s, int64_t *f)
+{
+    sqlite3_stmt *st = stmt(s, S_FLOOR_GET);
+    if (!st)
         return s->err.status;
-    bind_text(st, 1, token);
-    sqlite3_bind_int64(st, 2, now + lease_ms);
-    sqlite3_bind_int64(st, 3, now);
-    sqlite3_bind_int(st, 4, max);
-    jsd_status rc = JSD_OK;
-    while (rc == JSD_OK && (x = sqlite3_step(st)) == SQLITE_ROW)
-        rc = add_claimed(s, st, false, out);
-    if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
-        rc = sq_fail(s, x, "claim");
+    int x = sqlite3_step(st);
+    *f = x == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
     done(st);
+    return x == SQLITE_ROW || x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "reading the floor");
+}
+
+static jsd_status floor_lower(jsd_store *s, int64_t id)
+{
+    sqlite3_stmt *st = stmt(s, S_FLOOR_LOWER);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, id);
+    int x = sqlite3_step(st);
+    done(st);
+    return x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "lowering the floor");
+}
+
+/* The run covering id into *lo, *hi (false when none does). */
+static jsd_status run_at(jsd_store *s, int64_t id, bool *covered, int64_t *lo, int64_t *hi)
+{
+    sqlite3_stmt *st = stmt(s, S_RUN_AT);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, id);
+    int x = sqlite3_step(st);
+    *covered = false;
+    if (x == SQLITE_ROW) {
+        *lo = sqlite3_column_int64(st, 0);
+        *hi = sqlite3_column_int64(st, 1);
+        *covered = *hi >= id;
+    }
+    done(st);
+    return x == SQLITE_ROW || x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "reading receipt runs");
+}
+
+typedef struct span {
+    int64_t lo, hi;
+    int64_t released; /* a range's lowest row released back, -1 none */
+} span;
+
+#define LIVE_MAX 256 /* range leases looked at; more wait for the next claim */
+
+/* The range lease rows, by lo, into ls (at most LIVE_MAX); *more when
+ * there were more. */
+static jsd_status leases_read(jsd_store *s, span *ls, size_t *n, bool *more)
+{
+    sqlite3_stmt *st = stmt(s, S_LEASE_LIVE);
+    if (!st)
+        return s->err.status;
+    int x;
+    *n = 0;
+    while ((x = sqlite3_step(st)) == SQLITE_ROW && *n < LIVE_MAX) {
+        ls[*n].lo = sqlite3_column_int64(st, 0);
+        ls[*n].hi = sqlite3_column_int64(st, 1);
+        ls[*n].released =
+            sqlite3_column_type(st, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 2);
+        (*n)++;
+    }
+    *more = x == SQLITE_ROW;
+    done(st);
+    return x == SQLITE_ROW || x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "reading leases");
+}
+
+/* From f up: the first ready row that no run covers and no range holds
+ * (*next, or -1 when there is none), and how far the floor may rise (*f). */
+static jsd_status floor_walk(jsd_store *s, const span *ls, size_t nl, int64_t *f, int64_t *next)
+{
+    sqlite3_stmt *st = stmt(s, S_READY_NEXT);
+    if (!st)
+        return s->err.status;
+    *next = -1;
+    for (int step = 0; step < FLOOR_STEPS; step++) {
+        sqlite3_bind_int64(st, 1, *f);
+        int x = sqlite3_step(st);
+        int64_t id = x == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+        done(st);
+        if (x != SQLITE_ROW && x != SQLITE_DONE)
+            return sq_fail(s, x, "walking the floor");
+        if (id < 0)
+            return JSD_OK; /* nothing ready from *f on */
+        bool covered = false;
+        int64_t lo = 0, hi = 0;
+        jsd_status rc = run_at(s, id, &covered, &lo, &hi);
+        if (rc != JSD_OK)
+            return rc;
+        for (size_t i = 0; i < nl && !covered; i++) {
+            if (ls[i].lo > id || id > ls[i].hi)
+                continue;
+            if (ls[i].released >= id) {
+                /* the range holds what lies before its released row */
+                *f = ls[i].released;
+                *next = ls[i].released;
+                return JSD_OK;
+            }
+            covered = true;
+            hi = ls[i].hi;
+        }
+        if (!covered) {
+            *f = id;
+            *next = id;
+            return JSD_OK;
+        }
+        *f = hi + 1;
+    }
+    return JSD_OK;
+}
+
+/* Raise the floor as far as the runs and ranges allow (a write transaction);
+ * *floor gets it. */
+static jsd_status floor_advance(jsd_store *s, int64_t *floor)
+{
+    span ls[LIVE_MAX];
+    size_t nl = 0;
+    bool more = false;
+    int64_t f = 0, next = -1;
+    jsd_status rc = floor_get(s, &f);
+    int64_t was = f;
+    if (rc == JSD_OK)
+        rc = leases_read(s, ls, &nl, &more);
+    if (rc == JSD_OK)
+        rc = floor_walk(s, ls, nl, &f, &next);
+    if (rc == JSD_OK && f != was) {
+        sqlite3_stmt *st = stmt(s, S_FLOOR_SET);
+        if (!st)
+            return s->err.status;
+        sqlite3_bind_int64(st, 1, f);
+        int x = sqlite3_step(st);
+        done(st);
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, "raising the floor");
+    }
+    if (floor)
+        *floor = f;
     return rc;
 }
 
@@ -1112,6 +1391,8 @@ static jsd_status take_over_expired(jsd_store *s, int64_t now)
         sqlite3_bind_int64(mark, 3, at);
         x = sqlite3_step(mark);
         done(mark);
+        if (x == SQLITE_DONE && (rc = floor_lower(s, lo)) != JSD_OK)
+            break;
         if (x == SQLITE_DONE) {
             bind_text(del, 1, token);
             x = sqlite3_step(del);
@@ -1127,51 +1408,95 @@ static jsd_status take_over_expired(jsd_store *s, int64_t now)
     return rc;
 }
 
-#define LIVE_MAX 256 /* live ranges looked between; more wait for the next claim */
+#define RUNS_MAX 256 /* runs above the floor looked between; more wait */
 
-/* Unordered effects: the first run of due rows between live ranges, held by
- * one range lease row. */
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Unordered effects: the first run of due ready rows above the floor and
+ * between the ranges held and the runs recorded, held by one range lease
+ * row. A ready row that cannot be claimed yet (leased row by row, or not
+ * due) ends the claim before it, or the claim begins after it, so that a
+ * range holds only the rows it claimed. */
 static jsd_status claim_range(jsd_store *s, int max, int64_t lease_ms, const char *token,
                               int64_t now, jsd__effect_batch *out)
 {
     jsd_status rc = take_over_expired(s, now);
+    int64_t f = 0;
+    if (rc == JSD_OK)
+        rc = floor_advance(s, &f);
     if (rc != JSD_OK)
         return rc;
-    int64_t bounds[2 * LIVE_MAX + 2];
-    size_t nb = 0;
-    sqlite3_stmt *st = stmt(s, S_LEASE_LIVE);
+    /* what claims step around: the ranges held, and the runs at and above
+     * the floor (below it everything is covered or held) */
+    span ex[LIVE_MAX + RUNS_MAX + 1];
+    size_t ne = 0;
+    bool more = false;
+    if ((rc = leases_read(s, ex, &ne, &more)) != JSD_OK)
+        return rc;
+    int64_t end = more ? ex[ne - 1].hi + 1 : INT64_MAX; /* beyond: not looked at */
+    bool covered = false;
+    int64_t rlo = 0, rhi = 0;
+    if ((rc = run_at(s, f, &covered, &rlo, &rhi)) != JSD_OK)
+        return rc;
+    if (covered)
+        ex[ne++] = (span){rlo, rhi, -1};
+    sqlite3_stmt *st = stmt(s, S_RUNS_FROM);
     if (!st)
         return s->err.status;
-    bounds[nb++] = 0;
+    sqlite3_bind_int64(st, 1, f);
+    sqlite3_bind_int(st, 2, RUNS_MAX + 1);
     int x;
-    while ((x = sqlite3_step(st)) == SQLITE_ROW && nb < 2 * LIVE_MAX + 1) {
-        bounds[nb++] = sqlite3_column_int64(st, 0); /* a gap ends at lo */
-        bounds[nb++] = sqlite3_column_int64(st, 1); /* the next starts after hi */
+    size_t nr = 0;
+    while ((x = sqlite3_step(st)) == SQLITE_ROW) {
+        span r = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), -1};
+        if (nr++ == RUNS_MAX) {
+            end = JSD_MIN(end, r.lo);
+            break;
+        }
+        ex[ne++] = r;
     }
     done(st);
     if (x != SQLITE_DONE && x != SQLITE_ROW)
-        return sq_fail(s, x, "claim: reading leases");
-    int64_t last = x == SQLITE_ROW ? bounds[nb - 1] + 1 : INT64_MAX;
-    bounds[nb++] = last;
+        return sq_fail(s, x, "claim: reading receipt runs");
+    qsort(ex, ne, sizeof(*ex), span_cmp);
     if (!(st = stmt(s, S_CLAIM_GAP)))
         return s->err.status;
     size_t first = out->n;
-    bool old_leases = false;
-    for (size_t g = 0; g + 1 < nb && out->n == first && rc == JSD_OK; g += 2) {
-        if (bounds[g + 1] <= bounds[g] + 1)
-            continue;
-        sqlite3_bind_int64(st, 1, bounds[g]);
-        sqlite3_bind_int64(st, 2, bounds[g + 1]);
-        sqlite3_bind_int64(st, 3, now);
-        sqlite3_bind_int(st, 4, max);
-        while (rc == JSD_OK && (x = sqlite3_step(st)) == SQLITE_ROW) {
-            bool leased = sqlite3_column_type(st, 13) != SQLITE_NULL;
-            old_leases |= sqlite3_column_type(st, 14) != SQLITE_NULL;
-            rc = add_claimed(s, st, leased, out);
+    bool old_leases = false, stopped = false;
+    int64_t from = f - 1; /* a gap starts after from */
+    for (size_t g = 0; g <= ne && out->n == first && !stopped && rc == JSD_OK; g++) {
+        int64_t to = g < ne ? JSD_MIN(ex[g].lo, end) : end; /* and ends before to */
+        if (to > from + 1) {
+            sqlite3_bind_int64(st, 1, from);
+            sqlite3_bind_int64(st, 2, to);
+            sqlite3_bind_int64(st, 3, now);
+            sqlite3_bind_int(st, 4, max);
+            while (rc == JSD_OK && (x = sqlite3_step(st)) == SQLITE_ROW) {
+                if (!sqlite3_column_int(st, 15)) {
+                    /* held by a row lease, or not due: a range never spans
+                     * it, so it ends the claim, or the claim starts after it */
+                    if (out->n > first) {
+                        stopped = true;
+                        break;
+                    }
+                    continue;
+                }
+                bool leased = sqlite3_column_type(st, 13) != SQLITE_NULL;
+                old_leases |= sqlite3_column_type(st, 14) != SQLITE_NULL;
+                rc = add_claimed(s, st, leased, out);
+            }
+            if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
+                rc = sq_fail(s, x, "claim");
+            done(st);
         }
-        if (rc == JSD_OK && x != SQLITE_DONE && x != SQLITE_ROW)
-            rc = sq_fail(s, x, "claim");
-        done(st);
+        if (g < ne)
+            from = JSD_MAX(from, ex[g].hi);
+        if (from >= end - 1)
+            break;
     }
     size_t n = out->n - first;
     if (rc != JSD_OK || n == 0)
@@ -1275,9 +1600,13 @@ static jsd_status sq_claim_tx(jsd_store *s, int max, int64_t lease_ms, const cha
     if (rc != JSD_OK)
         return rc;
     size_t first = out->n;
-    /* Keyed heads take at most half a batch when unordered effects wait too. */
+    /* Keyed heads take at most half a batch when unordered effects wait too,
+     * and retries and timers at most half of the rest. */
     rc = claim_keyed(s, max > 1 ? max / 2 : 1, lease_ms, token, now, out);
-    int left = max - (int)out->n;
+    int left = max - (int)(out->n - first);
+    if (rc == JSD_OK && left > 0)
+        rc = claim_by_row(s, S_CLAIM_REST, left > 1 ? left / 2 : 1, lease_ms, token, now, out);
+    left = max - (int)(out->n - first);
     if (rc == JSD_OK && left > 0)
         rc = claim_range(s, left, lease_ms, token, now, out);
     if (rc == JSD_OK)
@@ -1448,6 +1777,53 @@ static size_t run_end(const range *rg, const jsd__receipt *r, size_t n, size_t i
     return j;
 }
 
+/* Record the run r[0..len) as one row of jsd_outbox_runs when every row of
+ * its ids is still a ready one (an index-only count; the live range holds
+ * them, so no one else publishes them): *done tells whether it was. */
+static jsd_status receipt_run_row(jsd_store *s, const jsd__receipt *r, size_t len, bool *done_,
+                                  bool *dup)
+{
+    *done_ = false;
+    *dup = false;
+    sqlite3_stmt *st = stmt(s, S_READY_COUNT);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, r[0].row_id);
+    sqlite3_bind_int64(st, 2, r[len - 1].row_id);
+    int x = sqlite3_step(st);
+    int64_t n = x == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    done(st);
+    if (x != SQLITE_ROW)
+        return sq_fail(s, x, "recording receipts");
+    if (n != (int64_t)len || r[len - 1].row_id - r[0].row_id + 1 != (int64_t)len)
+        return JSD_OK;
+    /* a run already there (these receipts recorded before) takes nothing */
+    bool covered = false;
+    int64_t lo = 0, hi = 0;
+    jsd_status rc = run_at(s, r[len - 1].row_id, &covered, &lo, &hi);
+    if (rc != JSD_OK)
+        return rc;
+    if (hi >= r[0].row_id) {
+        *done_ = true;
+        *dup = true;
+        return JSD_OK;
+    }
+    if (!(st = stmt(s, S_RUN_INS)))
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, r[0].row_id);
+    sqlite3_bind_int64(st, 2, r[len - 1].row_id);
+    bind_text(st, 3, r[0].stream);
+    sqlite3_bind_int64(st, 4, (int64_t)r[0].seq);
+    sqlite3_bind_int(st, 5, r[0].duplicate ? 1 : 0);
+    sqlite3_bind_int64(st, 6, r[0].published_at_ms);
+    x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "recording receipts");
+    *done_ = true;
+    return JSD_OK;
+}
+
 /* Record the run r[0..len) with one UPDATE; *changed rows were written. */
 static jsd_status receipt_run(jsd_store *s, const char *token, const jsd__receipt *r, size_t len,
                               size_t *changed)
@@ -1509,6 +1885,18 @@ static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__rec
     size_t a = 0, ra = 0;
     for (size_t i = 0; i < n && rc == JSD_OK;) {
         size_t end = run_end(&rg, r, n, i), changed = 0;
+        bool as_run = false, recorded_before = false;
+        if (range_has(&rg, r[i].row_id) &&
+            (rc = receipt_run_row(s, &r[i], end - i, &as_run, &recorded_before)) != JSD_OK)
+            break;
+        if (as_run) {
+            if (!recorded_before) {
+                a += end - i;
+                ra += end - i;
+            }
+            i = end;
+            continue;
+        }
         if (end - i > 1) {
             rc = receipt_run(s, token, &r[i], end - i, &changed);
             a += changed;
@@ -1521,6 +1909,8 @@ static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__rec
     }
     if (rc == JSD_OK)
         rc = range_settle(s, token, ra);
+    if (rc == JSD_OK && ra > 0)
+        rc = floor_advance(s, NULL);
     rc = own_end(s, rc, "recording receipts");
     *applied = rc == JSD_OK ? a : 0;
     return rc;
@@ -1628,33 +2018,21 @@ static jsd_status sq_trouble(jsd_store *s, jsd__outbox_trouble *o)
     return x == SQLITE_ROW ? JSD_OK : sq_fail(s, x, "counting failing effects");
 }
 
-/* Run one per-id update for each id in one transaction; count changed rows. */
-static jsd_status each_id(jsd_store *s, int id, const char *token, int64_t now, const int64_t *ids,
-                          size_t n, size_t *changed, const char *what)
+/* A row released from a live range: the range no longer holds it, so the
+ * floor comes down to it and may not pass it while the range lasts (the
+ * range's released mark); a claim takes it once the range ends. */
+static jsd_status range_released(jsd_store *s, const char *token, int64_t id)
 {
-    jsd_status rc = own_begin(s, what);
-    if (rc != JSD_OK)
-        return rc;
-    sqlite3_stmt *st = stmt(s, id);
+    sqlite3_stmt *st = stmt(s, S_LEASE_RELEASED);
     if (!st)
-        return own_end(s, s->err.status, what);
-    size_t k = 0;
-    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
-        sqlite3_bind_int64(st, 1, ids[i]);
-        if (token)
-            bind_text(st, 2, token);
-        else
-            sqlite3_bind_int64(st, 2, now);
-        int x = sqlite3_step(st);
-        done(st);
-        if (x != SQLITE_DONE)
-            rc = sq_fail(s, x, what);
-        else
-            k += (size_t)sqlite3_changes(SQ(s)->db);
-    }
-    rc = own_end(s, rc, what);
-    *changed = rc == JSD_OK ? k : 0;
-    return rc;
+        return s->err.status;
+    bind_text(st, 1, token);
+    sqlite3_bind_int64(st, 2, id);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "releasing leases");
+    return floor_lower(s, id);
 }
 
 static jsd_status sq_release(jsd_store *s, const char *token, const int64_t *ids, size_t n,
@@ -1685,6 +2063,8 @@ static jsd_status sq_release(jsd_store *s, const char *token, const int64_t *ids
             if (sqlite3_changes(SQ(s)->db) > 0) {
                 k++;
                 rk += v == 0;
+                if (v == 0)
+                    rc = range_released(s, token, ids[i]);
                 break;
             }
         }
@@ -1696,24 +2076,90 @@ static jsd_status sq_release(jsd_store *s, const char *token, const int64_t *ids
     return rc;
 }
 
+/* A requeued dead letter is a ready row again when it is an unordered one
+ * due at insert: the floor comes down to it. */
 static jsd_status sq_requeue(jsd_store *s, const int64_t *ids, size_t n, int64_t now,
                              size_t *requeued)
 {
-    return each_id(s, S_REQUEUE, NULL, now, ids, n, requeued, "requeueing dead letters");
+    const char *what = "requeueing dead letters";
+    jsd_status rc = own_begin(s, what);
+    if (rc != JSD_OK)
+        return rc;
+    sqlite3_stmt *st = stmt(s, S_REQUEUE);
+    if (!st)
+        return own_end(s, s->err.status, what);
+    size_t k = 0;
+    for (size_t i = 0; i < n && rc == JSD_OK; i++) {
+        sqlite3_bind_int64(st, 1, ids[i]);
+        sqlite3_bind_int64(st, 2, now);
+        int x = sqlite3_step(st);
+        done(st);
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, what);
+        else if (sqlite3_changes(SQ(s)->db) > 0) {
+            k++;
+            rc = floor_lower(s, ids[i]);
+        }
+    }
+    rc = own_end(s, rc, what);
+    *requeued = rc == JSD_OK ? k : 0;
+    return rc;
+}
+
+/* The ready rows' part: the first one from the floor that no run covers and
+ * no range holds (what a range holds is in S_NEXT_DUE's lease expiry). */
+static jsd_status next_due_ready(jsd_store *s, bool *found, int64_t *next)
+{
+    span ls[LIVE_MAX];
+    size_t nl = 0;
+    bool more = false;
+    int64_t f = 0, id = -1;
+    jsd_status rc = floor_get(s, &f);
+    if (rc == JSD_OK)
+        rc = leases_read(s, ls, &nl, &more);
+    if (rc == JSD_OK)
+        rc = floor_walk(s, ls, nl, &f, &id);
+    if (rc != JSD_OK || id < 0)
+        return rc;
+    sqlite3_stmt *st = stmt(s, S_ROW_DUE);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, id);
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        int64_t t = sqlite3_column_int64(st, 0);
+        *next = *found ? JSD_MIN(*next, t) : t;
+        *found = true;
+    }
+    done(st);
+    return x == SQLITE_ROW || x == SQLITE_DONE ? JSD_OK
+                                               : sq_fail(s, x, "reading the next due time");
 }
 
 static jsd_status sq_next_due(jsd_store *s, bool *found, int64_t *next)
 {
+    jsd_status rc = exec_sql(s, "BEGIN", "reading the next due time");
+    if (rc != JSD_OK)
+        return rc;
     sqlite3_stmt *st = stmt(s, S_NEXT_DUE);
-    if (!st)
-        return s->err.status;
-    int x = sqlite3_step(st);
-    if (x == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
-        *found = true;
-        *next = sqlite3_column_int64(st, 0);
+    if (!st) {
+        rc = s->err.status;
+    } else {
+        int x = sqlite3_step(st);
+        if (x == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+            *found = true;
+            *next = sqlite3_column_int64(st, 0);
+        }
+        done(st);
+        rc = x == SQLITE_ROW ? JSD_OK : sq_fail(s, x, "reading the next due time");
     }
-    done(st);
-    return x == SQLITE_ROW ? JSD_OK : sq_fail(s, x, "reading the next due time");
+    if (rc == JSD_OK)
+        rc = next_due_ready(s, found, next);
+    jsd_error keep = s->err;
+    exec_sql(s, "COMMIT", "reading the next due time");
+    if (rc != JSD_OK)
+        s->err = keep;
+    return rc;
 }
 
 /* DESIGN (noticing other processes' commits): only PRAGMA data_version tells
@@ -1993,21 +2439,78 @@ static jsd_status sq_poison_read(jsd_store *s, const char *stream, const char *c
     return JSD_OK;
 }
 
+static jsd_status tool_prepare(jsd_store *s, const char *sql, sqlite3_stmt **st);
+
+/* Runs published before cutoff go with their rows, oldest first, at most
+ * batch rows in all: a run cut short keeps its later rows (lo moves up). */
+static jsd_status gc_runs(jsd_store *s, int64_t cutoff, int batch, int64_t *k)
+{
+    static const char *const sql[] = {
+        "SELECT lo, hi FROM jsd_outbox_runs WHERE published_at < ?1 ORDER BY published_at "
+        "LIMIT ?2",
+        "DELETE FROM jsd_outbox WHERE id BETWEEN ?1 AND ?2 AND " READY,
+        "DELETE FROM jsd_outbox_runs WHERE lo = ?1 AND hi <= ?2",
+        "UPDATE jsd_outbox_runs SET seq = seq + (?2 + 1 - lo), lo = ?2 + 1 WHERE lo = ?1 "
+        "AND hi > ?2"};
+    sqlite3_stmt *st[4] = {NULL};
+    jsd_status rc = JSD_OK;
+    for (int i = 0; i < 4 && rc == JSD_OK; i++)
+        rc = tool_prepare(s, sql[i], &st[i]);
+    span runs[64];
+    size_t nr = 0;
+    if (rc == JSD_OK) {
+        sqlite3_bind_int64(st[0], 1, cutoff);
+        sqlite3_bind_int(st[0], 2, (int)JSD_MIN(64, batch));
+        int x;
+        while ((x = sqlite3_step(st[0])) == SQLITE_ROW && nr < 64)
+            runs[nr++] = (span){sqlite3_column_int64(st[0], 0), sqlite3_column_int64(st[0], 1), -1};
+        if (x != SQLITE_DONE && x != SQLITE_ROW)
+            rc = sq_fail(s, x, "retention");
+    }
+    for (size_t i = 0; i < nr && rc == JSD_OK && *k < batch; i++) {
+        int64_t to = JSD_MIN(runs[i].hi, runs[i].lo + (batch - *k) - 1);
+        sqlite3_bind_int64(st[1], 1, runs[i].lo);
+        sqlite3_bind_int64(st[1], 2, to);
+        int x = sqlite3_step(st[1]);
+        sqlite3_reset(st[1]);
+        if (x == SQLITE_DONE)
+            *k += to - runs[i].lo + 1; /* the run's ids, rows deleted by hand too */
+        for (int j = 2; j < 4 && x == SQLITE_DONE; j++) {
+            sqlite3_bind_int64(st[j], 1, runs[i].lo);
+            sqlite3_bind_int64(st[j], 2, to);
+            x = sqlite3_step(st[j]);
+            sqlite3_reset(st[j]);
+        }
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, "retention");
+    }
+    for (int i = 0; i < 4; i++)
+        sqlite3_finalize(st[i]);
+    return rc;
+}
+
 static jsd_status sq_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *removed)
 {
     jsd_status rc = own_begin(s, "retention");
     if (rc != JSD_OK)
         return rc;
-    int64_t k = 0;
+    int64_t k = 0, runs = 0;
+    rc = gc_runs(s, cutoff, batch, &runs);
+    /* at most batch effects (runs first, then receipts in rows) and batch
+     * inbox rows */
     int ids[2] = {S_GC_OUT, S_GC_IN};
+    int limit[2] = {batch - (int)runs, batch};
+    k = runs;
     for (int i = 0; i < 2 && rc == JSD_OK; i++) {
+        if (limit[i] <= 0)
+            continue;
         sqlite3_stmt *st = stmt(s, ids[i]);
         if (!st) {
             rc = s->err.status;
             break;
         }
         sqlite3_bind_int64(st, 1, cutoff);
-        sqlite3_bind_int(st, 2, batch);
+        sqlite3_bind_int(st, 2, limit[i]);
         int x = sqlite3_step(st);
         done(st);
         if (x != SQLITE_DONE)
@@ -2032,6 +2535,53 @@ static jsd_status count1(jsd_store *s, int id, int64_t *out)
     return x == SQLITE_ROW ? JSD_OK : sq_fail(s, x, "reading store counts");
 }
 
+/* The ready rows' part of the backlog: those from the lowest of the floor
+ * and the ranges held, less the runs recorded there (below it all are
+ * covered). *oldest: the earliest not_before of a due one, approximately
+ * (rows of runs above that point count in it). */
+static jsd_status stats_ready(jsd_store *s, int64_t now, jsd_store_stats *o, int64_t *oldest)
+{
+    span ls[LIVE_MAX];
+    size_t nl = 0;
+    bool more = false;
+    int64_t from = 0;
+    jsd_status rc = floor_get(s, &from);
+    if (rc == JSD_OK)
+        rc = leases_read(s, ls, &nl, &more);
+    if (rc != JSD_OK)
+        return rc;
+    for (size_t i = 0; i < nl; i++)
+        from = JSD_MIN(from, ls[i].lo);
+    sqlite3_stmt *st = stmt(s, S_STATS_READY), *ru = stmt(s, S_STATS_RUNS_FROM);
+    if (!st || !ru)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, now);
+    sqlite3_bind_int64(st, 2, from);
+    int x = sqlite3_step(st);
+    int64_t n = 0, d = 0, covered = 0, m = INT64_MAX;
+    if (x == SQLITE_ROW) {
+        n = sqlite3_column_int64(st, 0);
+        d = sqlite3_column_int64(st, 1);
+        if (sqlite3_column_type(st, 2) != SQLITE_NULL)
+            m = sqlite3_column_int64(st, 2);
+    }
+    done(st);
+    if (x != SQLITE_ROW)
+        return sq_fail(s, x, "reading store counts");
+    sqlite3_bind_int64(ru, 1, from);
+    x = sqlite3_step(ru);
+    if (x == SQLITE_ROW)
+        covered = sqlite3_column_int64(ru, 0);
+    done(ru);
+    if (x != SQLITE_ROW)
+        return sq_fail(s, x, "reading store counts");
+    o->backlog += JSD_MAX(0, n - covered);
+    o->due += JSD_MAX(0, d - covered);
+    if (d > covered)
+        *oldest = JSD_MIN(*oldest, m);
+    return JSD_OK;
+}
+
 static jsd_status sq_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_store_stats *o)
 {
     /* One read transaction, so the counts agree with each other. */
@@ -2045,17 +2595,22 @@ static jsd_status sq_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_sto
     }
     sqlite3_bind_int64(st, 1, now);
     int x = sqlite3_step(st);
+    int64_t oldest = INT64_MAX;
     if (x == SQLITE_ROW) {
         o->backlog = sqlite3_column_int64(st, 0);
         o->due = sqlite3_column_int64(st, 1);
         if (sqlite3_column_type(st, 2) != SQLITE_NULL)
-            o->oldest_due_age_ms = JSD_MAX(0, now - sqlite3_column_int64(st, 2));
+            oldest = sqlite3_column_int64(st, 2);
     }
     done(st);
     if (x != SQLITE_ROW) {
         rc = sq_fail(s, x, "reading store counts");
         goto out;
     }
+    if ((rc = stats_ready(s, now, o, &oldest)) != JSD_OK)
+        goto out;
+    if (oldest != INT64_MAX)
+        o->oldest_due_age_ms = JSD_MAX(0, now - oldest);
     if (backlog_only)
         goto out;
     if ((rc = count1(s, S_STATS_DEAD, &o->dead_lettered)) != JSD_OK ||
@@ -2143,7 +2698,7 @@ static jsd_status sq_tool_list(jsd_store *s, const jsd_outbox_query *q, int64_t 
 {
     char sql[1024];
     jsd__snprintf(sql, sizeof(sql),
-                  "SELECT " TOOL_COLS " FROM jsd_outbox o WHERE id > ?1 AND (?2 IS NULL OR "
+                  "SELECT " TOOL_COLS " FROM jsd_outbox_state o WHERE id > ?1 AND (?2 IS NULL OR "
                   "subject = ?2) AND %s ORDER BY id LIMIT ?3",
                   tool_list_sql[q->state]);
     sqlite3_stmt *st = NULL;
@@ -2169,7 +2724,7 @@ static jsd_status sq_tool_get(jsd_store *s, const char *owner, const char *effec
 {
     sqlite3_stmt *st = NULL;
     jsd_status rc = tool_prepare(
-        s, "SELECT " TOOL_COLS " FROM jsd_outbox o WHERE owner = ?1 AND effect_id = ?2", &st);
+        s, "SELECT " TOOL_COLS " FROM jsd_outbox_state o WHERE owner = ?1 AND effect_id = ?2", &st);
     if (rc != JSD_OK)
         return rc;
     bind_text(st, 1, owner);
@@ -2208,6 +2763,71 @@ static jsd_status sq_tool_reasons(jsd_store *s, jsd_outbox_reason *out, size_t c
     return rc;
 }
 
+/* An effect whose receipt is in a run: the run is split around it, and the
+ * row is pending again as the row statement leaves one (maybe published,
+ * a first attempt), so the floor comes down to it. */
+static jsd_status unpublish_run(jsd_store *s, const jsd__unpublish *u, int64_t now, size_t *done)
+{
+    static const char *const sql[] = {
+        "SELECT lo, hi, seq, duplicate, published_at FROM jsd_outbox_runs WHERE lo = "
+        "(SELECT max(lo) FROM jsd_outbox_runs WHERE lo <= ?1) AND hi >= ?1 AND stream = ?2 "
+        "AND seq + (?1 - lo) = ?3",
+        "DELETE FROM jsd_outbox_runs WHERE lo = ?1",
+        "INSERT INTO jsd_outbox_runs (lo, hi, stream, seq, duplicate, published_at) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "UPDATE jsd_outbox SET duplicate = 1, attempts = 0, last_error = ?2, next_attempt_at = ?3, "
+        "lease_token = NULL, lease_expires = NULL WHERE id = ?1"};
+    sqlite3_stmt *st[4] = {NULL};
+    jsd_status rc = JSD_OK;
+    for (int i = 0; i < 4 && rc == JSD_OK; i++)
+        rc = tool_prepare(s, sql[i], &st[i]);
+    int64_t lo = 0, hi = 0, seq = 0, dup = 0, at = 0, id = u->row_id;
+    int x = SQLITE_DONE;
+    if (rc == JSD_OK) {
+        sqlite3_bind_int64(st[0], 1, id);
+        bind_text(st[0], 2, u->stream);
+        sqlite3_bind_int64(st[0], 3, (sqlite3_int64)u->seq);
+        x = sqlite3_step(st[0]);
+        if (x == SQLITE_ROW) {
+            lo = sqlite3_column_int64(st[0], 0);
+            hi = sqlite3_column_int64(st[0], 1);
+            seq = sqlite3_column_int64(st[0], 2);
+            dup = sqlite3_column_int64(st[0], 3);
+            at = sqlite3_column_int64(st[0], 4);
+        }
+    }
+    if (rc == JSD_OK && x == SQLITE_ROW) {
+        sqlite3_bind_int64(st[1], 1, lo);
+        x = sqlite3_step(st[1]);
+        int64_t part[2][3] = {{lo, id - 1, seq}, {id + 1, hi, seq + (id + 1 - lo)}};
+        for (int p = 0; p < 2 && x == SQLITE_DONE; p++) {
+            if (part[p][1] < part[p][0])
+                continue;
+            sqlite3_bind_int64(st[2], 1, part[p][0]);
+            sqlite3_bind_int64(st[2], 2, part[p][1]);
+            bind_text(st[2], 3, u->stream);
+            sqlite3_bind_int64(st[2], 4, part[p][2]);
+            sqlite3_bind_int64(st[2], 5, dup);
+            sqlite3_bind_int64(st[2], 6, at);
+            x = sqlite3_step(st[2]);
+            sqlite3_reset(st[2]);
+        }
+        if (x == SQLITE_DONE) {
+            sqlite3_bind_int64(st[3], 1, id);
+            bind_text(st[3], 2, u->why);
+            sqlite3_bind_int64(st[3], 3, now);
+            x = sqlite3_step(st[3]);
+        }
+        if (x == SQLITE_DONE && (rc = floor_lower(s, id)) == JSD_OK)
+            (*done)++;
+    }
+    if (rc == JSD_OK && x != SQLITE_DONE)
+        rc = sq_fail(s, x, "republishing a lost effect");
+    for (int i = 0; i < 4; i++)
+        sqlite3_finalize(st[i]);
+    return rc;
+}
+
 static jsd_status sq_tool_unpublish(jsd_store *s, const jsd__unpublish *u, size_t n, int64_t now,
                                     size_t *done)
 {
@@ -2234,8 +2854,10 @@ static jsd_status sq_tool_unpublish(jsd_store *s, const jsd__unpublish *u, size_
         int r = sqlite3_step(st);
         if (r != SQLITE_DONE)
             rc = sq_fail(s, r, "republishing a lost effect");
+        else if (sqlite3_changes(SQ(s)->db) > 0)
+            (*done)++;
         else
-            *done += (size_t)sqlite3_changes(SQ(s)->db);
+            rc = unpublish_run(s, &u[i], now, done);
         sqlite3_reset(st);
     }
     sqlite3_finalize(st);

@@ -1153,12 +1153,13 @@ static int check(run *R, verdict *out)
                 t.last_in_key && ex);
     char why[512] = "";
     db d;
-    bool ok_src = db_open(&d, R->src_url) &&
-                  db_rows(&d,
-                          "SELECT owner, effect_id, CASE WHEN stream_seq IS NULL THEN 0 ELSE 1 END,"
-                          " CASE WHEN dead_lettered_at IS NULL THEN 0 ELSE 1 END FROM jsd_outbox",
-                          outbox_row, &t, why, sizeof(why)) &&
-                  db_rows(&d, "SELECT id FROM chaos_app", app_row_seen, &t, why, sizeof(why));
+    bool ok_src =
+        db_open(&d, R->src_url) &&
+        db_rows(&d,
+                "SELECT owner, effect_id, CASE WHEN stream_seq IS NULL THEN 0 ELSE 1 END,"
+                " CASE WHEN dead_lettered_at IS NULL THEN 0 ELSE 1 END FROM jsd_outbox_state",
+                outbox_row, &t, why, sizeof(why)) &&
+        db_rows(&d, "SELECT id FROM chaos_app", app_row_seen, &t, why, sizeof(why));
     db_close(&d);
     if (!ok_src)
         fail_msg("checker: cannot read the producer store: %s", why);
@@ -1403,8 +1404,9 @@ static void tamper_and_recheck(run *R)
 static int drained(run *R, long long *last_applied, int64_t *since)
 {
     int want = atomic_load(&R->prod_committed);
-    long long unpub = q_once(R->src_url, "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NULL "
-                                         "AND dead_lettered_at IS NULL");
+    long long unpub =
+        q_once(R->src_url, "SELECT count(*) FROM jsd_outbox_state WHERE stream_seq IS NULL "
+                           "AND dead_lettered_at IS NULL");
     long long applied = q_once(R->sink_url, "SELECT count(DISTINCT msg_id) FROM chaos_sink");
     long long backlog = durable_backlog(R->direct_nats);
     if (applied != *last_applied) {

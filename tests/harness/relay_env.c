@@ -388,11 +388,11 @@ void rt_assert_receipts_match(rt_store *st, rt_nats *nt, const char *stream)
     rt_ns(st, k.ns);
     k.msgs = rt_stream_read(nt, stream, &k.n);
     rt_rows(st,
-            "SELECT owner, effect_id, stream_seq, stream FROM jsd_outbox "
+            "SELECT owner, effect_id, stream_seq, stream FROM jsd_outbox_state "
             "WHERE stream_seq IS NOT NULL",
             rt_receipt_row, &k);
     ASSERT_I64_EQ(k.checked, rt_q(st, RT_SQL_PUBLISHED));
-    ASSERT_EQ(rt_q(st, "SELECT count(DISTINCT stream_seq) FROM jsd_outbox"),
+    ASSERT_EQ(rt_q(st, "SELECT count(DISTINCT stream_seq) FROM jsd_outbox_state"),
               rt_q(st, RT_SQL_PUBLISHED));
     free(k.msgs);
 }

@@ -57,11 +57,11 @@ typedef void (*rt_row_fn)(int ncols, const char *const *cols, void *user);
 void rt_rows(rt_store *st, const char *sql, rt_row_fn fn, void *user);
 
 /* Rows of the outbox: "published" = with a receipt. */
-#define RT_SQL_TOTAL     "SELECT count(*) FROM jsd_outbox"
-#define RT_SQL_PUBLISHED "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NOT NULL"
+#define RT_SQL_TOTAL     "SELECT count(*) FROM jsd_outbox_state"
+#define RT_SQL_PUBLISHED "SELECT count(*) FROM jsd_outbox_state WHERE stream_seq IS NOT NULL"
 #define RT_SQL_DUPLICATES                                                                          \
-    "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NOT NULL AND duplicate"
-#define RT_SQL_DEAD "SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL"
+    "SELECT count(*) FROM jsd_outbox_state WHERE stream_seq IS NOT NULL AND duplicate"
+#define RT_SQL_DEAD "SELECT count(*) FROM jsd_outbox_state WHERE dead_lettered_at IS NOT NULL"
 
 long long rt_published(rt_store *st);
 

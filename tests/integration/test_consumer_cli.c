@@ -107,7 +107,7 @@ static void trace_context(bool pg)
              J, e.store_url, e.prefix);
     ASSERT_EQ(jsd_test_run(cmd, out, sizeof(out)), 65);
     ASSERT_CONTAINS(out, "is not W3C trace context");
-    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_outbox"), 2);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_outbox_state"), 2);
     snprintf(cmd, sizeof(cmd), "%s relay --store '%s' --nats %s --until-idle", J, e.store_url,
              jsd_fx_shared_nats_url());
     if ((rc = jsd_test_run(cmd, out, sizeof(out))) != 0)

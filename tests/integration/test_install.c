@@ -119,7 +119,7 @@ static void install_and_link(void **state)
     ASSERT_STREQ(out, "jsdurable " JSD_VERSION "\n");
     snprintf(cmd, sizeof(cmd),
              "sqlite3 '%s/app.db' 'SELECT count(*) FROM orders; SELECT owner || \"/\" || "
-             "effect_id || \" \" || subject FROM jsd_outbox'",
+             "effect_id || \" \" || subject FROM jsd_outbox_state'",
              dir);
     run_ok(cmd);
     ASSERT_STREQ(out, "1\norder-42/created orders.created\n");

@@ -120,7 +120,8 @@ static void outbox_tools(rt_backend kind)
     ASSERT_CONTAINS(out, "     1 x attempt budget of 2 spent");
 
     /* show: a dead letter */
-    rt_qs(&e.st, "SELECT msg_id FROM jsd_outbox WHERE effect_id = 'bad0'", msg_id, sizeof(msg_id));
+    rt_qs(&e.st, "SELECT msg_id FROM jsd_outbox_state WHERE effect_id = 'bad0'", msg_id,
+          sizeof(msg_id));
     ASSERT_EQ(run(&e, out, sizeof(out), "show o bad0", NULL, NULL), 0);
     ASSERT_CONTAINS(out, "state:        dead");
     ASSERT_CONTAINS(out, msg_id);
@@ -129,7 +130,8 @@ static void outbox_tools(rt_backend kind)
     ASSERT_CONTAINS(out, "receipt:      none");
     ASSERT_CONTAINS(out, "lease:        free");
     /* show --json: a published effect and its receipt */
-    long long seq = rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox WHERE effect_id = 'good1'");
+    long long seq =
+        rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox_state WHERE effect_id = 'good1'");
     ASSERT_EQ(run(&e, out, sizeof(out), "show o good1 --json", NULL, NULL), 0);
     snprintf(want, sizeof(want), "\"receipt\":{\"stream\":\"%s\",\"stream_seq\":%lld,", e.stream,
              seq);
@@ -146,11 +148,12 @@ static void outbox_tools(rt_backend kind)
     /* one dead letter: requeued with its msg id, then idempotent */
     ASSERT_EQ(run(&e, out, sizeof(out), "requeue o bad0", NULL, NULL), 0);
     ASSERT_CONTAINS(out, "requeued \"o\"/\"bad0\" (msg id unchanged)");
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'bad0' AND "
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'bad0' AND "
                           "dead_lettered_at IS NULL AND dead_reason IS NULL AND attempts = 0"),
               1);
     snprintf(q, sizeof(q),
-             "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'bad0' AND msg_id = '%s'", msg_id);
+             "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'bad0' AND msg_id = '%s'",
+             msg_id);
     ASSERT_EQ(rt_q(&e.st, q), 1);
     ASSERT_EQ(run(&e, out, sizeof(out), "requeue o bad0 --json", NULL, NULL), 0);
     ASSERT_CONTAINS(out, "{\"requeued\":0}");
@@ -163,7 +166,7 @@ static void outbox_tools(rt_backend kind)
     ASSERT_EQ(run(&e, out, sizeof(out), "requeue --all-dead --subject %s --json", e.nowhere, NULL),
               0);
     ASSERT_CONTAINS(out, "{\"requeued\":1}");
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'lone0' "
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'lone0' "
                           "AND dead_lettered_at IS NOT NULL"),
               1);
     ASSERT_EQ(run(&e, out, sizeof(out), "requeue --all-dead", NULL, NULL), 0);
@@ -171,7 +174,7 @@ static void outbox_tools(rt_backend kind)
     ASSERT_EQ(run(&e, out, sizeof(out), "requeue --all-dead --json", NULL, NULL), 0);
     ASSERT_CONTAINS(out, "{\"requeued\":0}");
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(DISTINCT msg_id) FROM jsd_outbox"), 6);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(DISTINCT msg_id) FROM jsd_outbox_state"), 6);
     ASSERT_EQ(rt_published(&e.st), 3);
     env_down(&e);
 }

@@ -109,14 +109,15 @@ static void walkthrough_runs_as_written(void **state)
     assert_non_null(f);
     /* Stop whatever the block left running in the background, even when it
      * fails half way; then report what the scratch store holds. */
-    fprintf(f,
-            "set -eu\n"
-            "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
-            "%s"
-            "echo \"README-CHECK audit=$(sqlite3 app.db 'SELECT count(*) FROM audit') "
-            "published=$(sqlite3 app.db 'SELECT count(*) FROM jsd_outbox WHERE published_at IS "
-            "NOT NULL')\"\n",
-            script);
+    fprintf(
+        f,
+        "set -eu\n"
+        "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+        "%s"
+        "echo \"README-CHECK audit=$(sqlite3 app.db 'SELECT count(*) FROM audit') "
+        "published=$(sqlite3 app.db 'SELECT count(*) FROM jsd_outbox_state WHERE published_at IS "
+        "NOT NULL')\"\n",
+        script);
     fclose(f);
     free(script);
     free(block);

@@ -102,12 +102,13 @@ static void publishes_every_effect_once(rt_backend kind, int coalesce_writes)
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 0);
     char sql[256], got[128];
     snprintf(sql, sizeof(sql),
-             "SELECT count(*) FROM jsd_outbox WHERE stream <> '%s' OR stream_seq < 1 "
+             "SELECT count(*) FROM jsd_outbox_state WHERE stream <> '%s' OR stream_seq < 1 "
              "OR published_at IS NULL",
              e.stream);
     ASSERT_EQ(rt_q(&e.st, sql), 0);
     /* the receipt names the sequence the broker stored the effect under */
-    rt_qs(&e.st, "SELECT stream_seq FROM jsd_outbox WHERE effect_id = 'e7'", got, sizeof(got));
+    rt_qs(&e.st, "SELECT stream_seq FROM jsd_outbox_state WHERE effect_id = 'e7'", got,
+          sizeof(got));
     jsErrCode jerr = 0;
     natsMsg *m = NULL;
     ASSERT_EQ(js_GetMsg(&m, e.nt.js, e.stream, strtoull(got, NULL, 10), NULL, &jerr), NATS_OK);
@@ -223,15 +224,16 @@ static void not_before(rt_backend kind)
     rt_enqueue(app, &now);
     /* the ones due now go at once; the others wait for their time (checked
      * below by their receipts' times, not by racing the clock here) */
-    ASSERT_WAIT(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id LIKE 'now%' AND "
+    ASSERT_WAIT(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id LIKE 'now%' AND "
                             "stream_seq IS NOT NULL") == 5,
                 10000);
     ASSERT_WAIT(rt_published(&e.st) == 10, 10000);
     char sql[200];
-    snprintf(sql, sizeof(sql),
-             "SELECT count(*) FROM jsd_outbox WHERE effect_id LIKE 'late%%' AND published_at < "
-             "%lld",
-             (long long)nb);
+    snprintf(
+        sql, sizeof(sql),
+        "SELECT count(*) FROM jsd_outbox_state WHERE effect_id LIKE 'late%%' AND published_at < "
+        "%lld",
+        (long long)nb);
     ASSERT_EQ(rt_q(&e.st, sql), 0);
     rt_relay_finish(&t);
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 10);
@@ -329,10 +331,12 @@ static void dead_letter_budget(rt_backend kind)
     rt_relay_start(&t, false);
     ASSERT_WAIT(rt_q(&e.st, RT_SQL_DEAD) == 2, 20000);
     ASSERT_EQ(rt_published(&e.st), 3);
-    ASSERT_EQ(rt_q(&e.st, "SELECT min(attempts) FROM jsd_outbox WHERE effect_id LIKE 'bad%'"), 3);
-    ASSERT_EQ(rt_q(&e.st, "SELECT max(attempts) FROM jsd_outbox WHERE effect_id LIKE 'bad%'"), 3);
+    ASSERT_EQ(rt_q(&e.st, "SELECT min(attempts) FROM jsd_outbox_state WHERE effect_id LIKE 'bad%'"),
+              3);
+    ASSERT_EQ(rt_q(&e.st, "SELECT max(attempts) FROM jsd_outbox_state WHERE effect_id LIKE 'bad%'"),
+              3);
     char reason[1100];
-    rt_qs(&e.st, "SELECT last_error FROM jsd_outbox WHERE effect_id = 'bad0'", reason,
+    rt_qs(&e.st, "SELECT last_error FROM jsd_outbox_state WHERE effect_id = 'bad0'", reason,
           sizeof(reason));
     ASSERT_CONTAINS(reason, "no stream captures subject");
     jsd_relay_stats rs;
@@ -346,7 +350,8 @@ static void dead_letter_budget(rt_backend kind)
     ASSERT_EQ(v, 6);
     /* a dead-lettered effect is never claimed again */
     jsd_test_sleep_ms(500);
-    ASSERT_EQ(rt_q(&e.st, "SELECT max(attempts) FROM jsd_outbox WHERE effect_id LIKE 'bad%'"), 3);
+    ASSERT_EQ(rt_q(&e.st, "SELECT max(attempts) FROM jsd_outbox_state WHERE effect_id LIKE 'bad%'"),
+              3);
     jsd_store_stats ss;
     ASSERT_OK(jsd_store_stats_get(app, &ss));
     ASSERT_EQ(ss.dead_lettered, 2);
@@ -459,21 +464,22 @@ static void failed_head_blocks_its_key(rt_backend kind)
     o.backoff_cap_ms = 300;
     rt_relay_make(&t, &e.st, e.nats_url, &o);
     rt_relay_start(&t, false);
-    ASSERT_WAIT(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'other' AND "
+    ASSERT_WAIT(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'other' AND "
                             "stream_seq IS NOT NULL") == 1,
                 10000);
     /* while the head has attempts left, "next" is not published */
-    ASSERT_WAIT(rt_q(&e.st, "SELECT attempts FROM jsd_outbox WHERE effect_id = 'head'") >= 1,
+    ASSERT_WAIT(rt_q(&e.st, "SELECT attempts FROM jsd_outbox_state WHERE effect_id = 'head'") >= 1,
                 10000);
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'next' AND "
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'next' AND "
                           "stream_seq IS NOT NULL"),
               0);
-    ASSERT_WAIT(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'next' AND "
+    ASSERT_WAIT(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'next' AND "
                             "stream_seq IS NOT NULL") == 1,
                 20000);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 1);
-    ASSERT_TRUE(rt_q(&e.st, "SELECT published_at FROM jsd_outbox WHERE effect_id = 'next'") >=
-                rt_q(&e.st, "SELECT dead_lettered_at FROM jsd_outbox WHERE effect_id = 'head'"));
+    ASSERT_TRUE(
+        rt_q(&e.st, "SELECT published_at FROM jsd_outbox_state WHERE effect_id = 'next'") >=
+        rt_q(&e.st, "SELECT dead_lettered_at FROM jsd_outbox_state WHERE effect_id = 'head'"));
     rt_relay_finish(&t);
     jsd_store_close(app);
     env_down(&e);
@@ -552,14 +558,16 @@ static void stop_settles_in_flight(void **state)
     ASSERT_EQ(rs.in_flight, 0);
     /* no lease is left behind: each claimed effect got its receipt, its
      * failure, or its lease back */
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE lease_token IS NOT NULL"), 0);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE lease_token IS NOT NULL"),
+              0);
     ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_lease"), 0); /* SQLite's range leases */
     long long pub = rt_published(&e.st);
     ASSERT_EQ(pub, (long long)rs.published);
     /* every stored message has its receipt, unless its outcome was UNKNOWN
      * (then it is recorded as a failed attempt, to be retried with its id) */
-    long long unknown = rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NULL "
-                                    "AND last_error LIKE 'unknown%'");
+    long long unknown =
+        rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE stream_seq IS NULL "
+                    "AND last_error LIKE 'unknown%'");
     ASSERT_LE((long long)rt_stream_count(&e.nt, e.stream) - pub, unknown);
     ASSERT_TRUE(pub < 20000); /* it did stop early */
     rt_relay_finish(&t);
@@ -645,7 +653,7 @@ static void stalled_writer_holds_claims_back(void **state)
      * their receipts; every other effect sent is still leased */
     long long recorded = rt_published(&e.st);
     ASSERT_TRUE(recorded >= BATCH && recorded % BATCH == 0 && recorded <= (long long)sent);
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE lease_token IS NOT NULL "
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE lease_token IS NOT NULL "
                           "AND stream_seq IS NULL"),
               (long long)sent - recorded);
 
@@ -849,11 +857,11 @@ static void dropped_puback(rt_backend kind)
     ASSERT_WAIT(rt_published(&e.st) == 1, 20000);
     ASSERT_EQ(jsd_fx_proxy_dropped_acks(&px), 1);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 1);
-    ASSERT_EQ(rt_q(&e.st, "SELECT attempts FROM jsd_outbox"), 1);
+    ASSERT_EQ(rt_q(&e.st, "SELECT attempts FROM jsd_outbox_state"), 1);
     char err[1100];
-    rt_qs(&e.st, "SELECT last_error FROM jsd_outbox", err, sizeof(err));
+    rt_qs(&e.st, "SELECT last_error FROM jsd_outbox_state", err, sizeof(err));
     ASSERT_CONTAINS(err, "unknown");
-    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox"), 1);
+    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox_state"), 1);
     /* the relay counts a receipt once it is durable, which can be a moment
      * after the store shows it (the WAL sync, relay.c DESIGN 7) */
     jsd_relay_stats rs;

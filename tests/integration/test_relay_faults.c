@@ -161,22 +161,23 @@ static void bad_rows_are_dead_lettered(rt_backend kind)
     ASSERT_EQ(rt_published(&e.st), 7);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 3);
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 7);
-    ASSERT_EQ(rt_q(&e.st, "SELECT max(attempts) FROM jsd_outbox WHERE dead_lettered_at IS NOT "
-                          "NULL"),
+    ASSERT_EQ(rt_q(&e.st,
+                   "SELECT max(attempts) FROM jsd_outbox_state WHERE dead_lettered_at IS NOT "
+                   "NULL"),
               1);
     char reason[1200];
-    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox WHERE effect_id = 'bad-h'", reason,
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox_state WHERE effect_id = 'bad-h'", reason,
           sizeof(reason));
     ASSERT_CONTAINS(reason, "headers column");
-    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox WHERE effect_id = 'bad-s'", reason,
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox_state WHERE effect_id = 'bad-s'", reason,
           sizeof(reason));
     ASSERT_CONTAINS(reason, "orders py");
-    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox WHERE effect_id = 'k0'", reason,
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox_state WHERE effect_id = 'k0'", reason,
           sizeof(reason));
     ASSERT_CONTAINS(reason, "orders py");
     /* the key's other effects were published in their order */
-    ASSERT_TRUE(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox WHERE effect_id = 'k1'") <
-                rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox WHERE effect_id = 'k2'"));
+    ASSERT_TRUE(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox_state WHERE effect_id = 'k1'") <
+                rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox_state WHERE effect_id = 'k2'"));
     double v = -1;
     ASSERT_OK(jsd_metrics_get(mx, "jsd_relay_dead_lettered_total", NULL, &v));
     ASSERT_EQ(v, 3);
@@ -222,15 +223,15 @@ static void permanent_error(rt_backend kind)
     rt_relay t;
     rt_relay_make(&t, &e.st, e.nats_url, &o);
     ASSERT_OK(run_idle_within(&t, 30000));
-    ASSERT_EQ(rt_q(&e.st, "SELECT attempts FROM jsd_outbox WHERE effect_id = 'big'"), 1);
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'big' AND "
+    ASSERT_EQ(rt_q(&e.st, "SELECT attempts FROM jsd_outbox_state WHERE effect_id = 'big'"), 1);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'big' AND "
                           "dead_lettered_at IS NOT NULL"),
               1);
     char reason[1200];
-    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox WHERE effect_id = 'big'", reason,
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox_state WHERE effect_id = 'big'", reason,
           sizeof(reason));
     ASSERT_CONTAINS(reason, "10054");
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'small' AND "
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'small' AND "
                           "stream_seq IS NOT NULL"),
               1);
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 1);
@@ -287,7 +288,7 @@ static void own_duplicate_is_the_receipt(fx_env *e, const rt_store *st, const js
     ASSERT_EQ(rs.duplicates, 1);
     ASSERT_EQ(rt_q(&e->st, RT_SQL_DEAD), 0);
     ASSERT_EQ(rt_q(&e->st, RT_SQL_DUPLICATES), 1);
-    ASSERT_EQ(rt_q(&e->st, "SELECT stream_seq FROM jsd_outbox"), 1);
+    ASSERT_EQ(rt_q(&e->st, "SELECT stream_seq FROM jsd_outbox_state"), 1);
 }
 
 static void first_attempt_duplicate(rt_backend kind)
@@ -321,7 +322,7 @@ static void first_attempt_duplicate(rt_backend kind)
     ASSERT_EQ(v, 1);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 1);
     char reason[1200], cmd[1200], out[8192];
-    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox", reason, sizeof(reason));
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox_state", reason, sizeof(reason));
     ASSERT_CONTAINS(reason, "duplicate on first attempt");
     ASSERT_CONTAINS(reason, e.stream);
     ASSERT_CONTAINS(reason, "sequence 1");
@@ -358,7 +359,7 @@ static void first_attempt_duplicate(rt_backend kind)
     ASSERT_EQ(rs.first_attempt_duplicates, 1);
     ASSERT_EQ(rs.published, 0);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 1);
-    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox", reason, sizeof(reason));
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox_state", reason, sizeof(reason));
     ASSERT_CONTAINS(reason, "its headers differ");
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 1);
 
@@ -402,7 +403,7 @@ static void window_too_short(void **state)
     rt_relay_finish(&t);
     /* nothing was sent, nothing spent, nothing dead-lettered */
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 0);
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE published_at IS NULL AND "
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE published_at IS NULL AND "
                           "dead_lettered_at IS NULL AND attempts = 0 AND lease_token IS NULL"),
               1);
 

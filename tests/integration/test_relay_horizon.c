@@ -100,8 +100,9 @@ static void withheld_acks(rt_backend kind)
     ASSERT_WAIT(logged("past half its stream's duplicate window"), 2000);
     ASSERT_EQ(metric(mx, "jsd_relay_dedup_horizon_passed_total"), 0);
     /* the first attempt's time is in the store, for any relay that retries */
-    ASSERT_TRUE(rt_q(&st, "SELECT count(*) FROM jsd_outbox WHERE first_attempt_at IS NOT NULL "
-                          "AND published_at IS NULL") == 1);
+    ASSERT_TRUE(rt_q(&st,
+                     "SELECT count(*) FROM jsd_outbox_state WHERE first_attempt_at IS NOT NULL "
+                     "AND published_at IS NULL") == 1);
 
     /* Acks flow again: the retry is a duplicate inside the window. */
     ASSERT_EQ(jsd_fx_proxy_mode(&px, "pass"), 0);
@@ -288,7 +289,7 @@ static void claim_lost_in_a_server_crash(void **state)
     ASSERT_TRUE(walwriter > 0);
     ASSERT_EQ(kill((pid_t)walwriter, SIGSTOP), 0);
     pg_outage_hold(&e, "lost", 1);
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'lost0' "
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'lost0' "
                           "AND lease_token IS NOT NULL"),
               1);
     pg_outage_let_go(&e);
@@ -309,7 +310,7 @@ static void claim_lost_in_a_server_crash(void **state)
     ASSERT_EQ(rs.first_attempt_duplicates, 0);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 1);
-    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox WHERE effect_id = 'lost0' AND "
+    ASSERT_EQ(rt_q(&e.st, "SELECT stream_seq FROM jsd_outbox_state WHERE effect_id = 'lost0' AND "
                           "duplicate"),
               2);
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 2);

@@ -401,9 +401,10 @@ static void relay_stops_in_bound(bool pause)
     snprintf(cmd, sizeof(cmd), "sqlite3 '%s' 'PRAGMA integrity_check'", db);
     run_ok(cmd);
     ASSERT_STREQ(out, "ok\n");
-    ASSERT_EQ(sqlite_count(db, "SELECT count(*) FROM jsd_outbox"), 50);
-    ASSERT_LE(20, sqlite_count(db, "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT "
-                                   "NULL"));
+    ASSERT_EQ(sqlite_count(db, "SELECT count(*) FROM jsd_outbox_state"), 50);
+    ASSERT_LE(20,
+              sqlite_count(db, "SELECT count(*) FROM jsd_outbox_state WHERE published_at IS NOT "
+                               "NULL"));
 
     /* Broker back: relay runs publish the rest with the same ids (a lease
      * the stopped relay left expires after --lease-ms, 7 s), and the stream
@@ -416,7 +417,7 @@ static void relay_stops_in_bound(bool pause)
              jsd_fx_bin("jsdurable"), store, fx.url);
     ASSERT_WAIT(
         (jsd_test_run(cmd, out, sizeof(out)), sqlite_count(db, "SELECT count(*) FROM "
-                                                               "jsd_outbox WHERE "
+                                                               "jsd_outbox_state WHERE "
                                                                "published_at IS NULL") == 0),
         30000);
     ASSERT_EQ(stream_msgs(fx.url, "ORDERS"), 50);

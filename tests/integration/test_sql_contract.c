@@ -272,7 +272,7 @@ static void refused_pg(void **state)
 static natsMsg *stored(ct_env *e, const char *effect_id)
 {
     char sql[200];
-    snprintf(sql, sizeof(sql), "SELECT stream_seq FROM jsd_outbox WHERE effect_id = '%s'",
+    snprintf(sql, sizeof(sql), "SELECT stream_seq FROM jsd_outbox_state WHERE effect_id = '%s'",
              effect_id);
     long long seq = rt_q(&e->st, sql);
     if (seq < 1)
@@ -354,7 +354,7 @@ static void foreign_rows_publish(rt_backend kind)
     if (kind == RT_PG) {
         char got[128], want[JSD_MSG_ID_MAX];
         rt_qs(&e.st,
-              "SELECT jsd_emit('o', 'fn', (SELECT subject FROM jsd_outbox WHERE effect_id = "
+              "SELECT jsd_emit('o', 'fn', (SELECT subject FROM jsd_outbox_state WHERE effect_id = "
               "'min'), '\\x00ff10'::bytea, '{\"X-Trace\": \"abc\"}')",
               got, sizeof(got));
         ASSERT_OK(jsd_effect_msg_id(ns, "o", "fn", want));
@@ -365,7 +365,7 @@ static void foreign_rows_publish(rt_backend kind)
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), n);
     ASSERT_EQ(rt_published(&e.st), n);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'later' AND "
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'later' AND "
                           "published_at IS NULL AND attempts = 0"),
               1);
     assert_msg(&e, ns, "lib", "\x00\xff\x10", 3, "abc");
@@ -376,7 +376,7 @@ static void foreign_rows_publish(rt_backend kind)
     /* the derived id is stored with the row, for every later retry */
     char want[JSD_MSG_ID_MAX], got[128];
     ASSERT_OK(jsd_effect_msg_id(ns, "o", "min", want));
-    rt_qs(&e.st, "SELECT msg_id FROM jsd_outbox WHERE effect_id = 'min'", got, sizeof(got));
+    rt_qs(&e.st, "SELECT msg_id FROM jsd_outbox_state WHERE effect_id = 'min'", got, sizeof(got));
     ASSERT_STREQ(got, want);
     /* exactly once: a second relay run publishes nothing more */
     relay_until_idle(&e);
@@ -538,13 +538,13 @@ static void slipped_past(rt_backend kind)
     ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 8);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), (long long)JSD_ARRAY_LEN(bad) + 1);
     char spaced[1200];
-    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox WHERE effect_id = 'spaced'", spaced,
+    rt_qs(&e.st, "SELECT dead_reason FROM jsd_outbox_state WHERE effect_id = 'spaced'", spaced,
           sizeof(spaced));
     ASSERT_CONTAINS(spaced, "msg_id holds a byte outside printable ASCII");
     for (size_t i = 0; i < JSD_ARRAY_LEN(bad); i++) {
         char reason[1200];
-        snprintf(sql, sizeof(sql), "SELECT dead_reason FROM jsd_outbox WHERE effect_id = '%s'",
-                 bad[i].id);
+        snprintf(sql, sizeof(sql),
+                 "SELECT dead_reason FROM jsd_outbox_state WHERE effect_id = '%s'", bad[i].id);
         rt_qs(&e.st, sql, reason, sizeof(reason));
         if (!strstr(reason, bad[i].reason))
             fail_msg("%s: dead reason \"%s\" does not say \"%s\"", bad[i].id, reason,
@@ -622,8 +622,8 @@ static void sqlite_upgrade_keeps_rows(void **state)
     rt_store st = {.kind = RT_SQLITE};
     snprintf(st.url, sizeof(st.url), "%s", url);
     ASSERT_EQ(rt_q(&st, "SELECT max(version) FROM jsd_schema_version"), JSD_STORE_SCHEMA_VERSION);
-    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox"), 3);
-    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox WHERE (id, msg_id) IN "
+    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox_state"), 3);
+    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox_state WHERE (id, msg_id) IN "
                         "(VALUES (5, 'mid-5'), (7, 'mid-7'), (9, 'mid-9'))"),
               3);
     ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
@@ -647,7 +647,7 @@ static void sqlite_upgrade_keeps_rows(void **state)
     exec_ok(db, "INSERT INTO jsd_outbox(owner, effect_id, subject, payload) VALUES ('o', 'new', "
                 "'a.b', x'00')");
     sqlite3_close(db);
-    ASSERT_EQ(rt_q(&st, "SELECT id FROM jsd_outbox WHERE effect_id = 'new'"), 10);
+    ASSERT_EQ(rt_q(&st, "SELECT id FROM jsd_outbox_state WHERE effect_id = 'new'"), 10);
     rt_store_close(&st);
     jsd_store_close(s);
 }
@@ -695,7 +695,7 @@ static void pg_upgrade_keeps_rows(void **state)
     jsd_error err;
     ASSERT_OK(jsd_store_open(&s, st.url, &err), err.msg);
     ASSERT_EQ(rt_q(&st, "SELECT max(version) FROM jsd_schema_version"), JSD_STORE_SCHEMA_VERSION);
-    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox WHERE msg_id = 'mid-1'"), 1);
+    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox_state WHERE msg_id = 'mid-1'"), 1);
     ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM pg_trigger WHERE tgname = 'jsd_outbox_fill'"), 1);
     jsd_store_close(s);
     rt_store_close(&st);
@@ -754,7 +754,7 @@ static void pg_jsd_emit(void **state)
     ASSERT_TRUE(memcmp(natsMsg_GetData(m), "hello", 5) == 0);
     natsMsg_Destroy(m);
     char got[128];
-    rt_qs(&e.st, "SELECT order_key FROM jsd_outbox WHERE effect_id = 'e1'", got, sizeof(got));
+    rt_qs(&e.st, "SELECT order_key FROM jsd_outbox_state WHERE effect_id = 'e1'", got, sizeof(got));
     ASSERT_STREQ(got, "key-1");
     env_down(&e);
 }

@@ -655,11 +655,11 @@ static void claim_returns_effects_in_order(void **state)
     ASSERT_EQ(applied, 0);
     char q[200];
     snprintf(q, sizeof(q),
-             "SELECT stream_seq FROM jsd_outbox WHERE id = %lld AND stream = 'ORDERS' AND "
+             "SELECT stream_seq FROM jsd_outbox_state WHERE id = %lld AND stream = 'ORDERS' AND "
              "lease_token IS NULL AND published_at = %lld",
              (long long)b.items[1].row_id, (long long)now);
     ASSERT_EQ(q_i64(s, q), 101);
-    snprintf(q, sizeof(q), "SELECT count(*) FROM jsd_outbox WHERE duplicate = %s",
+    snprintf(q, sizeof(q), "SELECT count(*) FROM jsd_outbox_state WHERE duplicate = %s",
              BE(state) == BE_PG ? "true" : "1");
     ASSERT_EQ(q_i64(s, q), 1);
     jsd_store_stats st = stats(s);
@@ -839,13 +839,13 @@ static void receipts_for_a_range_and_a_keyed_row_inside_it(void **state)
     ASSERT_OK_E(jsd__store_record_receipts(s, "r1", r, 3, &applied), jsd_store_errmsg(s));
     ASSERT_EQ(applied, 3);
     ASSERT_EQ(stats(s).published, 3);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE stream_seq BETWEEN 100 AND 102 "
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE stream_seq BETWEEN 100 AND 102 "
                        "AND lease_token IS NULL"),
               3);
     char sql[256];
     for (size_t i = 0; i < 3; i++) { /* each row its own seq, the keyed one too */
         snprintf(sql, sizeof(sql),
-                 "SELECT count(*) FROM jsd_outbox WHERE id = %lld AND "
+                 "SELECT count(*) FROM jsd_outbox_state WHERE id = %lld AND "
                  "stream_seq = %llu",
                  (long long)r[i].row_id, (unsigned long long)r[i].seq);
         ASSERT_EQ(q_i64(s, sql), 1);
@@ -892,7 +892,7 @@ static void receipt_runs_keep_each_rows_values(void **state)
     char sql[512];
     for (size_t i = 0; i < 8; i++) {
         snprintf(sql, sizeof(sql),
-                 "SELECT count(*) FROM jsd_outbox WHERE id = %lld AND stream = '%s' AND "
+                 "SELECT count(*) FROM jsd_outbox_state WHERE id = %lld AND stream = '%s' AND "
                  "stream_seq = %llu AND duplicate %s AND published_at = %lld",
                  (long long)r[i].row_id, r[i].stream, (unsigned long long)r[i].seq,
                  BE(state) == BE_SQLITE ? (i == 2 ? "= 1" : "= 0") : (i == 2 ? "" : "IS NOT TRUE"),
@@ -932,18 +932,18 @@ static void receipts_leave_the_row_between_them(void **state)
     ASSERT_EQ(applied, 2);
     char sql[256];
     snprintf(sql, sizeof(sql),
-             "SELECT count(*) FROM jsd_outbox WHERE id = %lld AND published_at IS NULL "
+             "SELECT count(*) FROM jsd_outbox_state WHERE id = %lld AND published_at IS NULL "
              "AND stream_seq IS NULL",
              (long long)b.items[1].row_id);
     ASSERT_EQ(q_i64(s, sql), 1);
-    snprintf(sql, sizeof(sql), "SELECT stream_seq FROM jsd_outbox WHERE id = %lld",
+    snprintf(sql, sizeof(sql), "SELECT stream_seq FROM jsd_outbox_state WHERE id = %lld",
              (long long)b.items[2].row_id);
     ASSERT_EQ(q_i64(s, sql), 6);
     jsd__receipt late = {
         .row_id = b.items[1].row_id, .stream = "ORDERS", .seq = 7, .published_at_ms = now};
     ASSERT_OK(jsd__store_record_receipts(s, "r1", &late, 1, &applied));
     ASSERT_EQ(applied, 1);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE published_at IS NULL"), 0);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE published_at IS NULL"), 0);
     jsd__effect_batch_free(&b);
     jsd_store_close(s);
 }
@@ -988,9 +988,10 @@ static void expired_lease_takeover(void **state)
     ASSERT_OK(jsd__store_record_receipts(s, "old-relay", &r_old, 1, &applied));
     ASSERT_EQ(applied, 0);
     char q[160];
-    snprintf(q, sizeof(q), "SELECT stream_seq FROM jsd_outbox WHERE id = %lld", (long long)row);
+    snprintf(q, sizeof(q), "SELECT stream_seq FROM jsd_outbox_state WHERE id = %lld",
+             (long long)row);
     ASSERT_EQ(q_i64(s, q), 7);
-    snprintf(q, sizeof(q), "SELECT attempts FROM jsd_outbox WHERE id = %lld", (long long)row);
+    snprintf(q, sizeof(q), "SELECT attempts FROM jsd_outbox_state WHERE id = %lld", (long long)row);
     ASSERT_EQ(q_i64(s, q), 0);
     jsd__effect_batch_free(&a);
     jsd__effect_batch_free(&b);
@@ -1085,8 +1086,8 @@ static void two_processes_never_share_an_effect(void **state)
     }
     ASSERT_EQ(total, NPROC_EFFECTS);
     ASSERT_EQ(stats(s).published, NPROC_EFFECTS);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE stream = 'proc0'"), per[0]);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE stream = 'proc1'"), per[1]);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE stream = 'proc0'"), per[0]);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE stream = 'proc1'"), per[1]);
     print_message("claims: process 0 took %ld, process 1 took %ld\n", per[0], per[1]);
     jsd_store_close(s);
 }
@@ -1133,12 +1134,12 @@ static void backoff_schedule_and_budget(void **state)
     ASSERT_EQ(st.dead_lettered, 1);
     ASSERT_EQ(st.backlog, 0);
     char text[600];
-    q_text(s, "SELECT dead_reason FROM jsd_outbox", text, sizeof(text));
+    q_text(s, "SELECT dead_reason FROM jsd_outbox_state", text, sizeof(text));
     ASSERT_CONTAINS(text, "attempt budget of 7 spent");
     ASSERT_CONTAINS(text, "publish failed (7)");
-    q_text(s, "SELECT last_error FROM jsd_outbox", text, sizeof(text));
+    q_text(s, "SELECT last_error FROM jsd_outbox_state", text, sizeof(text));
     ASSERT_STREQ(text, "publish failed (7)");
-    ASSERT_EQ(q_i64(s, "SELECT attempts FROM jsd_outbox"), 7);
+    ASSERT_EQ(q_i64(s, "SELECT attempts FROM jsd_outbox_state"), 7);
 
     /* The default budget is 50. */
     emit1(s, "o", "default-budget", "orders.flaky");
@@ -1191,7 +1192,7 @@ static void release_and_requeue(void **state)
     ASSERT_OK(jsd__store_record_failures(s, "r2", &f, 1, NULL, 0, t, &applied, &dead));
     ASSERT_EQ(dead, 1);
     char text[600];
-    q_text(s, "SELECT dead_reason FROM jsd_outbox", text, sizeof(text));
+    q_text(s, "SELECT dead_reason FROM jsd_outbox_state", text, sizeof(text));
     ASSERT_CONTAINS(text, "permanent failure");
     ASSERT_CONTAINS(text, "no stream");
     ASSERT_OK(jsd__store_claim(s, 10, 60000, "r3", t, &b));
@@ -1593,8 +1594,12 @@ static void migration_keeps_stored_msg_ids(void **state)
     app_sql(s, sql);
     app_sql(s, "DROP TABLE jsd_meta");
     app_sql(s, "DELETE FROM jsd_schema_version WHERE version >= 2");
-    if (BE(state) == BE_SQLITE)
+    if (BE(state) == BE_SQLITE) {
         app_sql(s, "DROP TABLE jsd_outbox_lease");
+        app_sql(s, "DROP TABLE jsd_outbox_runs");
+        app_sql(s, "DROP TABLE jsd_outbox_floor");
+    }
+    app_sql(s, "DROP VIEW jsd_outbox_state");
     app_sql(s, "ALTER TABLE jsd_outbox DROP COLUMN first_attempt_at");
     app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN traceparent");
     app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN tracestate");
@@ -1713,7 +1718,8 @@ static void emit_oom_child(void **state)
             rc = jsd_tx_commit(tx);
         printf("error=%s\n", rc == JSD_OK ? "" : jsd_store_errmsg(st));
         char stored[100] = "", want[JSD_MSG_ID_MAX];
-        q_text(st, "SELECT coalesce(max(msg_id), '') FROM jsd_outbox", stored, sizeof(stored));
+        q_text(st, "SELECT coalesce(max(msg_id), '') FROM jsd_outbox_state", stored,
+               sizeof(stored));
         if (rc == JSD_OK) {
             /* the one injected failure may land on this check's own digest */
             jsd_status w = jsd_effect_msg_id(jsd_store_namespace(st), "order-1", "created", want);
@@ -2292,7 +2298,7 @@ static void pg_claim_async_commit_stays_in_the_claim(void **state)
     jsd__effect_batch_init(&b);
     ASSERT_OK(jsd__store_claim(s, 8, 60000, "0123456789abcdef0123456789abcdef", jsd__now_ms(), &b));
     ASSERT_EQ(b.n, 1);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE lease_token IS NOT NULL"), 1);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE lease_token IS NOT NULL"), 1);
     q_text(s, "SHOW synchronous_commit", v, sizeof(v));
     ASSERT_STREQ(v, "on");
     jsd__effect_batch_free(&b);
@@ -2908,6 +2914,104 @@ static void sqlite_turn_file_unusable_is_said_once(void **state)
 
 /* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys, and
  * 8 KiB pages for a database it creates. */
+/* SQLite (schema 8): the receipts of a range's first attempts are one row
+ * of jsd_outbox_runs and leave their outbox rows alone; the view shows them.
+ * The settled floor rises past runs and live ranges, comes down to a row
+ * released from a range (which is claimed again), never counts a timer,
+ * and retention takes runs with their rows but keeps the newest row. */
+static void sqlite_receipts_as_runs_and_the_floor(void **state)
+{
+    (void)state;
+    char url[512];
+    jsd_fx_sqlite_url(url, sizeof(url));
+    jsd_store *s = open_url(url);
+    char id[16];
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof(id), "u%d", i);
+        emit_key(s, id, NULL, 0);
+    }
+    int64_t now = jsd__now_ms();
+    emit_key(s, "timer", NULL, now + 3600 * 1000);
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r1", now, &b));
+    ASSERT_EQ(b.n, 6);
+    int64_t u0 = b.items[0].row_id, u5 = b.items[5].row_id;
+    jsd__receipt r[6];
+    for (size_t i = 0; i < 6; i++)
+        r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
+                              .stream = "ORDERS",
+                              .seq = 40 + i,
+                              .published_at_ms = now - 1000};
+    size_t applied = 0;
+    ASSERT_OK_E(jsd__store_record_receipts(s, "r1", r, 3, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 3);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_runs"), 1);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL"), 0);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE stream = 'ORDERS' AND "
+                       "stream_seq = 40 + id - (SELECT min(id) FROM jsd_outbox) AND "
+                       "published_at IS NOT NULL"),
+              3);
+    /* past the run, then past the live range holding u3..u5 */
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), u5 + 1);
+    /* the same receipts again take nothing */
+    ASSERT_OK(jsd__store_record_receipts(s, "r1", r, 3, &applied));
+    ASSERT_EQ(applied, 0);
+    size_t released = 0;
+    ASSERT_OK(jsd__store_release(s, "r1", &r[3].row_id, 1, &released));
+    ASSERT_EQ(released, 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), r[3].row_id);
+    /* while its range lasts, a claim neither takes the released row nor
+     * lets the floor pass it */
+    jsd__effect_batch b2;
+    jsd__effect_batch_init(&b2);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "rx", now, &b2));
+    ASSERT_EQ(b2.n, 0);
+    jsd__effect_batch_free(&b2);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), r[3].row_id);
+    ASSERT_OK(jsd__store_record_receipts(s, "r1", &r[4], 2, &applied));
+    ASSERT_EQ(applied, 2);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_lease"), 0);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), r[3].row_id);
+    jsd_store_stats st = stats(s);
+    ASSERT_EQ(st.published, 5);
+    ASSERT_EQ(st.backlog, 2); /* u3 and the timer */
+    /* the released row is claimed again; the timer is not due */
+    jsd__effect_batch_clear(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r2", now, &b));
+    ASSERT_EQ(b.n, 1);
+    ASSERT_EQ(b.items[0].row_id, r[3].row_id);
+    r[3].seq = 60;
+    ASSERT_OK(jsd__store_record_receipts(s, "r2", &r[3], 1, &applied));
+    ASSERT_EQ(applied, 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), u5 + 1);
+    st = stats(s);
+    ASSERT_EQ(st.published, 6);
+    ASSERT_EQ(st.backlog, 1);
+    char sql[160];
+    snprintf(sql, sizeof(sql), "SELECT stream_seq FROM jsd_outbox_state WHERE id = %lld",
+             (long long)r[3].row_id);
+    ASSERT_EQ(q_i64(s, sql), 60);
+    /* retention: every published row and its runs go; the newest row (the
+     * timer) stays, and so do ids */
+    int64_t k = 0;
+    ASSERT_OK(jsd_store_gc(s, 0, 100, &k));
+    ASSERT_EQ(k, 6);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_runs"), 0);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox"), 1);
+    emit_key(s, "late", NULL, 0);
+    snprintf(sql, sizeof(sql), "SELECT id > %lld FROM jsd_outbox WHERE effect_id = 'late'",
+             (long long)u5);
+    ASSERT_EQ(q_i64(s, sql), 1);
+    jsd__effect_batch_clear(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r3", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 1);
+    ASSERT_STREQ(b.items[0].effect_id, "late");
+    (void)u0;
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
 static void sqlite_settings(void **state)
 {
     (void)state;
@@ -2938,36 +3042,35 @@ static void sqlite_settings(void **state)
     jsd_store_close(NULL);
 }
 
-JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_nothing),
-              BOTH(duplicate_effect_identity), BOTH(limits_are_enforced),
-              BOTH(claim_returns_effects_in_order), BOTH(not_before_delays_claims),
-              BOTH(unsynced_receipts_are_committed_then_synced),
-              BOTH(order_key_holds_back_later_effects),
-              BOTH(receipts_for_a_range_and_a_keyed_row_inside_it),
-              BOTH(receipt_runs_keep_each_rows_values), BOTH(receipts_leave_the_row_between_them),
-              BOTH(expired_lease_takeover), BOTH(two_processes_never_share_an_effect),
-              BOTH(backoff_schedule_and_budget), BOTH(release_and_requeue),
-              BOTH(inbox_identity_and_outcome), BOTH(savepoint_per_delivery),
-              BOTH(poison_records_keep_the_evidence), BOTH(retention_in_bounded_batches),
-              BOTH(schema_from_the_future_is_refused), BOTH(wakeups_follow_commits),
-              BOTH(stats_count_what_they_name), BOTH(namespace_identity),
-              BOTH(migration_keeps_stored_msg_ids),
-              cmocka_unit_test(two_stores_one_stream_keep_both),
-              cmocka_unit_test(pg_notices_go_through_the_logger), cmocka_unit_test(emit_oom_child),
-              cmocka_unit_test(emit_allocation_failures),
-              cmocka_unit_test(url_errors_are_clear_and_secret_free),
-              cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
-              cmocka_unit_test(sqlite_settings), cmocka_unit_test(sqlite_writers_take_turns),
-              cmocka_unit_test(sqlite_writers_of_two_processes_take_turns),
-              cmocka_unit_test(sqlite_turn_file_unusable_is_said_once),
-              cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
-              cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
-              cmocka_unit_test(pg_claims_stay_on_their_page),
-              cmocka_unit_test(pg_claim_async_commit_stays_in_the_claim),
-              BOTH(open_reader_same_database), cmocka_unit_test(sqlite_memory_store_has_no_reader),
-              cmocka_unit_test(sqlite_existing_file_keeps_its_pages),
-              cmocka_unit_test(pg_reconnects_after_connection_loss),
-              cmocka_unit_test(pg_begin_goes_with_the_first_statement),
-              cmocka_unit_test(pg_concurrent_duplicate_identity),
-              cmocka_unit_test(pg_writer_handle_is_a_second_session),
-              cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable))
+JSD_TEST_MAIN(
+    BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_nothing),
+    BOTH(duplicate_effect_identity), BOTH(limits_are_enforced),
+    BOTH(claim_returns_effects_in_order), BOTH(not_before_delays_claims),
+    BOTH(unsynced_receipts_are_committed_then_synced), BOTH(order_key_holds_back_later_effects),
+    BOTH(receipts_for_a_range_and_a_keyed_row_inside_it), BOTH(receipt_runs_keep_each_rows_values),
+    BOTH(receipts_leave_the_row_between_them), BOTH(expired_lease_takeover),
+    BOTH(two_processes_never_share_an_effect), BOTH(backoff_schedule_and_budget),
+    BOTH(release_and_requeue), BOTH(inbox_identity_and_outcome), BOTH(savepoint_per_delivery),
+    BOTH(poison_records_keep_the_evidence), BOTH(retention_in_bounded_batches),
+    BOTH(schema_from_the_future_is_refused), BOTH(wakeups_follow_commits),
+    BOTH(stats_count_what_they_name), BOTH(namespace_identity),
+    BOTH(migration_keeps_stored_msg_ids), cmocka_unit_test(two_stores_one_stream_keep_both),
+    cmocka_unit_test(pg_notices_go_through_the_logger), cmocka_unit_test(emit_oom_child),
+    cmocka_unit_test(emit_allocation_failures),
+    cmocka_unit_test(url_errors_are_clear_and_secret_free), cmocka_unit_test(sqlite_read_only_file),
+    cmocka_unit_test(sqlite_disk_full), cmocka_unit_test(sqlite_settings),
+    cmocka_unit_test(sqlite_receipts_as_runs_and_the_floor),
+    cmocka_unit_test(sqlite_writers_take_turns),
+    cmocka_unit_test(sqlite_writers_of_two_processes_take_turns),
+    cmocka_unit_test(sqlite_turn_file_unusable_is_said_once),
+    cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
+    cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
+    cmocka_unit_test(pg_claims_stay_on_their_page),
+    cmocka_unit_test(pg_claim_async_commit_stays_in_the_claim), BOTH(open_reader_same_database),
+    cmocka_unit_test(sqlite_memory_store_has_no_reader),
+    cmocka_unit_test(sqlite_existing_file_keeps_its_pages),
+    cmocka_unit_test(pg_reconnects_after_connection_loss),
+    cmocka_unit_test(pg_begin_goes_with_the_first_statement),
+    cmocka_unit_test(pg_concurrent_duplicate_identity),
+    cmocka_unit_test(pg_writer_handle_is_a_second_session),
+    cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable))

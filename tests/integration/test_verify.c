@@ -65,14 +65,15 @@ static void relay_pass(env *e)
 static long long seq_of(env *e, const char *effect_id)
 {
     char q[200];
-    snprintf(q, sizeof(q), "SELECT stream_seq FROM jsd_outbox WHERE effect_id = '%s'", effect_id);
+    snprintf(q, sizeof(q), "SELECT stream_seq FROM jsd_outbox_state WHERE effect_id = '%s'",
+             effect_id);
     return rt_q(&e->st, q);
 }
 
 static void msg_id_of(env *e, const char *effect_id, char *out, size_t cap)
 {
     char q[200];
-    snprintf(q, sizeof(q), "SELECT msg_id FROM jsd_outbox WHERE effect_id = '%s'", effect_id);
+    snprintf(q, sizeof(q), "SELECT msg_id FROM jsd_outbox_state WHERE effect_id = '%s'", effect_id);
     rt_qs(&e->st, q, out, cap);
 }
 
@@ -157,7 +158,7 @@ static void finds_and_repairs(rt_backend kind)
     ASSERT_EQ(rt_published(&e.st), 20);
 
     /* --repair after the duplicate window: nothing left inside it */
-    long long last = rt_q(&e.st, "SELECT max(published_at) FROM jsd_outbox");
+    long long last = rt_q(&e.st, "SELECT max(published_at) FROM jsd_outbox_state");
     /* the server forgets ids on a timer of its own: leave it a second */
     ASSERT_WAIT(jsd__now_ms() > last + WINDOW_MS + 1000, 10000);
     ASSERT_EQ(verify_cli(&e, "--repair", out, sizeof(out)), 1);
@@ -166,9 +167,10 @@ static void finds_and_repairs(rt_backend kind)
     ASSERT_NOT_CONTAINS(out, "inside their stream's duplicate window");
     ASSERT_EQ(rt_published(&e.st), 18);
     char q2[600];
-    snprintf(q2, sizeof(q2),
-             "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NULL AND msg_id IN ('%s', '%s')",
-             id10, id15);
+    snprintf(
+        q2, sizeof(q2),
+        "SELECT count(*) FROM jsd_outbox_state WHERE stream_seq IS NULL AND msg_id IN ('%s', '%s')",
+        id10, id15);
     ASSERT_EQ(rt_q(&e.st, q2), 2);
 
     /* the relay publishes them again, same ids: the stream is whole */
@@ -242,8 +244,9 @@ static void repair_inside_window(void **state)
     rt_relay_finish(&t);
     ASSERT_EQ(rt_published(&e.st), 3);
     ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
-    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox WHERE effect_id = 'e1' AND duplicate"),
-              1);
+    ASSERT_EQ(
+        rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE effect_id = 'e1' AND duplicate"),
+        1);
     ASSERT_U64_EQ(rt_stream_count(&e.nt, e.stream), 2);
     ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 1);
     ASSERT_CONTAINS(out, "checked 3: ok 2, missing 1");

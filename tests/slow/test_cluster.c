@@ -241,9 +241,9 @@ static void relay_and_consumer_survive_leader_loss(void **state)
      * receipt yet: the relay retries it with its id after the backoff and
      * records the duplicate's receipt. Stopping earlier would leave it
      * unreceipted (correctly, but this case asserts a finished outbox). */
-    ASSERT_WAIT(
-        sqlite_count(orders_db, "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NULL") == 0,
-        30000);
+    ASSERT_WAIT(sqlite_count(orders_db,
+                             "SELECT count(*) FROM jsd_outbox_state WHERE stream_seq IS NULL") == 0,
+                30000);
     ASSERT_TRUE(child_alive(relay));
     ASSERT_TRUE(child_alive(cons));
     stop_child(relay);
@@ -252,12 +252,13 @@ static void relay_and_consumer_survive_leader_loss(void **state)
     ASSERT_EQ(answered_msgs(nc, "CLU"), TOTAL);
     ASSERT_EQ(sqlite_count(sink_db, "SELECT count(*) FROM effects"), TOTAL);
     ASSERT_EQ(sqlite_count(sink_db, "SELECT count(DISTINCT msg_id) FROM effects"), TOTAL);
-    ASSERT_EQ(sqlite_count(orders_db, "SELECT count(*) FROM jsd_outbox WHERE stream_seq IS NULL"),
-              0);
+    ASSERT_EQ(
+        sqlite_count(orders_db, "SELECT count(*) FROM jsd_outbox_state WHERE stream_seq IS NULL"),
+        0);
     ASSERT_EQ(answered_msgs(nc, "CLU_DLQ"), 0);
     /* The stream between leaders answered some publications with no
      * responders: an outage, which spends no attempt (relay.c DESIGN 4). */
-    ASSERT_EQ(sqlite_count(orders_db, "SELECT count(*) FROM jsd_outbox WHERE last_error LIKE "
+    ASSERT_EQ(sqlite_count(orders_db, "SELECT count(*) FROM jsd_outbox_state WHERE last_error LIKE "
                                       "'%no responders%'"),
               0);
 

@@ -137,7 +137,7 @@ static void crash_at(rt_backend kind, const char *point)
      * UNKNOWN outcome on a loaded machine adds its own duplicates; they are
      * counted as failed attempts.) */
     long long dups = rt_q(&e.st, RT_SQL_DUPLICATES);
-    if (rt_q(&e.st, "SELECT coalesce(sum(attempts), 0) FROM jsd_outbox") == 0)
+    if (rt_q(&e.st, "SELECT coalesce(sum(attempts), 0) FROM jsd_outbox_state") == 0)
         ASSERT_EQ(dups, (long long)stored_before - receipts_before);
     else
         ASSERT_TRUE(dups >= (long long)stored_before - receipts_before);
