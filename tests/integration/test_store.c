@@ -3012,6 +3012,56 @@ static void sqlite_receipts_as_runs_and_the_floor(void **state)
     jsd_store_close(s);
 }
 
+/* SQLite (schema 8): a range taken over after some of its receipts went
+ * into a run gives back only the rest, marked maybe published; the floor
+ * comes down to the range and rises past the run again. */
+static void sqlite_takeover_of_a_range_partly_in_runs(void **state)
+{
+    (void)state;
+    char url[512];
+    jsd_fx_sqlite_url(url, sizeof(url));
+    jsd_store *s = open_url(url);
+    char id[16];
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof(id), "t%d", i);
+        emit_key(s, id, NULL, 0);
+    }
+    int64_t now = jsd__now_ms();
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "dead", now, &b));
+    ASSERT_EQ(b.n, 6);
+    jsd__receipt r[3];
+    for (size_t i = 0; i < 3; i++)
+        r[i] = (jsd__receipt){
+            .row_id = b.items[i].row_id, .stream = "ORDERS", .seq = 1 + i, .published_at_ms = now};
+    size_t applied = 0;
+    ASSERT_OK(jsd__store_record_receipts(s, "dead", r, 3, &applied));
+    ASSERT_EQ(applied, 3);
+    int64_t first_left = b.items[3].row_id;
+    /* its relay died: a minute later another claim takes the range over */
+    jsd__effect_batch_clear(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "next", now + 61000, &b));
+    ASSERT_EQ(b.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        ASSERT_EQ(b.items[i].row_id, first_left + (int64_t)i);
+        ASSERT_TRUE(b.items[i].maybe_published);
+    }
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE published_at IS NOT NULL "
+                       "AND duplicate = 0"),
+              3);
+    /* down to the range taken over, up past its run again: at the rows it
+     * gave back */
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), first_left);
+    /* the dead relay's late receipts are refused */
+    jsd__receipt late = {
+        .row_id = first_left, .stream = "ORDERS", .seq = 9, .published_at_ms = now};
+    ASSERT_OK(jsd__store_record_receipts(s, "dead", &late, 1, &applied));
+    ASSERT_EQ(applied, 0);
+    jsd__effect_batch_free(&b);
+    jsd_store_close(s);
+}
+
 static void sqlite_settings(void **state)
 {
     (void)state;
@@ -3060,6 +3110,7 @@ JSD_TEST_MAIN(
     cmocka_unit_test(url_errors_are_clear_and_secret_free), cmocka_unit_test(sqlite_read_only_file),
     cmocka_unit_test(sqlite_disk_full), cmocka_unit_test(sqlite_settings),
     cmocka_unit_test(sqlite_receipts_as_runs_and_the_floor),
+    cmocka_unit_test(sqlite_takeover_of_a_range_partly_in_runs),
     cmocka_unit_test(sqlite_writers_take_turns),
     cmocka_unit_test(sqlite_writers_of_two_processes_take_turns),
     cmocka_unit_test(sqlite_turn_file_unusable_is_said_once),
