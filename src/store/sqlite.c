@@ -306,7 +306,7 @@ static const char *const sql_text[S__COUNT] = {
         "AND (lease_expires IS NULL OR lease_expires <= ?3) ORDER BY id LIMIT ?4) "
         "RETURNING " OUTBOX_COLS ", duplicate",
     [S_FLOOR_GET] = "SELECT floor FROM jsd_outbox_floor",
-    [S_FLOOR_SET] = "UPDATE jsd_outbox_floor SET floor = ?1 WHERE floor <> ?1",
+    [S_FLOOR_SET] = "UPDATE jsd_outbox_floor SET floor = ?1",
     [S_FLOOR_LOWER] = "UPDATE jsd_outbox_floor SET floor = ?1 WHERE floor > ?1",
     [S_READY_NEXT] = "SELECT id FROM jsd_outbox INDEXED BY jsd_outbox_ready WHERE " READY
                      " AND id >= ?1 ORDER BY id LIMIT 1",
@@ -1216,26 +1216,16 @@ static jsd_status claim_keyed(jsd_store *s, int max, int64_t lease_ms, const cha
  * the ready index. The floor (jsd_outbox_floor) keeps claims from stepping
  * over them: every ready row below it is covered by a run or lies in a
  * range lease row (live, or expired and not yet taken over). It moves up
- * by floor_walk (after receipts, before claims) and down wherever a row
+ * by floor_raise (after receipts, before claims) and down wherever a row
  * below it becomes claimable again, in the same transaction: a range taken
  * over (to its lo), a row released from a range, a dead letter requeued,
  * a published effect unpublished. Ids never come back below it: the
  * outbox's id is AUTOINCREMENT (schema 8), so a new row lands above every
- * id ever handed out, even after rows were deleted by hand. Retries and durable timers are
- * not ready rows: leased row by row and receipted in the row, they never
- * hold the floor back while others are published past them. */
+ * id ever handed out, even after rows were deleted by hand. Retries and
+ * durable timers are not ready rows: leased row by row and receipted in
+ * the row, they never hold the floor back while others are published past
+ * them. */
 #define FLOOR_STEPS 256 /* the most runs and ranges one walk passes */
-
-static jsd_status floor_get(jsd_store *s, int64_t *f)
-{
-    sqlite3_stmt *st = stmt(s, S_FLOOR_GET);
-    if (!st)
-        return s->err.status;
-    int x = sqlite3_step(st);
-    *f = x == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    done(st);
-    return x == SQLITE_ROW || x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "reading the floor");
-}
 
 static jsd_status floor_lower(jsd_store *s, int64_t id)
 {
@@ -1273,14 +1263,20 @@ typedef struct span {
 
 #define LIVE_MAX 256 /* range leases looked at; more wait for the next claim */
 
-/* The range lease rows, by lo, into ls (at most LIVE_MAX); *more when
- * there were more. */
-static jsd_status leases_read(jsd_store *s, span *ls, size_t *n, bool *more)
+/* The floor (*f), and the range lease rows by lo into ls (at most
+ * LIVE_MAX; *more, when not NULL, tells whether there were more). */
+static jsd_status floor_and_leases(jsd_store *s, int64_t *f, span *ls, size_t *n, bool *more)
 {
-    sqlite3_stmt *st = stmt(s, S_LEASE_LIVE);
+    sqlite3_stmt *st = stmt(s, S_FLOOR_GET);
     if (!st)
         return s->err.status;
-    int x;
+    int x = sqlite3_step(st);
+    *f = x == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    done(st);
+    if (x != SQLITE_ROW && x != SQLITE_DONE)
+        return sq_fail(s, x, "reading the floor");
+    if (!(st = stmt(s, S_LEASE_LIVE)))
+        return s->err.status;
     *n = 0;
     while ((x = sqlite3_step(st)) == SQLITE_ROW && *n < LIVE_MAX) {
         ls[*n].lo = sqlite3_column_int64(st, 0);
@@ -1289,7 +1285,8 @@ static jsd_status leases_read(jsd_store *s, span *ls, size_t *n, bool *more)
             sqlite3_column_type(st, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 2);
         (*n)++;
     }
-    *more = x == SQLITE_ROW;
+    if (more)
+        *more = x == SQLITE_ROW;
     done(st);
     return x == SQLITE_ROW || x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "reading leases");
 }
@@ -1338,33 +1335,21 @@ static jsd_status floor_walk(jsd_store *s, const span *ls, size_t nl, int64_t *f
     return JSD_OK;
 }
 
-/* Raise the floor as far as the runs and ranges allow (a write transaction);
- * *floor gets it. */
-static jsd_status floor_advance(jsd_store *s, int64_t *floor)
+/* Raise the floor *f (read with the ranges ls by floor_and_leases) as far
+ * as the runs and ranges allow, and store it (a write transaction). */
+static jsd_status floor_raise(jsd_store *s, const span *ls, size_t nl, int64_t *f)
 {
-    span ls[LIVE_MAX];
-    size_t nl = 0;
-    bool more = false;
-    int64_t f = 0, next = -1;
-    jsd_status rc = floor_get(s, &f);
-    int64_t was = f;
-    if (rc == JSD_OK)
-        rc = leases_read(s, ls, &nl, &more);
-    if (rc == JSD_OK)
-        rc = floor_walk(s, ls, nl, &f, &next);
-    if (rc == JSD_OK && f != was) {
-        sqlite3_stmt *st = stmt(s, S_FLOOR_SET);
-        if (!st)
-            return s->err.status;
-        sqlite3_bind_int64(st, 1, f);
-        int x = sqlite3_step(st);
-        done(st);
-        if (x != SQLITE_DONE)
-            rc = sq_fail(s, x, "raising the floor");
-    }
-    if (floor)
-        *floor = f;
-    return rc;
+    int64_t was = *f, next = -1;
+    jsd_status rc = floor_walk(s, ls, nl, f, &next);
+    if (rc != JSD_OK || *f == was)
+        return rc;
+    sqlite3_stmt *st = stmt(s, S_FLOOR_SET);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, *f);
+    int x = sqlite3_step(st);
+    done(st);
+    return x == SQLITE_DONE ? JSD_OK : sq_fail(s, x, "raising the floor");
 }
 
 /* Take over the ranges whose lease expired: their unsettled effects are
@@ -1424,18 +1409,18 @@ static int span_cmp(const void *a, const void *b)
 static jsd_status claim_range(jsd_store *s, int max, int64_t lease_ms, const char *token,
                               int64_t now, jsd__effect_batch *out)
 {
-    jsd_status rc = take_over_expired(s, now);
-    int64_t f = 0;
-    if (rc == JSD_OK)
-        rc = floor_advance(s, &f);
-    if (rc != JSD_OK)
-        return rc;
     /* what claims step around: the ranges held, and the runs at and above
      * the floor (below it everything is covered or held) */
     span ex[LIVE_MAX + RUNS_MAX + 1];
     size_t ne = 0;
     bool more = false;
-    if ((rc = leases_read(s, ex, &ne, &more)) != JSD_OK)
+    int64_t f = 0;
+    jsd_status rc = take_over_expired(s, now);
+    if (rc == JSD_OK)
+        rc = floor_and_leases(s, &f, ex, &ne, &more);
+    if (rc == JSD_OK)
+        rc = floor_raise(s, ex, ne, &f);
+    if (rc != JSD_OK)
         return rc;
     int64_t end = more ? ex[ne - 1].hi + 1 : INT64_MAX; /* beyond: not looked at */
     bool covered = false;
@@ -1909,8 +1894,14 @@ static jsd_status sq_receipts_tx(jsd_store *s, const char *token, const jsd__rec
     }
     if (rc == JSD_OK)
         rc = range_settle(s, token, ra);
-    if (rc == JSD_OK && ra > 0)
-        rc = floor_advance(s, NULL);
+    if (rc == JSD_OK && ra > 0) {
+        span ls[LIVE_MAX];
+        size_t nl = 0;
+        int64_t f = 0;
+        rc = floor_and_leases(s, &f, ls, &nl, NULL);
+        if (rc == JSD_OK)
+            rc = floor_raise(s, ls, nl, &f);
+    }
     rc = own_end(s, rc, "recording receipts");
     *applied = rc == JSD_OK ? a : 0;
     return rc;
@@ -2112,11 +2103,8 @@ static jsd_status next_due_ready(jsd_store *s, bool *found, int64_t *next)
 {
     span ls[LIVE_MAX];
     size_t nl = 0;
-    bool more = false;
     int64_t f = 0, id = -1;
-    jsd_status rc = floor_get(s, &f);
-    if (rc == JSD_OK)
-        rc = leases_read(s, ls, &nl, &more);
+    jsd_status rc = floor_and_leases(s, &f, ls, &nl, NULL);
     if (rc == JSD_OK)
         rc = floor_walk(s, ls, nl, &f, &id);
     if (rc != JSD_OK || id < 0)
@@ -2543,11 +2531,8 @@ static jsd_status stats_ready(jsd_store *s, int64_t now, jsd_store_stats *o, int
 {
     span ls[LIVE_MAX];
     size_t nl = 0;
-    bool more = false;
     int64_t from = 0;
-    jsd_status rc = floor_get(s, &from);
-    if (rc == JSD_OK)
-        rc = leases_read(s, ls, &nl, &more);
+    jsd_status rc = floor_and_leases(s, &from, ls, &nl, NULL);
     if (rc != JSD_OK)
         return rc;
     for (size_t i = 0; i < nl; i++)

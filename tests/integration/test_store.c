@@ -2914,6 +2914,28 @@ static void sqlite_turn_file_unusable_is_said_once(void **state)
 
 /* The store's settings on SQLite: WAL, synchronous=FULL, foreign keys, and
  * 8 KiB pages for a database it creates. */
+/* A fresh SQLite store with six unordered effects prefix0..prefix5, all
+ * claimed under token into b at *now (after the inserts), and, when
+ * timer_ms > 0, a durable timer "timer" due that long after them. */
+static jsd_store *sqlite_six_claimed(const char *prefix, const char *token, int64_t timer_ms,
+                                     int64_t *now, jsd__effect_batch *b)
+{
+    char url[512], id[16];
+    jsd_fx_sqlite_url(url, sizeof(url));
+    jsd_store *s = open_url(url);
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof(id), "%s%d", prefix, i);
+        emit_key(s, id, NULL, 0);
+    }
+    if (timer_ms > 0)
+        emit_key(s, "timer", NULL, jsd__now_ms() + timer_ms);
+    *now = jsd__now_ms();
+    jsd__effect_batch_init(b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, token, *now, b));
+    ASSERT_EQ(b->n, 6);
+    return s;
+}
+
 /* SQLite (schema 8): the receipts of a range's first attempts are one row
  * of jsd_outbox_runs and leave their outbox rows alone; the view shows them.
  * The settled floor rises past runs and live ranges, comes down to a row
@@ -2922,21 +2944,10 @@ static void sqlite_turn_file_unusable_is_said_once(void **state)
 static void sqlite_receipts_as_runs_and_the_floor(void **state)
 {
     (void)state;
-    char url[512];
-    jsd_fx_sqlite_url(url, sizeof(url));
-    jsd_store *s = open_url(url);
-    char id[16];
-    for (int i = 0; i < 6; i++) {
-        snprintf(id, sizeof(id), "u%d", i);
-        emit_key(s, id, NULL, 0);
-    }
-    int64_t now = jsd__now_ms();
-    emit_key(s, "timer", NULL, now + 3600 * 1000);
+    int64_t now = 0;
     jsd__effect_batch b;
-    jsd__effect_batch_init(&b);
-    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r1", now, &b));
-    ASSERT_EQ(b.n, 6);
-    int64_t u0 = b.items[0].row_id, u5 = b.items[5].row_id;
+    jsd_store *s = sqlite_six_claimed("u", "r1", 3600 * 1000, &now, &b);
+    int64_t u5 = b.items[5].row_id;
     jsd__receipt r[6];
     for (size_t i = 0; i < 6; i++)
         r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
@@ -3007,7 +3018,6 @@ static void sqlite_receipts_as_runs_and_the_floor(void **state)
     ASSERT_OK(jsd__store_claim(s, 10, 60000, "r3", jsd__now_ms(), &b));
     ASSERT_EQ(b.n, 1);
     ASSERT_STREQ(b.items[0].effect_id, "late");
-    (void)u0;
     jsd__effect_batch_free(&b);
     jsd_store_close(s);
 }
@@ -3018,19 +3028,9 @@ static void sqlite_receipts_as_runs_and_the_floor(void **state)
 static void sqlite_takeover_of_a_range_partly_in_runs(void **state)
 {
     (void)state;
-    char url[512];
-    jsd_fx_sqlite_url(url, sizeof(url));
-    jsd_store *s = open_url(url);
-    char id[16];
-    for (int i = 0; i < 6; i++) {
-        snprintf(id, sizeof(id), "t%d", i);
-        emit_key(s, id, NULL, 0);
-    }
-    int64_t now = jsd__now_ms();
+    int64_t now = 0;
     jsd__effect_batch b;
-    jsd__effect_batch_init(&b);
-    ASSERT_OK(jsd__store_claim(s, 10, 60000, "dead", now, &b));
-    ASSERT_EQ(b.n, 6);
+    jsd_store *s = sqlite_six_claimed("t", "dead", 0, &now, &b);
     jsd__receipt r[3];
     for (size_t i = 0; i < 3; i++)
         r[i] = (jsd__receipt){
