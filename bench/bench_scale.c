@@ -37,8 +37,9 @@
  * the relay writes, by SQL (PostgreSQL: stream, stream_seq, duplicate,
  * published_at in each row by one UPDATE; SQLite: runs of 256 and the
  * settled floor, schema 8), since publishing 5M messages through JetStream
- * would only measure JetStream; on PostgreSQL the table is then vacuumed, as autovacuum would
- * have done while they were published one batch at a time.
+ * would only measure JetStream; on PostgreSQL the table is then vacuumed,
+ * as autovacuum would have done while they were published one batch at a
+ * time.
  * Every relay run checks that the stream holds exactly one message per
  * effect and the store a receipt for each and no backlog; gc checks that it
  * removed every published row; the consumer that the sink table holds one

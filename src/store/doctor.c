@@ -309,12 +309,12 @@ jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, si
     char **list = jsd__calloc(max ? max : 1, sizeof(*list));
     if (!list)
         return jsd__err(err, JSD_ERR_NOMEM, "doctor: out of memory");
-    /* SQLite: publication state through the view (receipts as runs, schema 8) */
-    const char *body = "SELECT DISTINCT subject FROM (SELECT subject FROM %sjsd_outbox%s WHERE "
+    /* publication state through the view (SQLite's receipts as runs, schema 8) */
+    const char *body = "SELECT DISTINCT subject FROM (SELECT subject FROM %sjsd_outbox_state WHERE "
                        "published_at IS NULL AND dead_lettered_at IS NULL ORDER BY id LIMIT %d) "
                        "p LIMIT %zu";
     if (s->backend == JSD_STORE_SQLITE) {
-        jsd__snprintf(q, sizeof(q), body, "", "_state", PENDING_SCAN, max);
+        jsd__snprintf(q, sizeof(q), body, "", PENDING_SCAN, max);
         sqlite3 *db = jsd__sqlite_handle(s);
         sqlite3_stmt *st = NULL;
         if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK) {
@@ -341,7 +341,7 @@ jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, si
         char *ident = PQescapeIdentifier(c, schema, strlen(schema));
         jsd__snprintf(prefix, sizeof(prefix), "%s.", ident ? ident : "\"?\"");
         PQfreemem(ident);
-        jsd__snprintf(q, sizeof(q), body, prefix, "", PENDING_SCAN, max);
+        jsd__snprintf(q, sizeof(q), body, prefix, PENDING_SCAN, max);
         PGresult *r = PQexec(c, q);
         if (PQresultStatus(r) != PGRES_TUPLES_OK) {
             jsd_status st =
