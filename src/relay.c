@@ -119,14 +119,26 @@
  *    stays down past the duplicate window makes that republication a
  *    second copy, as for held receipts in point 10; the inbox applies it
  *    once.) The receipt's own synchronous commit flushes every claim
- *    committed before it. A full batch moves a claim floor above its
- *    largest id, so the next claim does not step over the
- *    index entries published rows leave until vacuum; a claim from the start
- *    runs whenever one comes back short and at least once a second, so an
- *    expired lease or an ended backoff below the floor waits at most that.
- *    Neither session plans a sequential scan (relay_plans in
- *    src/store/postgres.c): a generic plan made while the outbox was small
- *    scanned the whole table for each claim.
+ *    committed before it. Receipts of first attempts (schema 9): a run of
+ *    them whose rows are all ready and still leased under T is one row of
+ *    jsd_outbox_runs, committed with nothing else, and the rows keep lease
+ *    T (a second version of each, with entries in every index, cost the
+ *    receipt most of its time). Points 1-4 hold as they are: the run is
+ *    written after the PubAcks, only for rows whose lease is T when the
+ *    receipt's snapshot is taken, and a takeover that could change that
+ *    (a claim taking expired leases) holds an advisory lock that the
+ *    receipt holds shared, so the two never overlap: the takeover sees
+ *    the run and skips its rows, or the receipt sees the new lease and
+ *    writes nothing (lease_lost). Below the settled floor
+ *    (store/postgres.c, "the settled floor") every first attempt is
+ *    covered by a run and no id can still be filled; whatever makes one
+ *    claimable again (a requeue, an unpublish) lowers the floor in its
+ *    own transaction, so no claimable effect is left below it. A full batch moves a claim floor
+ * above its largest id, so the next claim does not step over the index entries published rows leave
+ * until vacuum; a claim from the start runs whenever one comes back short and at least once a
+ * second, so an expired lease or an ended backoff below the floor waits at most that. Neither
+ * session plans a sequential scan (relay_plans in src/store/postgres.c): a generic plan made while
+ * the outbox was small scanned the whole table for each claim.
  * 9. SQLite (one host, one writer at a time): an unordered claim writes no
  *    lease into its rows. It takes the first run of due rows, in id order,
  *    that lies between the ranges other claims hold, and records one row

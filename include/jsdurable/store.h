@@ -121,7 +121,7 @@ JSD_EXTERN const char *jsd_store_id(const jsd_store *s);
 /* ---- the schema (docs/SQL-CONTRACT.md) --------------------------------------- */
 /* The schema version this library makes: opening a store migrates it to this
  * version. */
-#define JSD_STORE_SCHEMA_VERSION 8
+#define JSD_STORE_SCHEMA_VERSION 9
 /* The version the store had before this handle's open migrated it: 0 when the
  * open created the tables, JSD_STORE_SCHEMA_VERSION when nothing was to do;
  * -1 for NULL. */

@@ -60,6 +60,12 @@ enum {
     P_GC,
     P_STATS,
     P_BACKLOG,
+    P_TRY_TAKEOVER,
+    P_LOCK_TAKEOVER,
+    P_LOCK_RECEIPTS,
+    P_FLOOR_RAISE,
+    P_GAP_HOLDERS,
+    P_GAP_ENDED,
     P__COUNT
 };
 
@@ -70,6 +76,34 @@ enum {
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
 #define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
+/* Unordered first attempts due at insert (schema 9): their receipts are
+ * recorded as runs, which the settled floor passes ("the settled floor",
+ * before pg_floor_raise). c is the table's alias with its dot, or "". */
+#define READY_OF(c)                                                                                \
+    c "order_key IS NULL AND " c "attempts = 0 AND " c "not_before <= " c "created_at AND " c      \
+      "published_at IS NULL AND " c "dead_lettered_at IS NULL"
+/* The other unordered pending rows (retries, durable timers): leased and
+ * receipted in the row, so that they never hold the floor back. */
+#define REST_OF(c)                                                                                 \
+    c "order_key IS NULL AND (" c "attempts > 0 OR " c "not_before > " c "created_at) AND " c      \
+      "published_at IS NULL AND " c "dead_lettered_at IS NULL"
+#define REST_ROWS REST_OF("")
+/* A run of receipts holds an id in lo..hi: runs never overlap, so only the
+ * last one starting at or below hi can. COVERED: outbox id x is covered. */
+#define OVERLAPS(lo, hi)                                                                           \
+    "coalesce((SELECT cv.hi FROM @jsd_outbox_runs cv WHERE cv.lo <= " hi " ORDER BY cv.lo DESC "   \
+    "LIMIT 1), -1) >= " lo
+#define COVERED(x) OVERLAPS(x, x)
+/* A lock of pg_locks that every transaction writing the outbox holds from
+ * before it draws an id (INSERT takes it when the statement is analysed or
+ * its cached plan locked) until it ends. */
+#define OUTBOX_WRITER                                                                              \
+    "locktype = 'relation' AND relation = '@jsd_outbox'::regclass AND mode = 'RowExclusiveLock'"
+/* The advisory lock between takeovers and receipts as runs (pg_claim). */
+#define TAKEOVER_KEY "'@jsd_outbox_runs'::regclass::oid::int8"
+/* Lower the floor to x (a row below it became claimable again); gen tells
+ * a walk that read the floor before to leave it alone. */
+#define FLOOR_LOWER(x) "UPDATE @jsd_outbox_floor SET floor = least(floor, " x "), gen = gen + 1"
 /* The backlog, counted by order key so each half is read through its partial
  * pending index: PENDING alone matches neither index, and the planner then
  * scans the whole table, published rows included. */
@@ -77,9 +111,18 @@ enum {
     "SELECT count(*) AS n, count(*) FILTER (WHERE next_attempt_at <= $1) AS d, "                   \
     "min(not_before) FILTER (WHERE next_attempt_at <= $1) AS m FROM @jsd_outbox "                  \
     "WHERE order_key " key " AND " PENDING
-#define BACKLOG                                                                                    \
-    "SELECT sum(n)::int8 AS n, sum(d)::int8 AS d, min(m) AS m FROM (" BACKLOG_PART(                \
-        "IS NULL") " UNION ALL " BACKLOG_PART("IS NOT NULL") ") u"
+#define BACKLOG_OF(where)                                                                          \
+    "SELECT count(*) AS n, count(*) FILTER (WHERE next_attempt_at <= $1) AS d, "                   \
+    "min(not_before) FILTER (WHERE next_attempt_at <= $1) AS m FROM @jsd_outbox c WHERE " where
+/* Ready rows: from the floor up, less the runs recorded there (below it
+ * every ready row is covered by one). */
+#define FROM_FLOOR(c) c "id >= (SELECT floor FROM @jsd_outbox_floor) AND NOT " COVERED(c "id")
+/* clang-format off */
+#define BACKLOG \
+    "SELECT sum(n)::int8 AS n, sum(d)::int8 AS d, min(m) AS m FROM (" \
+    BACKLOG_OF(READY_OF("c.") " AND " FROM_FLOOR("c.")) " UNION ALL " \
+    BACKLOG_OF(REST_OF("c.")) " UNION ALL " BACKLOG_PART("IS NOT NULL") ") u"
+/* clang-format on */
 
 static const char *const sql_text[P__COUNT] = {
     [P_INSERT1] = "INSERT INTO @jsd_outbox (owner, effect_id, msg_id, subject, headers, payload, "
@@ -96,13 +139,18 @@ static const char *const sql_text[P__COUNT] = {
                       "RETURNING id",
     [P_DELETE_IDS] =
         "DELETE FROM @jsd_outbox WHERE id = ANY($1::int8[]) RETURNING owner, effect_id",
-/* Two data-modifying CTEs, each an UPDATE of rows locked FOR UPDATE
+/* Four data-modifying CTEs, each an UPDATE of rows locked FOR UPDATE
  * SKIP LOCKED: first the due heads (smallest pending id) of order keys,
- * at most half the batch, then unordered due effects in id order for the
- * rest. Each is a plain scan of its own partial index (the single UNION
- * this replaced cost a second pass over the ids and a sort); keys and
- * unordered effects each get at least half of a full batch, so neither
- * starves the other. The claim's writes touch no indexed column: with
+ * at most half the batch (k), then unordered due effects in id order for
+ * the rest: retries and durable timers (v, REST_OF), ready rows whose
+ * lease expired unsettled (t, only in a takeover claim: $6, pg_claim), and
+ * ready rows never leased or released (u), both from the settled floor up
+ * (schema 9). Each is a plain scan of its own partial index (the single
+ * UNION this replaced cost a second pass over the ids and a sort); keys
+ * and unordered effects each get at least half of a full batch, so
+ * neither starves the other. A ready row covered by a run of receipts
+ * keeps the lease it was published under: t skips it (COVERED), u never
+ * sees it (its lease is not NULL). The claim's writes touch no indexed column: with
  * the table's fillfactor (migration 6) they are HOT updates. The rows
  * come back keyed first; the caller sorts them by id. $5 is the claim
  * floor (see pg_claim). The claim's own transaction commits without
@@ -134,27 +182,53 @@ static const char *const sql_text[P__COUNT] = {
     "o.id, o.owner, o.effect_id, o.msg_id, o.subject, "                                            \
     "coalesce(o.headers, convert_to(o.headers_json::text, 'UTF8')), o.payload, o.attempts, "       \
     "o.order_key, o.created_at, o.not_before, o.duplicate, o.first_attempt_at"
+    /* clang-format off */
     [P_CLAIM] = "WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true)), "
+                "fl AS (SELECT floor FROM @jsd_outbox_floor), "
                 "k AS (" CLAIM_SET "c.id = ANY(ARRAY(SELECT min(id) FROM @jsd_outbox "
                 "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key)) " CLAIM_DUE
                 "LIMIT ($4 + 1) / 2 FOR UPDATE OF c SKIP LOCKED)) RETURNING " CLAIM_COLS "), "
-                "u AS (" CLAIM_SET "c.order_key IS NULL AND c.id >= $5 " CLAIM_DUE
-                "LIMIT $4 - (SELECT count(*) FROM k) - (SELECT count(*) - 1 FROM async_commit) "
-                "FOR UPDATE OF c SKIP LOCKED)) "
-                "RETURNING " CLAIM_COLS ") "
-                "SELECT * FROM k UNION ALL SELECT * FROM u",
+                "v AS (" CLAIM_SET REST_OF("c.") " " CLAIM_DUE
+                "LIMIT $4 - (SELECT count(*) FROM k) FOR UPDATE OF c SKIP LOCKED)) "
+                "RETURNING " CLAIM_COLS "), "
+                "t AS (" CLAIM_SET "$6::bool AND current_setting('jsd.takeover', true) = 'true' "
+                "AND " READY_OF("c.") " AND c.id >= (SELECT floor FROM fl) "
+                "AND c.lease_token IS NOT NULL AND NOT " COVERED("c.id") " " CLAIM_DUE
+                "LIMIT $4 - (SELECT count(*) FROM k) - (SELECT count(*) FROM v) "
+                "FOR UPDATE OF c SKIP LOCKED)) RETURNING " CLAIM_COLS "), "
+                "u AS (" CLAIM_SET READY_OF("c.") " AND c.lease_token IS NULL "
+                "AND c.id >= greatest($5, (SELECT floor FROM fl)) " CLAIM_DUE
+                "LIMIT $4 - (SELECT count(*) FROM k) - (SELECT count(*) FROM v) "
+                "- (SELECT count(*) FROM t) - (SELECT count(*) - 1 FROM async_commit) "
+                "FOR UPDATE OF c SKIP LOCKED)) RETURNING " CLAIM_COLS ") "
+                "SELECT * FROM k UNION ALL SELECT * FROM v UNION ALL SELECT * FROM t "
+                "UNION ALL SELECT * FROM u",
+    /* clang-format on */
     /* One element per run of receipts (pg_receipts): rows lo..hi, every one
-     * of them a receipt of the call, stream numbers seq.. in id order. */
-    [P_RECEIPTS] = "UPDATE @jsd_outbox o SET stream = r.stream, "
-                   "stream_seq = r.seq + (o.id - r.lo), "
-                   "duplicate = r.dup, published_at = r.at, lease_token = NULL, "
-                   "lease_expires = NULL "
-                   "FROM unnest($2::int8[], $3::int8[], $4::text[], $5::int8[], $6::bool[], "
-                   "$7::int8[]) AS r(lo, hi, stream, seq, dup, at) "
+     * of them a receipt of the call, stream numbers seq.. in id order. A
+     * run whose rows are all ready and leased under $1, and which overlaps
+     * no run recorded before (a receipt written twice), becomes one row of
+     * jsd_outbox_runs (ok, ins); any other is written into its rows, as
+     * before schema 9 (upd). Returns the receipts applied. */
+    /* clang-format off */
+    [P_RECEIPTS] = "WITH r AS (SELECT * FROM unnest($2::int8[], $3::int8[], $4::text[], "
+                   "$5::int8[], $6::bool[], $7::int8[]) AS r(lo, hi, stream, seq, dup, at)), "
+                   "ok AS (SELECT r.* FROM r WHERE (SELECT count(*) FROM @jsd_outbox o "
+                   "WHERE o.id BETWEEN r.lo AND r.hi AND o.lease_token = $1 AND "
+                   READY_OF("o.") ") = r.hi - r.lo + 1 AND NOT " OVERLAPS("r.lo", "r.hi") "), "
+                   "ins AS (INSERT INTO @jsd_outbox_runs (lo, hi, stream, seq, duplicate, "
+                   "published_at) SELECT lo, hi, stream, seq, dup, at FROM ok "
+                   "RETURNING hi - lo + 1 AS n), "
+                   "upd AS (UPDATE @jsd_outbox o SET stream = r.stream, "
+                   "stream_seq = r.seq + (o.id - r.lo), duplicate = r.dup, published_at = r.at, "
+                   "lease_token = NULL, lease_expires = NULL FROM r "
                    "WHERE o.id BETWEEN r.lo AND r.hi AND o.lease_token = $1 "
-                   "AND o.published_at IS NULL",
+                   "AND o.published_at IS NULL AND r.lo NOT IN (SELECT lo FROM ok) "
+                   "AND NOT " COVERED("o.id") " RETURNING 1) "
+                   "SELECT (SELECT coalesce(sum(n), 0) FROM ins)::int8 + (SELECT count(*) FROM upd)",
+    /* clang-format on */
     [P_FAIL_SEL] = "SELECT id, attempts FROM @jsd_outbox WHERE id = ANY($2::int8[]) "
-                   "AND lease_token = $1 AND " PENDING " FOR UPDATE",
+                   "AND lease_token = $1 AND " PENDING " AND NOT " COVERED("id") " FOR UPDATE",
     [P_FAIL_UPD] = "UPDATE @jsd_outbox o SET attempts = u.attempts, last_error = u.err, "
                    "next_attempt_at = u.next, dead_lettered_at = u.dead_at, "
                    "dead_reason = u.reason, lease_token = NULL, lease_expires = NULL, "
@@ -162,25 +236,36 @@ static const char *const sql_text[P__COUNT] = {
                    "FROM unnest($2::int8[], $3::int4[], $4::text[], $5::int8[], $6::int8[], "
                    "$7::text[], $8::int8[]) AS u(id, attempts, err, next, dead_at, reason, first) "
                    "WHERE o.id = u.id AND o.lease_token = $1",
-    [P_TROUBLE] = "SELECT (SELECT count(*) FROM @jsd_outbox WHERE order_key IS NULL AND " PENDING
+    [P_TROUBLE] = "SELECT (SELECT count(*) FROM @jsd_outbox WHERE " REST_ROWS
                   " AND attempts > 0) + (SELECT count(*) FROM @jsd_outbox WHERE order_key IS NOT "
                   "NULL AND " PENDING " AND attempts > 0), "
                   "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
                   "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL "
                   "AND dead_reason LIKE '%" JSD__FIRST_DUP_REASON "%')",
     [P_RELEASE] = "UPDATE @jsd_outbox SET lease_token = NULL, lease_expires = NULL "
-                  "WHERE id = ANY($2::int8[]) AND lease_token = $1 AND published_at IS NULL",
-    [P_REQUEUE] = "UPDATE @jsd_outbox SET dead_lettered_at = NULL, dead_reason = NULL, "
-                  "attempts = 0, next_attempt_at = $2, lease_token = NULL, lease_expires = NULL "
-                  "WHERE id = ANY($1::int8[]) AND dead_lettered_at IS NOT NULL "
-                  "AND published_at IS NULL",
+                  "WHERE id = ANY($2::int8[]) AND lease_token = $1 AND published_at IS NULL "
+                  "AND NOT " COVERED("id"),
+    /* A requeued first attempt is a ready row again: the floor comes down
+     * to it in the same transaction. */
+    /* clang-format off */
+    [P_REQUEUE] = "WITH q AS (UPDATE @jsd_outbox SET dead_lettered_at = NULL, "
+                  "dead_reason = NULL, attempts = 0, next_attempt_at = $2, lease_token = NULL, "
+                  "lease_expires = NULL WHERE id = ANY($1::int8[]) AND dead_lettered_at IS NOT "
+                  "NULL AND published_at IS NULL RETURNING id), "
+                  "f AS (" FLOOR_LOWER("(SELECT min(id) FROM q)") " WHERE EXISTS (SELECT 1 FROM q)) "
+                  "SELECT count(*) FROM q",
+    /* clang-format on */
     /* Only effects a claim could take: unordered ones and the heads of keys. */
+    /* clang-format off */
     [P_NEXT_DUE] = "SELECT min(t) FROM (SELECT min(GREATEST(next_attempt_at, "
-                   "coalesce(lease_expires, 0))) AS t FROM @jsd_outbox WHERE order_key IS NULL "
-                   "AND " PENDING " UNION ALL SELECT min(GREATEST(c.next_attempt_at, "
+                   "coalesce(lease_expires, 0))) AS t FROM @jsd_outbox c WHERE " REST_OF("c.")
+                   " UNION ALL SELECT min(GREATEST(next_attempt_at, coalesce(lease_expires, 0))) "
+                   "FROM @jsd_outbox c WHERE " READY_OF("c.") " AND " FROM_FLOOR("c.")
+                   " UNION ALL SELECT min(GREATEST(c.next_attempt_at, "
                    "coalesce(c.lease_expires, 0))) FROM (SELECT min(id) AS hid FROM @jsd_outbox "
                    "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key) h "
                    "JOIN @jsd_outbox c ON c.id = h.hid) AS x",
+    /* clang-format on */
     [P_INBOX_GET] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM @jsd_inbox "
                     "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3",
     [P_INBOX_GET_MSG] = "SELECT outcome, detail, msg_id, stream_seq, created_at FROM @jsd_inbox "
@@ -219,20 +304,52 @@ static const char *const sql_text[P__COUNT] = {
                       "LIMIT $2",
     [P_POISON_UNPUB] = "SELECT " POISON_COLS " FROM @jsd_poison WHERE stream = $1 AND "
                        "consumer = $2 AND dlq_seq IS NULL AND id > $3 ORDER BY id LIMIT $4",
-    [P_GC] = "WITH o AS (DELETE FROM @jsd_outbox WHERE id IN (SELECT id FROM @jsd_outbox "
+    /* Runs published before $1 go with their rows, oldest first, at most $2
+     * ids in all (c: each run's last id to go, "cut"); a run cut short keeps
+     * its later rows (lo moves up). Then receipts in rows, up to $2 effects
+     * in all, and $2 inbox rows. */
+    /* clang-format off */
+    [P_GC] = "WITH c AS (SELECT lo, hi, least(hi, lo + $2 - (acc - (hi - lo + 1)) - 1) AS cut "
+             "FROM (SELECT lo, hi, (sum(hi - lo + 1) OVER (ORDER BY published_at, lo))::int8 "
+             "AS acc FROM @jsd_outbox_runs WHERE published_at < $1 ORDER BY published_at, lo "
+             "LIMIT $2) x WHERE acc - (hi - lo + 1) < $2), "
+             "rd AS (DELETE FROM @jsd_outbox d USING c WHERE d.id BETWEEN c.lo AND c.cut "
+             "AND " READY_OF("d.") "), "
+             "rg AS (DELETE FROM @jsd_outbox_runs g USING c WHERE g.lo = c.lo AND c.cut = c.hi), "
+             "rc AS (UPDATE @jsd_outbox_runs g SET seq = g.seq + (c.cut + 1 - g.lo), "
+             "lo = c.cut + 1 FROM c WHERE g.lo = c.lo AND c.cut < c.hi), "
+             "n AS (SELECT coalesce(sum(cut - lo + 1), 0)::int8 AS ids FROM c), "
+             "o AS (DELETE FROM @jsd_outbox WHERE id IN (SELECT id FROM @jsd_outbox "
              "WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at "
-             "LIMIT $2) RETURNING 1), "
+             "LIMIT greatest(0, $2 - (SELECT ids FROM n))) RETURNING 1), "
              "i AS (DELETE FROM @jsd_inbox WHERE (stream, consumer, stream_seq) IN ("
              "SELECT stream, consumer, stream_seq FROM @jsd_inbox WHERE created_at < $1 "
              "ORDER BY created_at LIMIT $2) RETURNING 1) "
-             "SELECT (SELECT count(*) FROM o) + (SELECT count(*) FROM i)",
+             "SELECT (SELECT ids FROM n) + (SELECT count(*) FROM o) + (SELECT count(*) FROM i)",
+    /* clang-format on */
     [P_STATS] = "SELECT b.n, b.d, b.m, "
-                "(SELECT count(*) FROM @jsd_outbox WHERE published_at IS NOT NULL), "
+                "(SELECT count(*) FROM @jsd_outbox WHERE published_at IS NOT NULL) "
+                "+ (SELECT coalesce(sum(hi - lo + 1), 0) FROM @jsd_outbox_runs)::int8, "
                 "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
                 "(SELECT count(*) FROM @jsd_inbox), "
                 "(SELECT count(*) FROM @jsd_poison), "
                 "(SELECT count(*) FROM @jsd_poison WHERE dlq_seq IS NULL) FROM (" BACKLOG ") b",
     [P_BACKLOG] = BACKLOG,
+    /* A takeover claim's lock (pg_claim): tried, or waited for; the claim's
+     * t reads whether it holds it. */
+    [P_TRY_TAKEOVER] = "SELECT set_config('jsd.takeover', pg_try_advisory_xact_lock(" TAKEOVER_KEY
+                       ")::text, true)",
+    [P_LOCK_TAKEOVER] = "SELECT set_config('jsd.takeover', 'true', true), "
+                        "pg_advisory_xact_lock(" TAKEOVER_KEY ")",
+    [P_LOCK_RECEIPTS] = "SELECT pg_advisory_xact_lock_shared(" TAKEOVER_KEY ")",
+    [P_FLOOR_RAISE] = "SELECT gap, bound FROM @jsd_outbox_floor_raise($1::int8, $2::int8)",
+    /* The transactions that write the outbox now (prepared ones too: their
+     * pid is NULL), other than this statement's own: every one that drew
+     * an id below the walk's top and has not ended is among them. */
+    [P_GAP_HOLDERS] = "SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM "
+                      "pg_locks WHERE " OUTBOX_WRITER " AND pid IS DISTINCT FROM pg_backend_pid()",
+    [P_GAP_ENDED] = "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE " OUTBOX_WRITER
+                    " AND virtualtransaction = ANY($1::text[]))",
 };
 
 /* Every migration records itself here. */
@@ -492,8 +609,79 @@ static const char *const migration_8[] = {
     "duplicate, published_at, first_attempt_at FROM @jsd_outbox",
     NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
-                                                migration_5, migration_6, migration_7, migration_8};
+/* 9: receipts of first attempts as runs, and the settled floor ("the
+ * settled floor", before pg_floor_raise); issue 12. A receipt written into
+ * its row made a second, non-HOT version of each effect, with an entry in
+ * every index; a run is one small row per publication run. The ready index
+ * now holds first attempts due at insert only (READY_OF), the others have
+ * their own (jsd_outbox_rest). DROP INDEX takes the outbox's ACCESS
+ * EXCLUSIVE lock, so no writer is between drawing an id and committing it
+ * while the floor starts at the first ready row. */
+/* clang-format off */
+static const char *const migration_9[] = {
+    "DROP INDEX @jsd_outbox_ready",
+    "CREATE INDEX jsd_outbox_ready ON @jsd_outbox (id) WHERE " READY_OF(""),
+    "CREATE INDEX jsd_outbox_rest ON @jsd_outbox (id) WHERE " REST_OF(""),
+    "CREATE TABLE @jsd_outbox_runs ("
+    " lo BIGINT PRIMARY KEY,"
+    " hi BIGINT NOT NULL CHECK (hi >= lo),"
+    " stream TEXT NOT NULL,"
+    " seq BIGINT NOT NULL,"
+    " duplicate BOOLEAN NOT NULL,"
+    " published_at BIGINT NOT NULL)",
+    "CREATE INDEX jsd_outbox_runs_published ON @jsd_outbox_runs (published_at)",
+    "CREATE TABLE @jsd_outbox_floor ("
+    " one INTEGER PRIMARY KEY CHECK (one = 1),"
+    " floor BIGINT NOT NULL,"
+    " gen BIGINT NOT NULL)",
+    "INSERT INTO @jsd_outbox_floor (one, floor, gen) SELECT 1, coalesce(min(id) FILTER (WHERE "
+    READY_OF("") "), max(id) + 1, 1), 0 FROM @jsd_outbox",
+    "CREATE OR REPLACE VIEW @jsd_outbox_state AS SELECT o.id, o.owner, o.effect_id, o.msg_id, "
+    "o.subject, o.headers, o.headers_json, o.payload, o.order_key, o.created_at, o.not_before, "
+    "o.next_attempt_at, CASE WHEN r.lo IS NULL THEN o.lease_token END AS lease_token, "
+    "CASE WHEN r.lo IS NULL THEN o.lease_expires END AS lease_expires, o.attempts, "
+    "o.last_error, o.dead_lettered_at, o.dead_reason, "
+    "CASE WHEN r.lo IS NULL THEN o.stream ELSE r.stream END AS stream, "
+    "CASE WHEN r.lo IS NULL THEN o.stream_seq ELSE r.seq + (o.id - r.lo) END AS stream_seq, "
+    "CASE WHEN r.lo IS NULL THEN o.duplicate ELSE r.duplicate END AS duplicate, "
+    "CASE WHEN r.lo IS NULL THEN o.published_at ELSE r.published_at END AS published_at, "
+    "o.first_attempt_at FROM @jsd_outbox o LEFT JOIN LATERAL (SELECT x.* FROM (SELECT * FROM "
+    "@jsd_outbox_runs y WHERE y.lo <= o.id ORDER BY y.lo DESC LIMIT 1) x WHERE x.hi >= o.id) r "
+    "ON true",
+    /* One walk of the floor (pg_floor_raise): from the floor up, over runs
+     * and rows that are not ready, to the first ready row no run covers,
+     * the top (the largest id + 1) or the first id missing (drawn by a
+     * transaction still open, or by one that rolled back): that one is
+     * passed only inside skip_lo..skip_hi - 1, which the caller gives once
+     * every transaction that was open at the walk that found it has
+     * ended; until then it is answered as the gap, with the top as bound.
+     * The floor is written only if nobody lowered it meanwhile (gen). */
+    "CREATE OR REPLACE FUNCTION @jsd_outbox_floor_raise(skip_lo int8, skip_hi int8, "
+    "OUT gap int8, OUT bound int8) LANGUAGE plpgsql AS $$ "
+    "DECLARE f int8; g int8; x int8; top int8; h int8; rdy bool; steps int := 0; BEGIN "
+    "PERFORM set_config('synchronous_commit', 'off', true); "
+    "SELECT fl.floor, fl.gen INTO f, g FROM @jsd_outbox_floor fl; "
+    "SELECT coalesce(max(o.id), 0) + 1 INTO top FROM @jsd_outbox o; "
+    "x := f; "
+    "WHILE x < top AND steps < 100000 LOOP "
+    "steps := steps + 1; "
+    "SELECT cv.hi INTO h FROM @jsd_outbox_runs cv WHERE cv.lo <= x ORDER BY cv.lo DESC LIMIT 1; "
+    "IF h >= x THEN x := h + 1; CONTINUE; END IF; "
+    "SELECT (" READY_OF("o.") ") INTO rdy FROM @jsd_outbox o WHERE o.id = x; "
+    "IF FOUND THEN EXIT WHEN rdy; x := x + 1; CONTINUE; END IF; "
+    "IF x >= skip_lo AND x < skip_hi THEN "
+    "x := least(skip_hi, (SELECT min(o.id) FROM @jsd_outbox o WHERE o.id > x), "
+    "(SELECT min(cv.lo) FROM @jsd_outbox_runs cv WHERE cv.lo > x)); CONTINUE; END IF; "
+    "gap := x; bound := top; EXIT; "
+    "END LOOP; "
+    "IF x > f THEN UPDATE @jsd_outbox_floor SET floor = x WHERE gen = g AND floor = f; END IF; "
+    "END $$",
+    NULL};
+/* clang-format on */
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
+                                                migration_4, migration_5, migration_6,
+                                                migration_7, migration_8, migration_9};
 
 const char *const *jsd__pg_migration(int v)
 {
@@ -515,11 +703,15 @@ typedef struct pg {
     char prefix[72]; /* "schema". */
     bool prepared[P__COUNT];
     bool listening;
-    bool begin_pending;     /* jsd_tx_begin ran; BEGIN goes with the next statement */
-    bool plans_set;         /* relay_plans ran on this session */
-    int64_t claim_floor;    /* see pg_claim */
-    int64_t floor_since_ms; /* monotonic: when the floor left 0 */
-    char *password;         /* to scrub from libpq's messages; wiped */
+    bool begin_pending;      /* jsd_tx_begin ran; BEGIN goes with the next statement */
+    bool plans_set;          /* relay_plans ran on this session */
+    int64_t claim_floor;     /* see pg_claim */
+    int64_t floor_since_ms;  /* monotonic: when the floor left 0 */
+    int64_t takeover_due_ms; /* monotonic: a claim waits for the takeover lock from then */
+    int64_t gap, gap_bound;  /* the id missing where the floor stopped, and the top then */
+    char *gap_holders;       /* the transactions open then: text[], binary */
+    int gap_holders_len;
+    char *password; /* to scrub from libpq's messages; wiped */
 } pg;
 
 #define PG(s) ((pg *)(s)->be)
@@ -738,28 +930,35 @@ static PGresult *begin_and_exec(jsd_store *s, const char *name, int n, const cha
 
 /* Execute prepared statement id; NULL on failure (error recorded). want is
  * PGRES_TUPLES_OK or PGRES_COMMAND_OK. */
+/* Prepare statement id on this session once; its name into name[16]. */
+static bool prepare(jsd_store *s, int id, char *name, const char *what)
+{
+    pg *p = PG(s);
+    jsd__snprintf(name, 16, "jsd_%d", id);
+    if (p->prepared[id])
+        return true;
+    char *sql = with_schema(s, sql_text[id]);
+    if (!sql) {
+        jsd__store_err(s, JSD_ERR_NOMEM, "out of memory preparing a statement");
+        return false;
+    }
+    PGresult *r = PQprepare(p->conn, name, sql, 0, NULL);
+    jsd__free(sql);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok)
+        pg_fail(s, r, what);
+    PQclear(r);
+    p->prepared[id] = ok;
+    return ok;
+}
+
 static PGresult *pexec(jsd_store *s, int id, int n, const char *const *vals, const int *lens,
                        const int *fmts, ExecStatusType want, const char *what)
 {
     pg *p = PG(s);
     char name[16];
-    jsd__snprintf(name, sizeof(name), "jsd_%d", id);
-    if (!p->prepared[id]) {
-        char *sql = with_schema(s, sql_text[id]);
-        if (!sql) {
-            jsd__store_err(s, JSD_ERR_NOMEM, "out of memory preparing a statement");
-            return NULL;
-        }
-        PGresult *r = PQprepare(p->conn, name, sql, 0, NULL);
-        jsd__free(sql);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-            pg_fail(s, r, what);
-            PQclear(r);
-            return NULL;
-        }
-        PQclear(r);
-        p->prepared[id] = true;
-    }
+    if (!prepare(s, id, name, what))
+        return NULL;
     PGresult *r = p->begin_pending ? begin_and_exec(s, name, n, vals, lens, fmts)
                                    : PQexecPrepared(p->conn, name, n, vals, lens, fmts, 1);
     if (PQresultStatus(r) != want) {
@@ -768,6 +967,74 @@ static PGresult *pexec(jsd_store *s, int id, int n, const char *const *vals, con
         return NULL;
     }
     return r;
+}
+
+/* Statement id in a transaction of its own behind lock statement lock_id:
+ * BEGIN, the lock, the statement, COMMIT, in one pipeline (one round trip).
+ * The statement's snapshot is taken after the lock is granted. Never inside
+ * an application's transaction (the relay's sessions have none). Returns
+ * the statement's result as pexec does; a failed commit fails it. */
+static PGresult *locked_exec(jsd_store *s, int lock_id, bool *locked, int id, int n,
+                             const char *const *vals, const int *lens, const int *fmts,
+                             ExecStatusType want, const char *what)
+{
+    PGconn *c = PG(s)->conn;
+    char lock[16], name[16];
+    if (!prepare(s, lock_id, lock, what) || !prepare(s, id, name, what))
+        return NULL;
+    if (!PQenterPipelineMode(c)) {
+        pg_fail(s, NULL, what);
+        return NULL;
+    }
+    PGresult *res[4] = {NULL};
+    bool sent = PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
+                PQsendQueryPrepared(c, lock, 0, NULL, NULL, NULL, 1) &&
+                PQsendQueryPrepared(c, name, n, vals, lens, fmts, 1) &&
+                PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) && PQpipelineSync(c);
+    bool synced = false;
+    if (sent) {
+        for (int i = 0; i < 4; i++)
+            res[i] = next_query_result(c);
+        PGresult *r;
+        while (PQstatus(c) != CONNECTION_BAD && (r = PQgetResult(c)) != NULL) {
+            synced = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+            PQclear(r);
+            if (synced)
+                break;
+        }
+    }
+    if (!PQexitPipelineMode(c) || !synced) {
+        /* the pipeline's end was not reached: what ran is not known, and
+         * the session is reset so that no half transaction stays open */
+        for (int i = 0; i < 4; i++)
+            PQclear(res[i]);
+        pg_fail(s, NULL, what);
+        if (PQstatus(c) != CONNECTION_BAD)
+            PQreset(c);
+        memset(PG(s)->prepared, 0, sizeof(PG(s)->prepared));
+        PG(s)->listening = false;
+        PG(s)->plans_set = false;
+        if (PQstatus(c) == CONNECTION_OK)
+            session_setup(s);
+        return NULL;
+    }
+    /* the first failure is the one to report; the rest were aborted */
+    int bad = -1;
+    ExecStatusType ok[4] = {PGRES_COMMAND_OK, PGRES_TUPLES_OK, want, PGRES_COMMAND_OK};
+    for (int i = 0; i < 4 && bad < 0; i++)
+        if (PQresultStatus(res[i]) != ok[i])
+            bad = i;
+    if (locked) /* the lock statement's text answer: "true" when it holds the lock */
+        *locked = bad < 0 && PQntuples(res[1]) == 1 && PQgetvalue(res[1], 0, 0)[0] == 't';
+    if (bad >= 0) {
+        pg_fail(s, res[bad], what);
+        if (PQtransactionStatus(c) != PQTRANS_IDLE) /* the failed transaction is still open */
+            PQclear(PQexec(c, "ROLLBACK"));
+    }
+    for (int i = 0; i < 4; i++)
+        if (i != 2 || bad >= 0)
+            PQclear(res[i]);
+    return bad >= 0 ? NULL : res[2];
 }
 
 /* A transaction's BEGIN still owed by jsd_tx_begin, sent on its own: for
@@ -978,6 +1245,7 @@ static void pg_close(jsd_store *s)
     if (!p)
         return;
     PQfinish(p->conn);
+    jsd__free(p->gap_holders);
     jsd__free_secret(p->password);
     jsd__free(p);
     s->be = NULL;
@@ -1194,6 +1462,8 @@ static jsd_status relay_plans(jsd_store *s)
     return rc;
 }
 
+#define TAKEOVER_WAIT_MS 2000
+
 static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *token, int64_t now,
                            jsd__effect_batch *out)
 {
@@ -1216,13 +1486,30 @@ static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *
     int64_t mono = jsd__mono_ms();
     if (pp->claim_floor > 0 && mono - pp->floor_since_ms >= 1000)
         pp->claim_floor = 0;
+    /* A takeover claim (t in P_CLAIM) also takes ready rows whose lease
+     * expired unsettled. It holds the advisory lock TAKEOVER_KEY, which
+     * receipts written as runs hold shared, taken before the claim's
+     * snapshot: that snapshot sees every run committed before, and no run
+     * commits until the claim has, so it never takes a row a run covers.
+     * Every claim from the start is one. It tries the lock and, when a
+     * receipt holds it, claims without t rather than wait (the commit ->
+     * PubAck path); after TAKEOVER_WAIT_MS without it, it waits. */
+    bool takeover = pp->claim_floor == 0, locked = false;
+    if (pp->takeover_due_ms == 0)
+        pp->takeover_due_ms = mono + TAKEOVER_WAIT_MS;
+    int lock_id = mono >= pp->takeover_due_ms ? P_LOCK_TAKEOVER : P_TRY_TAKEOVER;
     params p = {.n = 0};
     p_text(&p, token);
     p_i64(&p, now + lease_ms);
     p_i64(&p, now);
     p_i64(&p, max);
     p_i64(&p, pp->claim_floor);
-    PGresult *r = pexec(s, P_CLAIM, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "claim");
+    p_text(&p, takeover ? "true" : "false");
+    PGresult *r = takeover ? locked_exec(s, lock_id, &locked, P_CLAIM, p.n, p.v, p.len, p.fmt,
+                                         PGRES_TUPLES_OK, "claim")
+                           : pexec(s, P_CLAIM, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "claim");
+    if (locked)
+        pp->takeover_due_ms = mono + TAKEOVER_WAIT_MS;
     if (!r)
         return s->err.status;
     int n = PQntuples(r);
@@ -1264,6 +1551,8 @@ static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *
     }
     return rc;
 }
+
+static void floor_raise(jsd_store *s);
 
 static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receipt *rc_in, size_t n,
                               size_t *applied, bool sync)
@@ -1315,17 +1604,114 @@ static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receip
         p_arr(&p, &a[i]);
     }
     if (rc == JSD_OK) {
-        PGresult *r =
-            pexec(s, P_RECEIPTS, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "recording receipts");
+        /* in a transaction of its own, under the takeover lock shared
+         * (pg_claim); committed synchronously (relay.c DESIGN 8) */
+        PGresult *r = locked_exec(s, P_LOCK_RECEIPTS, NULL, P_RECEIPTS, p.n, p.v, p.len, p.fmt,
+                                  PGRES_TUPLES_OK, "recording receipts");
         if (r) {
-            *applied = (size_t)strtoul(PQcmdTuples(r), NULL, 10);
+            *applied = (size_t)get_i64(r, 0, 0);
             PQclear(r);
         } else {
             rc = s->err.status;
         }
     }
     arr_free(a, 6);
+    if (rc == JSD_OK)
+        floor_raise(s);
     return rc;
+}
+
+/* DESIGN (the settled floor, schema 9). The receipts of first attempts
+ * (ready rows, READY_OF) leased by one relay in a row of ids are recorded
+ * as runs (jsd_outbox_runs: ids lo..hi with stream seqs seq.. in step),
+ * not in their rows, which stay in the ready index with the lease they
+ * were published under. The floor (jsd_outbox_floor) keeps claims from
+ * stepping over them: every ready row below it is covered by a run, and
+ * every id below it that has no row will never have one. It moves up by
+ * the walk jsd_outbox_floor_raise (migration_9) after each receipt
+ * transaction, and comes down (FLOOR_LOWER, gen + 1) wherever a
+ * row below it becomes claimable again, in the same transaction: a dead
+ * letter requeued, a published effect unpublished. Retries and durable
+ * timers are not ready rows: leased and receipted in the row, they never
+ * hold the floor back.
+ *
+ * Unlike SQLite, PostgreSQL hands out ids to transactions that commit in
+ * any order: an id missing at the walk may belong to a transaction still
+ * open, whose row would land below the floor, never to be claimed. So the
+ * walk stops at a missing id (the gap) and answers it with the top it saw
+ * (the largest id + 1). Every id below the top was drawn before the walk
+ * (the identity's sequence hands them out in order: CACHE 1, the default;
+ * docs/SQL-CONTRACT.md), by a transaction that held the outbox's ROW
+ * EXCLUSIVE lock by then and holds it until it ends (OUTBOX_WRITER).
+ * floor_raise notes those transactions (pg_locks: their virtual ids, which
+ * are never reused while the server runs) and, once none of them holds the
+ * lock any more, lets the walk pass the ids missing below that top: they
+ * will never be filled. A long transaction elsewhere (a report) does not
+ * hold the floor; one that wrote the outbox does, while it is open. */
+static bool gap_ended(jsd_store *s)
+{
+    pg *p = PG(s);
+    params q = {.n = 0};
+    p_bin(&q, p->gap_holders, (size_t)p->gap_holders_len);
+    PGresult *r =
+        pexec(s, P_GAP_ENDED, q.n, q.v, q.len, q.fmt, PGRES_TUPLES_OK, "raising the outbox floor");
+    bool ended = r && PQntuples(r) == 1 && get_i64(r, 0, 0) != 0;
+    PQclear(r);
+    return ended;
+}
+
+static void gap_note(jsd_store *s, int64_t gap, int64_t bound)
+{
+    pg *p = PG(s);
+    PGresult *r =
+        pexec(s, P_GAP_HOLDERS, 0, NULL, NULL, NULL, PGRES_TUPLES_OK, "raising the outbox floor");
+    jsd__free(p->gap_holders);
+    p->gap_holders = NULL;
+    p->gap = 0;
+    if (r && PQntuples(r) == 1) {
+        size_t n;
+        const char *v = get_str(r, 0, 0, &n);
+        if (v && (p->gap_holders = jsd__malloc(n ? n : 1)) != NULL) {
+            memcpy(p->gap_holders, v, n);
+            p->gap_holders_len = (int)n;
+            p->gap = gap;
+            p->gap_bound = bound;
+        }
+    }
+    PQclear(r);
+}
+
+/* One walk of the floor; its failure fails nothing (the receipts are
+ * committed, and a floor left low costs claims time, never an effect). */
+static void floor_raise(jsd_store *s)
+{
+    pg *p = PG(s);
+    jsd_error keep = s->err;
+    bool pass = p->gap > 0 && gap_ended(s);
+    params q = {.n = 0};
+    if (pass) {
+        p_i64(&q, p->gap);
+        p_i64(&q, p->gap_bound);
+    } else {
+        p_text(&q, NULL);
+        p_text(&q, NULL);
+    }
+    PGresult *r = pexec(s, P_FLOOR_RAISE, q.n, q.v, q.len, q.fmt, PGRES_TUPLES_OK,
+                        "raising the outbox floor");
+    if (r && PQntuples(r) == 1) {
+        int64_t gap = PQgetisnull(r, 0, 0) ? 0 : get_i64(r, 0, 0);
+        if (gap == 0) {
+            jsd__free(p->gap_holders);
+            p->gap_holders = NULL;
+            p->gap = 0;
+        } else if (pass || gap != p->gap) {
+            gap_note(s, gap, get_i64(r, 0, 1));
+        }
+    } else {
+        JSD_DEBUG("store", "%s", jsd_store_errmsg(s));
+    }
+    PQclear(r);
+    s->err = keep;
 }
 
 static jsd_status ids_array(jsd_store *s, arr *a, const int64_t *ids, size_t n)
@@ -1459,10 +1845,10 @@ static jsd_status pg_requeue(jsd_store *s, const int64_t *ids, size_t n, int64_t
         params p = {.n = 0};
         p_arr(&p, &a);
         p_i64(&p, now);
-        PGresult *r = pexec(s, P_REQUEUE, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK,
-                            "requeueing dead letters");
+        PGresult *r =
+            pexec(s, P_REQUEUE, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "requeueing dead letters");
         if (r)
-            *requeued = (size_t)strtoul(PQcmdTuples(r), NULL, 10);
+            *requeued = (size_t)get_i64(r, 0, 0);
         else
             rc = s->err.status;
         PQclear(r);
@@ -1905,7 +2291,8 @@ static jsd_status pg_tool_list(jsd_store *s, const jsd_outbox_query *q, int64_t 
 {
     char sql[1024];
     jsd__snprintf(sql, sizeof(sql),
-                  "SELECT " TOOL_COLS " FROM @jsd_outbox WHERE id > $1::int8 AND ($2::text IS NULL "
+                  "SELECT " TOOL_COLS
+                  " FROM @jsd_outbox_state WHERE id > $1::int8 AND ($2::text IS NULL "
                   "OR subject = $2::text) AND %s ORDER BY id LIMIT $3::int8",
                   tool_list_sql[q->state]);
     params p = {.n = 0};
@@ -1930,7 +2317,7 @@ static jsd_status pg_tool_get(jsd_store *s, const char *owner, const char *effec
     p_text(&p, owner);
     p_text(&p, effect_id);
     PGresult *r = tool_exec(s,
-                            "SELECT " TOOL_COLS " FROM @jsd_outbox WHERE owner = $1::text "
+                            "SELECT " TOOL_COLS " FROM @jsd_outbox_state WHERE owner = $1::text "
                             "AND effect_id = $2::text",
                             &p, PGRES_TUPLES_OK, "reading an outbox effect");
     if (!r)
@@ -1963,6 +2350,8 @@ static jsd_status pg_tool_reasons(jsd_store *s, jsd_outbox_reason *out, size_t c
     return JSD_OK;
 }
 
+#define FLOOR_LOWER_ID FLOOR_LOWER("$1::int8")
+
 static jsd_status pg_tool_unpublish(jsd_store *s, const jsd__unpublish *u, size_t n, int64_t now,
                                     size_t *done)
 {
@@ -1976,19 +2365,36 @@ static jsd_status pg_tool_unpublish(jsd_store *s, const jsd__unpublish *u, size_
         p_i64(&p, (int64_t)u[i].seq);
         p_text(&p, u[i].why);
         p_i64(&p, now);
+        /* a receipt in a run: the run gives up the id (what lies below it
+         * keeps the run's row, what lies above gets one of its own); one in
+         * the row: the row's receipt is cleared. Either way the effect is a
+         * first attempt again, so the floor comes down to it. */
         PGresult *r = tool_exec(
             s,
-            "UPDATE @jsd_outbox SET stream = NULL, stream_seq = NULL, published_at = NULL, "
+            "WITH r AS (SELECT lo, hi, stream, seq, duplicate, published_at FROM "
+            "@jsd_outbox_runs WHERE lo = (SELECT max(lo) FROM @jsd_outbox_runs WHERE lo <= "
+            "$1::int8) AND hi >= $1::int8 AND stream = $2::text AND seq + ($1::int8 - lo) = "
+            "$3::int8 FOR UPDATE), "
+            "below AS (UPDATE @jsd_outbox_runs x SET hi = $1::int8 - 1 FROM r WHERE x.lo = r.lo "
+            "AND r.lo < $1::int8), "
+            "gone AS (DELETE FROM @jsd_outbox_runs x USING r WHERE x.lo = r.lo "
+            "AND r.lo = $1::int8), "
+            "above AS (INSERT INTO @jsd_outbox_runs (lo, hi, stream, seq, duplicate, "
+            "published_at) SELECT $1::int8 + 1, hi, stream, seq + ($1::int8 + 1 - lo), duplicate, "
+            "published_at FROM r WHERE hi > $1::int8), "
+            "u AS (UPDATE @jsd_outbox SET stream = NULL, stream_seq = NULL, published_at = NULL, "
             "duplicate = true, attempts = 0, last_error = $4::text, next_attempt_at = $5::int8, "
             "lease_token = NULL, lease_expires = NULL, dead_lettered_at = NULL, "
-            "dead_reason = NULL WHERE id = $1::int8 AND stream = $2::text "
-            "AND stream_seq = $3::int8 AND published_at IS NOT NULL",
-            &p, PGRES_COMMAND_OK, "republishing a lost effect");
+            "dead_reason = NULL WHERE id = $1::int8 AND ((stream = $2::text "
+            "AND stream_seq = $3::int8 AND published_at IS NOT NULL) OR EXISTS (SELECT 1 FROM r)) "
+            "RETURNING id), "
+            "f AS (" FLOOR_LOWER_ID " WHERE EXISTS (SELECT 1 FROM u)) SELECT count(*) FROM u",
+            &p, PGRES_TUPLES_OK, "republishing a lost effect");
         if (!r) {
             rc = s->err.status;
             break;
         }
-        *done += (size_t)strtoul(PQcmdTuples(r), NULL, 10);
+        *done += (size_t)get_i64(r, 0, 0);
         PQclear(r);
     }
     if (rc == JSD_OK)

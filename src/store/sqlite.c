@@ -582,8 +582,13 @@ static const char *const migration_8[] = {
     "jsd_outbox_runs x WHERE x.lo <= o.id) AND r.hi >= o.id",
     NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
-                                                migration_5, migration_6, migration_7, migration_8};
+/* 9: PostgreSQL's receipts as runs (postgres.c's migration_9); SQLite has
+ * had them since 8. */
+static const char *const migration_9[] = {NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
+                                                migration_4, migration_5, migration_6,
+                                                migration_7, migration_8, migration_9};
 
 const char *const *jsd__sqlite_migration(int v)
 {

@@ -1594,12 +1594,15 @@ static void migration_keeps_stored_msg_ids(void **state)
     app_sql(s, sql);
     app_sql(s, "DROP TABLE jsd_meta");
     app_sql(s, "DELETE FROM jsd_schema_version WHERE version >= 2");
-    if (BE(state) == BE_SQLITE) {
-        app_sql(s, "DROP TABLE jsd_outbox_lease");
-        app_sql(s, "DROP TABLE jsd_outbox_runs");
-        app_sql(s, "DROP TABLE jsd_outbox_floor");
-    }
     app_sql(s, "DROP VIEW jsd_outbox_state");
+    if (BE(state) == BE_SQLITE)
+        app_sql(s, "DROP TABLE jsd_outbox_lease");
+    else {
+        app_sql(s, "DROP FUNCTION jsd_outbox_floor_raise");
+        app_sql(s, "DROP INDEX jsd_outbox_rest");
+    }
+    app_sql(s, "DROP TABLE jsd_outbox_runs");
+    app_sql(s, "DROP TABLE jsd_outbox_floor");
     app_sql(s, "ALTER TABLE jsd_outbox DROP COLUMN first_attempt_at");
     app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN traceparent");
     app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN tracestate");
@@ -2533,6 +2536,215 @@ static void pg_claim_floor_keeps_expired_leases_reachable(void **state)
     jsd_store_close(s);
 }
 
+/* Receipts (stream seqs 40..) for the six of b into r, the first three
+ * recorded: on either store they are one run, no outbox row holds them, and
+ * the view shows them (b's ids start at the outbox's first). */
+static void first_three_as_a_run(jsd_store *s, const jsd__effect_batch *b, jsd__receipt r[6],
+                                 int64_t now)
+{
+    for (size_t i = 0; i < 6; i++)
+        r[i] = (jsd__receipt){.row_id = b->items[i].row_id,
+                              .stream = "ORDERS",
+                              .seq = 40 + i,
+                              .published_at_ms = now - 1000};
+    size_t applied = 0;
+    ASSERT_OK_E(jsd__store_record_receipts(s, "r1", r, 3, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 3);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_runs"), 1);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL"), 0);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE stream = 'ORDERS' AND "
+                       "stream_seq = 40 + id - (SELECT min(id) FROM jsd_outbox) AND "
+                       "published_at IS NOT NULL AND lease_token IS NULL"),
+              3);
+}
+
+/* An id of effect_id in s's outbox. */
+static int64_t id_of(jsd_store *s, const char *effect_id)
+{
+    char sql[160];
+    snprintf(sql, sizeof(sql), "SELECT id FROM jsd_outbox WHERE effect_id = '%s'", effect_id);
+    return q_i64(s, sql);
+}
+
+/* Claim everything due through s under token; receipts for all of it. */
+static size_t claim_and_receipt(jsd_store *s, const char *token, uint64_t seq)
+{
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    ASSERT_OK_E(jsd__store_claim(s, 100, 60000, token, jsd__now_ms(), &b), jsd_store_errmsg(s));
+    jsd__receipt r[100];
+    for (size_t i = 0; i < b.n; i++)
+        r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
+                              .stream = "ORDERS",
+                              .seq = seq + i,
+                              .published_at_ms = jsd__now_ms()};
+    size_t applied = 0, n = b.n;
+    if (n)
+        ASSERT_OK_E(jsd__store_record_receipts(s, token, r, n, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, n);
+    jsd__effect_batch_free(&b);
+    return n;
+}
+
+/* PostgreSQL (schema 9): the receipts of a relay's first attempts are one
+ * row of jsd_outbox_runs and leave their outbox rows alone; the view and
+ * the counts show them. The settled floor rises past runs and rows that are
+ * not ready (a timer), stops at a ready row in flight and at an id whose
+ * transaction is still open (its row, committed late, is claimed), passes
+ * an id rolled back once the transactions open when it was seen have ended,
+ * and comes down to a requeued or unpublished effect. Retention takes runs
+ * with their rows. */
+static void pg_receipts_as_runs_and_the_floor(void **state)
+{
+    (void)state;
+    char url[512], v[64], id[16];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    jsd_store *s = open_url(url);
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof(id), "e%d", i);
+        jsd_effect ef = {.owner = "o", .id = id, .subject = "orders.x"};
+        ASSERT_OK(jsd_tx_emit(tx, &ef));
+    }
+    jsd_effect timer = {.owner = "o",
+                        .id = "timer",
+                        .subject = "orders.x",
+                        .not_before_ms = jsd__now_ms() + 3600000};
+    ASSERT_OK(jsd_tx_emit(tx, &timer));
+    ASSERT_OK(jsd_tx_commit(tx));
+    int64_t e0 = id_of(s, "e0"), e3 = id_of(s, "e3"), tm = id_of(s, "timer");
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    int64_t now = jsd__now_ms();
+    ASSERT_OK_E(jsd__store_claim(s, 10, 60000, "r1", now, &b), jsd_store_errmsg(s));
+    ASSERT_EQ(b.n, 6);
+    jsd__receipt r[6];
+    size_t applied = 0;
+    first_three_as_a_run(s, &b, r, now);
+    ASSERT_EQ(b.items[0].row_id, e0);
+    char sql[300];
+    /* past the run, to the first ready row in flight */
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), e3);
+    /* the same receipts again take nothing, nor does a release of them */
+    ASSERT_OK(jsd__store_record_receipts(s, "r1", r, 3, &applied));
+    ASSERT_EQ(applied, 0);
+    size_t released = 9;
+    ASSERT_OK(jsd__store_release(s, "r1", &r[0].row_id, 1, &released));
+    ASSERT_EQ(released, 0);
+    /* a takeover long after the lease leaves the published rows alone */
+    jsd__effect_batch b2;
+    jsd__effect_batch_init(&b2);
+    ASSERT_OK_E(jsd__store_claim(s, 10, 60000, "late", now + 120000, &b2), jsd_store_errmsg(s));
+    ASSERT_EQ(b2.n, 3);
+    ASSERT_EQ(b2.items[0].row_id, e3);
+    ASSERT_TRUE(b2.items[0].maybe_published);
+    for (size_t i = 0; i < 3; i++)
+        r[3 + i].seq = 50 + i;
+    ASSERT_OK(jsd__store_record_receipts(s, "r1", &r[3], 3, &applied));
+    ASSERT_EQ(applied, 0); /* the old holder's are refused */
+    ASSERT_OK_E(jsd__store_record_receipts(s, "late", &r[3], 3, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 3);
+    jsd__effect_batch_free(&b2);
+    /* past both runs and the timer, to the top */
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), tm + 1);
+    jsd_store_stats st = stats(s);
+    ASSERT_EQ(st.published, 6);
+    ASSERT_EQ(st.backlog, 1); /* the timer */
+    snprintf(sql, sizeof(sql), "SELECT stream_seq FROM jsd_outbox_state WHERE id = %lld",
+             (long long)e3);
+    ASSERT_EQ(q_i64(s, sql), 50);
+
+    /* An id drawn by a transaction still open holds the floor; its row,
+     * committed after a later one was published, is claimed. */
+    PGconn *w = PQconnectdb(url);
+    assert_int_equal(PQstatus(w), CONNECTION_OK);
+    pg_text(w, "BEGIN; SELECT jsd_emit('o', 'slow', 'orders.x', 'p'::bytea)", v, sizeof(v));
+    emit1(s, "o", "quick", "orders.x");
+    int64_t quick = id_of(s, "quick");
+    ASSERT_EQ(claim_and_receipt(s, "r2", 100), 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), quick - 1);
+    emit1(s, "o", "quick2", "orders.x"); /* a second walk while it is open */
+    ASSERT_EQ(claim_and_receipt(s, "r2", 150), 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), quick - 1);
+    PQclear(PQexec(w, "COMMIT"));
+    ASSERT_EQ(claim_and_receipt(s, "r3", 200), 1);
+    ASSERT_EQ(id_of(s, "slow"), quick - 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), quick + 2);
+    /* One rolled back: passed once the transactions that wrote the outbox
+     * when the walk met it have ended (the floor's next walk after that);
+     * a long transaction that only reads does not hold it. */
+    PGconn *reader = PQconnectdb(url);
+    assert_int_equal(PQstatus(reader), CONNECTION_OK);
+    pg_text(reader, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM jsd_outbox", v,
+            sizeof(v));
+    pg_text(w, "BEGIN; SELECT jsd_emit('o', 'undone', 'orders.x', 'p'::bytea)", v, sizeof(v));
+    emit1(s, "o", "after", "orders.x");
+    int64_t after = id_of(s, "after");
+    ASSERT_EQ(claim_and_receipt(s, "r4", 300), 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), after - 1);
+    PQclear(PQexec(w, "ROLLBACK"));
+    emit1(s, "o", "next", "orders.x");
+    ASSERT_EQ(claim_and_receipt(s, "r5", 400), 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), id_of(s, "next") + 1);
+    PQfinish(reader);
+    PQfinish(w);
+
+    /* A dead letter requeued and an effect unpublished come back below the
+     * floor, and are claimed again. */
+    emit1(s, "o", "dead", "orders.x");
+    jsd__effect_batch_clear(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r6", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 1);
+    jsd__failure f = {.row_id = b.items[0].row_id, .error = "x", .dead_letter_now = true};
+    size_t dead = 0;
+    ASSERT_OK(jsd__store_record_failures(s, "r6", &f, 1, NULL, 0, jsd__now_ms(), &applied, &dead));
+    ASSERT_EQ(dead, 1);
+    emit1(s, "o", "more", "orders.x");
+    ASSERT_EQ(claim_and_receipt(s, "r7", 500), 1); /* the floor passes the dead letter */
+    int64_t top = q_i64(s, "SELECT floor FROM jsd_outbox_floor");
+    ASSERT_TRUE(top > b.items[0].row_id);
+    size_t requeued = 0;
+    ASSERT_OK(jsd__store_requeue_dead(s, &f.row_id, 1, jsd__now_ms(), &requeued));
+    ASSERT_EQ(requeued, 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), f.row_id);
+    jsd__effect_batch_clear(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r8", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 1);
+    ASSERT_EQ(b.items[0].row_id, f.row_id);
+    ASSERT_OK(jsd__store_release(s, "r8", &f.row_id, 1, &released));
+    jsd__unpublish un = {.row_id = e0 + 1, .stream = "ORDERS", .seq = 41, .why = "lost"};
+    size_t done = 0;
+    ASSERT_OK_E(jsd__store_unpublish(s, &un, 1, jsd__now_ms(), &done), jsd_store_errmsg(s));
+    ASSERT_EQ(done, 1);
+    ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), e0 + 1);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM jsd_outbox_runs WHERE lo <= %lld AND hi >= %lld",
+             (long long)e0 + 1, (long long)e0 + 1);
+    ASSERT_EQ(q_i64(s, sql), 0);
+    snprintf(sql, sizeof(sql), "SELECT stream_seq FROM jsd_outbox_state WHERE id = %lld",
+             (long long)e0 + 2);
+    ASSERT_EQ(q_i64(s, sql), 42); /* the run's rest keeps its numbers */
+    jsd__effect_batch_clear(&b);
+    ASSERT_OK(jsd__store_claim(s, 10, 60000, "r9", jsd__now_ms(), &b));
+    ASSERT_EQ(b.n, 2);
+    ASSERT_EQ(b.items[0].row_id, e0 + 1);
+    ASSERT_TRUE(b.items[0].maybe_published);
+    ASSERT_EQ(b.items[1].row_id, f.row_id);
+    jsd__effect_batch_free(&b);
+
+    /* retention: runs go with their rows (whole and cut short) */
+    int64_t k = 0, before = stats(s).published;
+    ASSERT_OK(jsd__store_gc_step(s, jsd__now_ms() + 1, 2, &k));
+    ASSERT_EQ(k, 2);
+    ASSERT_EQ(stats(s).published, before - 2);
+    ASSERT_OK(jsd_store_gc(s, 0, 100, &k));
+    ASSERT_EQ(stats(s).published, 0);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_runs"), 0);
+    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE effect_id IN ('e0', 'e2', 'e5')"), 0);
+    jsd_store_close(s);
+}
+
 /* The library's session settings (postgres.c, session_setup) hold on s's
  * connection: JIT off (a generic plan's cost estimate on a large outbox
  * made PostgreSQL compile each receipt statement for over 100 ms) and
@@ -2949,20 +3161,8 @@ static void sqlite_receipts_as_runs_and_the_floor(void **state)
     jsd_store *s = sqlite_six_claimed("u", "r1", 3600 * 1000, &now, &b);
     int64_t u5 = b.items[5].row_id;
     jsd__receipt r[6];
-    for (size_t i = 0; i < 6; i++)
-        r[i] = (jsd__receipt){.row_id = b.items[i].row_id,
-                              .stream = "ORDERS",
-                              .seq = 40 + i,
-                              .published_at_ms = now - 1000};
     size_t applied = 0;
-    ASSERT_OK_E(jsd__store_record_receipts(s, "r1", r, 3, &applied), jsd_store_errmsg(s));
-    ASSERT_EQ(applied, 3);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_runs"), 1);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox WHERE published_at IS NOT NULL"), 0);
-    ASSERT_EQ(q_i64(s, "SELECT count(*) FROM jsd_outbox_state WHERE stream = 'ORDERS' AND "
-                       "stream_seq = 40 + id - (SELECT min(id) FROM jsd_outbox) AND "
-                       "published_at IS NOT NULL"),
-              3);
+    first_three_as_a_run(s, &b, r, now);
     /* past the run, then past the live range holding u3..u5 */
     ASSERT_EQ(q_i64(s, "SELECT floor FROM jsd_outbox_floor"), u5 + 1);
     /* the same receipts again take nothing */
@@ -3124,4 +3324,5 @@ JSD_TEST_MAIN(
     cmocka_unit_test(pg_begin_goes_with_the_first_statement),
     cmocka_unit_test(pg_concurrent_duplicate_identity),
     cmocka_unit_test(pg_writer_handle_is_a_second_session),
-    cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable))
+    cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable),
+    cmocka_unit_test(pg_receipts_as_runs_and_the_floor))
