@@ -34,9 +34,9 @@
  *                                    messages, SQLite (rss.X.postgres.max_mib:
  *                                    the same on PostgreSQL)
  * The published rows are enqueued through the API, then given the receipt
- * the relay writes, by SQL (PostgreSQL: stream, stream_seq, duplicate,
- * published_at in each row by one UPDATE; SQLite: runs of 256 and the
- * settled floor, schema 8), since publishing 5M messages through JetStream
+ * the relay writes, by SQL (runs of 256 and the settled floor: SQLite's
+ * schema 8, PostgreSQL's 9, where the rows also get a lease first, as the
+ * relay's claim leaves them), since publishing 5M messages through JetStream
  * would only measure JetStream; on PostgreSQL the table is then vacuumed,
  * as autovacuum would have done while they were published one batch at a
  * time.
@@ -284,23 +284,24 @@ static void relay_published(bool pg, long published, long n, bool do_relay, bool
     bench_stream_make(stream, subject);
     enqueue(&t, "old", subject, published);
     int64_t t0 = bench_mono_us();
-    /* the relay's receipts: PostgreSQL's in each row (postgres.c
-     * P_RECEIPTS); SQLite's as runs of 256 behind the settled floor, the
-     * rows left as they are (sqlite.c, "the settled floor") */
-    int64_t done = sql_run(&t, pg ? "WITH u AS (UPDATE jsd_outbox SET stream = 'BENCH_SCALE_FILL', "
-                                    "stream_seq = id, duplicate = false, published_at = "
-                                    "created_at, lease_token = NULL, lease_expires = NULL WHERE "
-                                    "published_at IS NULL RETURNING 1) SELECT count(*) FROM u"
-                                  : "INSERT INTO jsd_outbox_runs (lo, hi, stream, seq, duplicate, "
-                                    "published_at) SELECT id, min(id + 255, (SELECT max(id) FROM "
-                                    "jsd_outbox)), 'BENCH_SCALE_FILL', id, 0, created_at FROM "
-                                    "jsd_outbox WHERE (id - 1) % 256 = 0");
-    if (pg) {
+    /* the relay's receipts as runs of 256 behind the settled floor, the
+     * rows left as they are (sqlite.c and postgres.c, "the settled
+     * floor"; on PostgreSQL each row keeps the lease it was published
+     * under) */
+    if (pg)
+        sql_run(&t, "UPDATE jsd_outbox SET lease_token = 'fill', lease_expires = created_at");
+    sql_run(&t, pg ? "INSERT INTO jsd_outbox_runs (lo, hi, stream, seq, duplicate, published_at) "
+                     "SELECT id, least(id + 255, (SELECT max(id) FROM jsd_outbox)), "
+                     "'BENCH_SCALE_FILL', id, false, created_at FROM jsd_outbox "
+                     "WHERE (id - 1) % 256 = 0"
+                   : "INSERT INTO jsd_outbox_runs (lo, hi, stream, seq, duplicate, published_at) "
+                     "SELECT id, min(id + 255, (SELECT max(id) FROM jsd_outbox)), "
+                     "'BENCH_SCALE_FILL', id, 0, created_at FROM jsd_outbox "
+                     "WHERE (id - 1) % 256 = 0");
+    sql_run(&t, "UPDATE jsd_outbox_floor SET floor = (SELECT max(id) + 1 FROM jsd_outbox)");
+    int64_t done = sql_run(&t, "SELECT coalesce(sum(hi - lo + 1), 0) FROM jsd_outbox_runs");
+    if (pg)
         sql_run(&t, "VACUUM (ANALYZE) jsd_outbox");
-    } else {
-        sql_run(&t, "UPDATE jsd_outbox_floor SET floor = (SELECT max(id) + 1 FROM jsd_outbox)");
-        done = sql_run(&t, "SELECT coalesce(sum(hi - lo + 1), 0) FROM jsd_outbox_runs");
-    }
     if (done != published) {
         fprintf(stderr, "bench_scale: %s: %lld rows marked published, want %ld\n", t.kind,
                 (long long)done, published);
