@@ -139,24 +139,26 @@ static const char *const sql_text[P__COUNT] = {
                       "RETURNING id",
     [P_DELETE_IDS] =
         "DELETE FROM @jsd_outbox WHERE id = ANY($1::int8[]) RETURNING owner, effect_id",
-/* Three data-modifying CTEs, each an UPDATE of rows locked FOR UPDATE
+/* Four data-modifying CTEs, each an UPDATE of rows locked FOR UPDATE
  * SKIP LOCKED: first the due heads (smallest pending id) of order keys,
  * at most half the batch (k), then unordered due effects in id order for
- * the rest: retries and durable timers (v, REST_OF), and ready rows from
- * the settled floor up (u, schema 9): never leased or released ones, and
- * in a takeover claim ($6, pg_claim) those whose lease expired unsettled.
- * Each is a plain scan of its own partial index (the single UNION this
- * replaced cost a second pass over the ids and a sort); keys and
- * unordered effects each get at least half of a full batch, so neither
- * starves the other. A ready row covered by a run of receipts keeps the
- * lease it was published under: u takes it for no lease (COVERED), and
- * it checks that only for rows whose lease expired, so its scan stops
- * after the batch's rows as before: a separate scan for expired leases
- * stepped over every unleased pending row (relay.postgres.scale_pending,
- * 1M pending, fell to 0.72 x of 100k). The claim's writes touch no indexed column: with
- * the table's fillfactor (migration 6) they are HOT updates. The rows
- * come back keyed first; the caller sorts them by id. $5 is the claim
- * floor (see pg_claim). The claim's own transaction commits without
+ * the rest: retries and durable timers (v, REST_OF), ready rows whose
+ * lease expired unsettled (t, only in a takeover claim: $6, pg_claim), and
+ * ready rows never leased or released (u), both from the settled floor up
+ * (schema 9). Each is a plain scan of its own partial index (the single
+ * UNION this replaced cost a second pass over the ids and a sort); keys
+ * and unordered effects each get at least half of a full batch, so
+ * neither starves the other. A ready row covered by a run of receipts
+ * keeps the lease it was published under: t skips it (COVERED), u never
+ * sees it (its lease is not NULL). t stops at the first ready row with no
+ * lease: unbounded, it stepped over every pending row on each claim from
+ * the start (relay.postgres.scale_pending, 1M pending, fell to 0.72 x of
+ * 100k), and one condition for both in u's scan made the generic plan read
+ * them all (3.8k msg/s). Leased rows above that one are reached once u has
+ * claimed it, in the same claim or the next. The claim's writes touch no
+ * indexed column: with the table's fillfactor (migration 6) they are HOT
+ * updates. The rows come back keyed first; the caller sorts them by id. $5
+ * is the claim floor (see pg_claim). The claim's own transaction commits without
  * waiting for its WAL flush (synchronous_commit off for this transaction
  * only: set_config(..., true) in the CTE async_commit, which u's LIMIT
  * reads so that it runs): a claim lost in a server crash is answered by
@@ -194,13 +196,21 @@ static const char *const sql_text[P__COUNT] = {
                 "v AS (" CLAIM_SET REST_OF("c.") " " CLAIM_DUE
                 "LIMIT $4 - (SELECT count(*) FROM k) FOR UPDATE OF c SKIP LOCKED)) "
                 "RETURNING " CLAIM_COLS "), "
-                "u AS (" CLAIM_SET READY_OF("c.") " AND (c.lease_token IS NULL OR ($6::bool "
-                "AND current_setting('jsd.takeover', true) = 'true' AND NOT " COVERED("c.id")
-                ")) AND c.id >= greatest($5, (SELECT floor FROM fl)) " CLAIM_DUE
+                "t AS (" CLAIM_SET "$6::bool AND current_setting('jsd.takeover', true) = 'true' "
+                "AND " READY_OF("c.") " AND c.id >= (SELECT floor FROM fl) "
+                "AND c.id < (SELECT coalesce(min(x.id), 9223372036854775807) FROM @jsd_outbox x "
+                "WHERE " READY_OF("x.") " AND x.id >= (SELECT floor FROM fl) "
+                "AND x.lease_token IS NULL) "
+                "AND c.lease_token IS NOT NULL AND NOT " COVERED("c.id") " " CLAIM_DUE
                 "LIMIT $4 - (SELECT count(*) FROM k) - (SELECT count(*) FROM v) "
-                "- (SELECT count(*) - 1 FROM async_commit) "
+                "FOR UPDATE OF c SKIP LOCKED)) RETURNING " CLAIM_COLS "), "
+                "u AS (" CLAIM_SET READY_OF("c.") " AND c.lease_token IS NULL "
+                "AND c.id >= greatest($5, (SELECT floor FROM fl)) " CLAIM_DUE
+                "LIMIT $4 - (SELECT count(*) FROM k) - (SELECT count(*) FROM v) "
+                "- (SELECT count(*) FROM t) - (SELECT count(*) - 1 FROM async_commit) "
                 "FOR UPDATE OF c SKIP LOCKED)) RETURNING " CLAIM_COLS ") "
-                "SELECT * FROM k UNION ALL SELECT * FROM v UNION ALL SELECT * FROM u",
+                "SELECT * FROM k UNION ALL SELECT * FROM v UNION ALL SELECT * FROM t "
+                "UNION ALL SELECT * FROM u",
     /* clang-format on */
     /* One element per run of receipts (pg_receipts): rows lo..hi, every one
      * of them a receipt of the call, stream numbers seq.. in id order. A
@@ -337,7 +347,7 @@ static const char *const sql_text[P__COUNT] = {
                 "(SELECT count(*) FROM @jsd_poison WHERE dlq_seq IS NULL) FROM (" BACKLOG ") b",
     [P_BACKLOG] = BACKLOG,
     /* A takeover claim's lock (pg_claim): tried, or waited for; the claim's
-     * u reads whether it holds it. */
+     * t reads whether it holds it. */
     [P_TRY_TAKEOVER] = "SELECT set_config('jsd.takeover', pg_try_advisory_xact_lock(" TAKEOVER_KEY
                        ")::text, true)",
     [P_LOCK_TAKEOVER] = "SELECT set_config('jsd.takeover', 'true', true), "
@@ -1487,7 +1497,7 @@ static jsd_status pg_claim(jsd_store *s, int max, int64_t lease_ms, const char *
     int64_t mono = jsd__mono_ms();
     if (pp->claim_floor > 0 && mono - pp->floor_since_ms >= 1000)
         pp->claim_floor = 0;
-    /* A takeover claim (u in P_CLAIM, $6) also takes ready rows whose lease
+    /* A takeover claim (t in P_CLAIM, $6) also takes ready rows whose lease
      * expired unsettled. It holds the advisory lock TAKEOVER_KEY, which
      * receipts written as runs hold shared, taken before the claim's
      * snapshot: that snapshot sees every run committed before, and no run
