@@ -78,7 +78,7 @@ enum {
 #define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
 /* Unordered first attempts due at insert (schema 9): their receipts are
  * recorded as runs, which the settled floor passes ("the settled floor",
- * before pg_floor_raise). c is the table's alias with its dot, or "". */
+ * before floor_raise). c is the table's alias with its dot, or "". */
 #define READY_OF(c)                                                                                \
     c "order_key IS NULL AND " c "attempts = 0 AND " c "not_before <= " c "created_at AND " c      \
       "published_at IS NULL AND " c "dead_lettered_at IS NULL"
@@ -634,7 +634,7 @@ static const char *const migration_8[] = {
     NULL};
 
 /* 9: receipts of first attempts as runs, and the settled floor ("the
- * settled floor", before pg_floor_raise); issue 12. A receipt written into
+ * settled floor", before floor_raise); issue 12. A receipt written into
  * its row made a second, non-HOT version of each effect, with an entry in
  * every index; a run is one small row per publication run. The ready index
  * now holds first attempts due at insert only (READY_OF), the others have
@@ -672,7 +672,7 @@ static const char *const migration_9[] = {
     "o.first_attempt_at FROM @jsd_outbox o LEFT JOIN LATERAL (SELECT x.* FROM (SELECT * FROM "
     "@jsd_outbox_runs y WHERE y.lo <= o.id ORDER BY y.lo DESC LIMIT 1) x WHERE x.hi >= o.id) r "
     "ON true",
-    /* One walk of the floor (pg_floor_raise): from the floor up, over runs
+    /* One walk of the floor (floor_raise): from the floor up, over runs
      * and rows that are not ready, to the first ready row no run covers,
      * the top (the largest id + 1) or the first id missing (drawn by a
      * transaction still open, or by one that rolled back): that one is
@@ -870,6 +870,21 @@ static jsd_status session_setup(jsd_store *s)
                    "configuring the session");
 }
 
+/* A new server session on the same connection: PQreset, then what the old
+ * session held is forgotten (prepared statements, LISTEN, plan settings)
+ * and the session settings are made again. */
+static jsd_status session_reset(jsd_store *s)
+{
+    pg *p = PG(s);
+    PQreset(p->conn);
+    memset(p->prepared, 0, sizeof(p->prepared));
+    p->listening = false;
+    p->plans_set = false;
+    if (PQstatus(p->conn) != CONNECTION_OK)
+        return pg_fail(s, NULL, "reconnecting to PostgreSQL");
+    return session_setup(s);
+}
+
 /* The connection is usable, re-established when it broke outside a transaction. */
 static jsd_status ready(jsd_store *s)
 {
@@ -878,13 +893,7 @@ static jsd_status ready(jsd_store *s)
         return JSD_OK;
     if (s->tx.active)
         return pg_fail(s, NULL, "the store connection");
-    PQreset(p->conn);
-    memset(p->prepared, 0, sizeof(p->prepared));
-    p->listening = false;
-    p->plans_set = false;
-    if (PQstatus(p->conn) != CONNECTION_OK)
-        return pg_fail(s, NULL, "reconnecting to PostgreSQL");
-    jsd_status rc = session_setup(s);
+    jsd_status rc = session_reset(s);
     if (rc != JSD_OK)
         return rc;
     JSD_INFO("store", "reconnected to PostgreSQL store \"%s\"", s->url_safe);
@@ -1033,13 +1042,9 @@ static PGresult *locked_exec(jsd_store *s, int lock_id, bool *locked, int id, in
         for (int i = 0; i < 4; i++)
             PQclear(res[i]);
         pg_fail(s, NULL, what);
-        if (PQstatus(c) != CONNECTION_BAD)
-            PQreset(c);
-        memset(PG(s)->prepared, 0, sizeof(PG(s)->prepared));
-        PG(s)->listening = false;
-        PG(s)->plans_set = false;
-        if (PQstatus(c) == CONNECTION_OK)
-            session_setup(s);
+        jsd_error keep = s->err;
+        session_reset(s);
+        s->err = keep;
         return NULL;
     }
     /* the first failure is the one to report; the rest were aborted */
@@ -1685,14 +1690,20 @@ static bool gap_ended(jsd_store *s)
     return ended;
 }
 
+/* The gap noted by gap_note is passed or gone. */
+static void gap_forget(pg *p)
+{
+    jsd__free(p->gap_holders);
+    p->gap_holders = NULL;
+    p->gap = 0;
+}
+
 static void gap_note(jsd_store *s, int64_t gap, int64_t bound)
 {
     pg *p = PG(s);
     PGresult *r =
         pexec(s, P_GAP_HOLDERS, 0, NULL, NULL, NULL, PGRES_TUPLES_OK, "raising the outbox floor");
-    jsd__free(p->gap_holders);
-    p->gap_holders = NULL;
-    p->gap = 0;
+    gap_forget(p);
     if (r && PQntuples(r) == 1) {
         size_t n;
         const char *v = get_str(r, 0, 0, &n);
@@ -1726,9 +1737,7 @@ static void floor_raise(jsd_store *s)
     if (r && PQntuples(r) == 1) {
         int64_t gap = PQgetisnull(r, 0, 0) ? 0 : get_i64(r, 0, 0);
         if (gap == 0) {
-            jsd__free(p->gap_holders);
-            p->gap_holders = NULL;
-            p->gap = 0;
+            gap_forget(p);
         } else if (pass || gap != p->gap) {
             gap_note(s, gap, get_i64(r, 0, 1));
         }
