@@ -179,5 +179,17 @@ int64_t jsd__sqlite_xturn_yields(jsd_store *s, int64_t *deaf_until_us);
  * open, 0 for a database without a file or a store that is not SQLite. */
 bool jsd__sqlite_xturn_part(jsd_store *s, int *why);
 struct pg_conn *jsd__pg_handle(jsd_store *s);
+/* The settled floor of a PostgreSQL store of schema 9 or later, for the
+ * doctor (src/store/postgres.c, jsd__pg_floor_check): its id, the ready
+ * rows below it that no run of receipts covers (no relay claims them) and
+ * the first of them, and the outbox identity's sequence cache (-1: not
+ * found). */
+typedef struct {
+    int64_t floor, stranded, first_stranded, id_cache;
+} jsd__pg_floor_state;
+jsd_status jsd__pg_floor_check(jsd_store *s, jsd__pg_floor_state *st);
+/* Up to max distinct subjects of the oldest scan pending effects of a
+ * PostgreSQL store (schema 9 or later) into list (the caller frees them). */
+jsd_status jsd__pg_pending_subjects(jsd_store *s, int scan, size_t max, char **list, size_t *n);
 
 #endif

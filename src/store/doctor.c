@@ -5,7 +5,10 @@
  * relay is about to publish to).
  *
  * PostgreSQL: fsync, synchronous_commit and full_page_writes (SHOW, on the
- * handle's own connection, so a per-role or per-database setting counts).
+ * handle's own connection, so a per-role or per-database setting counts),
+ * and the settled floor of schema 9: the outbox identity's cache and the
+ * effects stranded below the floor (read by postgres.c, which holds the
+ * floor's SQL).
  * SQLite: journal_mode and synchronous as the handle runs them, the file
  * system under the database file where statfs can tell (a network or FUSE
  * file system breaks SQLite's locking and WAL; tmpfs does not survive a
@@ -238,6 +241,45 @@ static bool pg_schema_of(PGconn *c, jsd_store *s, char *out, size_t cap)
     return found;
 }
 
+/* The settled floor (schema 9; src/store/postgres.c): the outbox's ids in
+ * the order they were drawn, and no unpublished first attempt below it. */
+static void check_pg_floor(jsd_doctor_report *rep, jsd_store *s, const char *schema)
+{
+    jsd__pg_floor_state st;
+    if (jsd__pg_floor_check(s, &st) != JSD_OK) {
+        add(rep, s, "store.outbox_floor", JSD_DOCTOR_UNKNOWN, "check the store",
+            "the outbox floor could not be read: %s", jsd_store_errmsg(s));
+        return;
+    }
+    if (st.id_cache > 1)
+        add(rep, s, "store.outbox_ids", JSD_DOCTOR_ERROR,
+            "ALTER TABLE jsd_outbox ALTER COLUMN id SET CACHE 1 (in the store's schema)",
+            "the outbox's id sequence hands each session %lld ids at a time: sessions then "
+            "commit ids out of the order they drew them in, and an effect can land below the "
+            "relay's settled floor and never be published (docs/SQL-CONTRACT.md)",
+            (long long)st.id_cache);
+    else if (st.id_cache < 0)
+        add(rep, s, "store.outbox_ids", JSD_DOCTOR_UNKNOWN, "check the store",
+            "the outbox's id column has no identity sequence");
+    else
+        add(rep, s, "store.outbox_ids", JSD_DOCTOR_OK, "",
+            "the outbox's ids are drawn one at a time (sequence cache 1)");
+    if (st.stranded > 0) {
+        char fix[400];
+        jsd__snprintf(fix, sizeof(fix),
+                      "let the relay find them: UPDATE jsd_outbox_floor SET floor = least(floor, "
+                      "%lld), gen = gen + 1 (in schema \"%s\")",
+                      (long long)st.first_stranded, schema);
+        add(rep, s, "store.outbox_floor", JSD_DOCTOR_WARN, fix,
+            "%lld unpublished effect(s) below the outbox's settled floor (id %lld) have no "
+            "receipt, and no relay claims them: the first is id %lld (an id drawn outside "
+            "the outbox's identity, or out of order)",
+            (long long)st.stranded, (long long)st.floor, (long long)st.first_stranded);
+    } else
+        add(rep, s, "store.outbox_floor", JSD_DOCTOR_OK, "",
+            "every effect below the settled floor (id %lld) has its receipt", (long long)st.floor);
+}
+
 static void check_pg(jsd_doctor_report *rep, jsd_store *s)
 {
     PGconn *c = jsd__pg_handle(s);
@@ -285,6 +327,8 @@ static void check_pg(jsd_doctor_report *rep, jsd_store *s)
     bool ok = pg_text(c, q, NULL, v, sizeof(v), why, sizeof(why)) &&
               jsd__parse_i64(v, 0, INT64_MAX, &ver);
     schema_result(rep, s, ok, (long long)ver, why);
+    if (ok && ver >= 9 && ver <= JSD__SCHEMA_VERSION)
+        check_pg_floor(rep, s, schema);
 }
 
 void jsd__doctor_check_store(jsd_doctor_report *rep, jsd_store *store)
@@ -309,7 +353,9 @@ jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, si
     char **list = jsd__calloc(max ? max : 1, sizeof(*list));
     if (!list)
         return jsd__err(err, JSD_ERR_NOMEM, "doctor: out of memory");
-    /* publication state through the view (SQLite's receipts as runs, schema 8) */
+    /* SQLite: publication state through the view (receipts as runs, schema
+     * 8); PostgreSQL reads each kind of pending row through its own index
+     * (postgres.c, jsd__pg_pending_subjects) */
     const char *body = "SELECT DISTINCT subject FROM (SELECT subject FROM %sjsd_outbox_state WHERE "
                        "published_at IS NULL AND dead_lettered_at IS NULL ORDER BY id LIMIT %d) "
                        "p LIMIT %zu";
@@ -329,31 +375,9 @@ jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, si
                 (*n)++;
         }
         sqlite3_finalize(st);
-    } else {
-        PGconn *c = jsd__pg_handle(s);
-        char schema[128], prefix[200];
-        if (!pg_schema_of(c, s, schema, sizeof(schema))) {
-            jsd__free(list);
-            return jsd__err(err, JSD_ERR_STORE,
-                            "reading pending subjects: no schema holds this "
-                            "store's jsd_meta");
-        }
-        char *ident = PQescapeIdentifier(c, schema, strlen(schema));
-        jsd__snprintf(prefix, sizeof(prefix), "%s.", ident ? ident : "\"?\"");
-        PQfreemem(ident);
-        jsd__snprintf(q, sizeof(q), body, prefix, PENDING_SCAN, max);
-        PGresult *r = PQexec(c, q);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            jsd_status st =
-                jsd__err(err, JSD_ERR_STORE, "reading pending subjects: %s", PQerrorMessage(c));
-            PQclear(r);
-            jsd__free(list);
-            return st;
-        }
-        for (int i = 0; i < PQntuples(r) && *n < max; i++)
-            if ((list[*n] = jsd__strdup(PQgetvalue(r, i, 0))))
-                (*n)++;
-        PQclear(r);
+    } else if (jsd__pg_pending_subjects(s, PENDING_SCAN, max, list, n) != JSD_OK) {
+        jsd__free(list);
+        return jsd__err(err, JSD_ERR_STORE, "%s", jsd_store_errmsg(s));
     }
     *out = list;
     return JSD_OK;

@@ -2705,3 +2705,107 @@ struct pg_conn *jsd__pg_handle(jsd_store *s)
      * jsd_store_errmsg. */
     return begin_owed(s) == JSD_OK ? PG(s)->conn : NULL;
 }
+
+/* For the doctor (src/store/doctor.c): the settled floor, the ready rows
+ * below it that no run covers (the ready rows there less the ids of the
+ * runs there, so that the count reads the ready index once rather than
+ * probing the runs per row: bench-scale keeps 5M published rows), the
+ * first such row when there is one, and how many ids the outbox's identity
+ * caches per session ("the settled floor", before floor_raise: above 1,
+ * sessions commit ids out of the order they drew them in, and a row can
+ * land below the floor). Outside any transaction, on the handle's own
+ * connection. */
+/* clang-format off */
+static const char FLOOR_CHECK[] =
+    "SELECT f.floor, ((SELECT count(*) FROM @jsd_outbox o WHERE " READY_OF("o.") " AND o.id < f.floor)"
+    " - (SELECT coalesce(sum(least(hi, f.floor - 1) - lo + 1), 0) FROM @jsd_outbox_runs "
+    "WHERE lo < f.floor))::int8, (SELECT q.seqcache FROM pg_sequence q WHERE q.seqrelid = "
+    "pg_get_serial_sequence('@jsd_outbox', 'id')::regclass) FROM @jsd_outbox_floor f";
+static const char FLOOR_FIRST_STRANDED[] =
+    "SELECT min(o.id) FROM @jsd_outbox o WHERE " READY_OF("o.") " AND o.id < (SELECT floor FROM "
+    "@jsd_outbox_floor) AND NOT " COVERED("o.id");
+/* clang-format on */
+
+static bool floor_query(jsd_store *s, const char *sql, PGresult **out)
+{
+    char *q = with_schema(s, sql);
+    if (!q) {
+        jsd__store_err(s, JSD_ERR_NOMEM, "out of memory");
+        return false;
+    }
+    PGresult *r = PQexecParams(PG(s)->conn, q, 0, NULL, NULL, NULL, NULL, 1);
+    jsd__free(q);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        pg_fail(s, r, "reading the outbox floor");
+        PQclear(r);
+        return false;
+    }
+    *out = r;
+    return true;
+}
+
+jsd_status jsd__pg_floor_check(jsd_store *s, jsd__pg_floor_state *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (!s || s->backend != JSD_STORE_POSTGRES || !s->be)
+        return JSD_ERR_INVALID;
+    if (s->tx.active)
+        return jsd__store_err(s, JSD_ERR_INVALID, "reading the outbox floor inside a transaction");
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    PGresult *r = NULL;
+    if (!floor_query(s, FLOOR_CHECK, &r))
+        return s->err.status;
+    st->floor = get_i64(r, 0, 0);
+    st->stranded = get_i64(r, 0, 1);
+    st->id_cache = PQgetisnull(r, 0, 2) ? -1 : get_i64(r, 0, 2);
+    PQclear(r);
+    if (st->stranded > 0) {
+        if (!floor_query(s, FLOOR_FIRST_STRANDED, &r))
+            return s->err.status;
+        st->first_stranded = get_i64(r, 0, 0);
+        PQclear(r);
+    }
+    return JSD_OK;
+}
+
+/* The subjects of the oldest pending effects (at most scan of them), for the
+ * doctor: each kind read through its own index. The view would resolve
+ * every ready row's run, published ones included, on the way to the first
+ * pending one: 10 s with 3M published rows kept, on every relay start. */
+/* clang-format off */
+static const char PENDING_SUBJECTS[] =
+    "SELECT DISTINCT subject FROM (SELECT id, subject FROM ("
+    "(SELECT id, subject FROM @jsd_outbox c WHERE " READY_OF("c.") " AND " FROM_FLOOR("c.")
+    " ORDER BY id LIMIT $1) UNION ALL (SELECT id, subject FROM @jsd_outbox c WHERE "
+    REST_OF("c.") " ORDER BY id LIMIT $1) UNION ALL (SELECT id, subject FROM @jsd_outbox "
+    "WHERE order_key IS NOT NULL AND " PENDING " ORDER BY id LIMIT $1)) a ORDER BY id LIMIT $1) p";
+/* clang-format on */
+
+jsd_status jsd__pg_pending_subjects(jsd_store *s, int scan, size_t max, char **list, size_t *n)
+{
+    *n = 0;
+    if (!s || s->backend != JSD_STORE_POSTGRES || !s->be)
+        return JSD_ERR_INVALID;
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    char *q = with_schema(s, PENDING_SUBJECTS), lim[24];
+    if (!q)
+        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory");
+    jsd__snprintf(lim, sizeof(lim), "%d", scan);
+    const char *v[1] = {lim};
+    PGresult *r = PQexecParams(PG(s)->conn, q, 1, NULL, v, NULL, NULL, 0);
+    jsd__free(q);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        rc = pg_fail(s, r, "reading pending subjects");
+        PQclear(r);
+        return rc;
+    }
+    for (int i = 0; i < PQntuples(r) && *n < max; i++)
+        if ((list[*n] = jsd__strdup(PQgetvalue(r, i, 0))) != NULL)
+            (*n)++;
+    PQclear(r);
+    return JSD_OK;
+}

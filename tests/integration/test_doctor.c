@@ -311,6 +311,56 @@ static void sound_passes(bool pg)
 
 /* ---- the store's settings ------------------------------------------------------------------ */
 
+/* The statement of a fix line ("fix: <lead><statement> (in ...)"), run on s. */
+static void run_fix(jsd_store *s, const char *line, const char *lead)
+{
+    const char *fix = strstr(line, lead);
+    ASSERT_TRUE(fix != NULL);
+    fix += strlen(lead);
+    const char *end = strstr(fix, " (in ");
+    ASSERT_TRUE(end != NULL);
+    char sql[512];
+    snprintf(sql, sizeof(sql), "%.*s", (int)(end - fix), fix);
+    cenv_store_exec(s, sql);
+}
+
+/* PostgreSQL's settled floor (schema 9): an effect below it that no run of
+ * receipts covers is claimed by no relay, and ids drawn several at a time
+ * per session put effects there. The doctor names both, and its fixes work. */
+static void pg_floor_checks(denv *e, jsd_store *s, const char *args)
+{
+    char sql[512], l[8192];
+    ASSERT_EQ(doctor(e, args), 0);
+    ASSERT_LEVEL(line_of("store.outbox_floor", NULL, l, sizeof(l)), "ok");
+    ASSERT_LEVEL(line_of("store.outbox_ids", NULL, l, sizeof(l)), "ok");
+    ASSERT_CONTAINS(l, "sequence cache 1");
+
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO jsd_outbox (effect_id, subject, payload) VALUES ('stranded', '%shot.x', "
+             "'x')",
+             e->root);
+    cenv_store_exec(s, sql);
+    cenv_store_exec(s, "UPDATE jsd_outbox_floor SET floor = (SELECT max(id) + 1 FROM jsd_outbox), "
+                       "gen = gen + 1");
+    ASSERT_EQ(doctor(e, args), 0); /* a warning: the relay still publishes the others */
+    line_of("store.outbox_floor", NULL, l, sizeof(l));
+    ASSERT_LEVEL(l, "warn");
+    ASSERT_CONTAINS(l, "1 unpublished effect(s) below the outbox's settled floor");
+    ASSERT_CONTAINS(l, "no relay claims them");
+    run_fix(s, l, "fix: let the relay find them: ");
+    ASSERT_EQ(doctor(e, args), 0);
+    ASSERT_LEVEL(line_of("store.outbox_floor", NULL, l, sizeof(l)), "ok");
+
+    cenv_store_exec(s, "ALTER TABLE jsd_outbox ALTER COLUMN id SET CACHE 20");
+    ASSERT_EQ(doctor(e, args), 78);
+    line_of("store.outbox_ids", NULL, l, sizeof(l));
+    ASSERT_LEVEL(l, "error");
+    ASSERT_CONTAINS(l, "hands each session 20 ids at a time");
+    run_fix(s, l, "fix: ");
+    ASSERT_EQ(doctor(e, args), 0);
+    ASSERT_LEVEL(line_of("store.outbox_ids", NULL, l, sizeof(l)), "ok");
+}
+
 static void store_checks(bool pg)
 {
     denv e;
@@ -332,6 +382,7 @@ static void store_checks(bool pg)
         snprintf(sql, sizeof(sql), "ALTER DATABASE \"%.*s\" RESET synchronous_commit",
                  (int)strcspn(db, "?"), db);
         cenv_store_exec(s, sql);
+        pg_floor_checks(&e, s, args);
     }
     ASSERT_EQ(doctor(&e, args), 0);
     if (!pg) {
