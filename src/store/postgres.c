@@ -2250,6 +2250,25 @@ static jsd_status pg_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_sto
     "next_attempt_at, last_error, dead_lettered_at, dead_reason, stream, stream_seq, duplicate, "  \
     "published_at, lease_token, lease_expires, octet_length(payload)"
 
+/* The ids of the first lim unpublished rows, "more" being further
+ * conditions on c: pending ones (kinds 0-2) or with the dead letters too
+ * (dead). Each kind is read through its own index, ready rows from the
+ * floor up: through jsd_outbox_state, the first pending row of an outbox
+ * that keeps millions of published ones was found after resolving the run
+ * of every one of them (10 s with 3M kept, on every relay start). */
+/* clang-format off */
+#define UNPUBLISHED_IDS(more, lim, dead) \
+    "SELECT id FROM ((SELECT c.id FROM @jsd_outbox c WHERE " READY_OF("c.") " AND " \
+    FROM_FLOOR("c.") more " ORDER BY c.id LIMIT " lim ") UNION ALL (SELECT c.id FROM " \
+    "@jsd_outbox c WHERE " REST_OF("c.") more " ORDER BY c.id LIMIT " lim ") UNION ALL " \
+    "(SELECT c.id FROM @jsd_outbox c WHERE c.order_key IS NOT NULL AND c." PENDING more \
+    " ORDER BY c.id LIMIT " lim ")" dead ") a ORDER BY id LIMIT " lim
+#define DEAD_UNPUBLISHED(more, lim) \
+    " UNION ALL (SELECT c.id FROM @jsd_outbox c WHERE c.dead_lettered_at IS NOT NULL AND " \
+    "c.published_at IS NULL" more " ORDER BY c.id LIMIT " lim ")"
+#define TOOL_MORE " AND c.id > $1::int8 AND ($2::text IS NULL OR c.subject = $2::text)"
+/* clang-format on */
+
 static const char *const tool_list_sql[4] = {
     [JSD_OUTBOX_UNPUBLISHED] = "published_at IS NULL",
     [JSD_OUTBOX_PENDING] = PENDING,
@@ -2323,12 +2342,21 @@ static void tool_row(const PGresult *r, int i, int64_t now, jsd_outbox_entry *e)
 static jsd_status pg_tool_list(jsd_store *s, const jsd_outbox_query *q, int64_t now,
                                jsd_outbox_entry *out, size_t *n)
 {
-    char sql[1024];
-    jsd__snprintf(sql, sizeof(sql),
-                  "SELECT " TOOL_COLS
-                  " FROM @jsd_outbox_state WHERE id > $1::int8 AND ($2::text IS NULL "
-                  "OR subject = $2::text) AND %s ORDER BY id LIMIT $3::int8",
-                  tool_list_sql[q->state]);
+    char sql[4096];
+    if (q->state == JSD_OUTBOX_PENDING || q->state == JSD_OUTBOX_UNPUBLISHED)
+        jsd__snprintf(
+            sql, sizeof(sql),
+            "SELECT " TOOL_COLS " FROM @jsd_outbox_state WHERE id = ANY(ARRAY(%s)) "
+            "ORDER BY id",
+            q->state == JSD_OUTBOX_PENDING
+                ? UNPUBLISHED_IDS(TOOL_MORE, "$3::int8", "")
+                : UNPUBLISHED_IDS(TOOL_MORE, "$3::int8", DEAD_UNPUBLISHED(TOOL_MORE, "$3::int8")));
+    else
+        jsd__snprintf(sql, sizeof(sql),
+                      "SELECT " TOOL_COLS
+                      " FROM @jsd_outbox_state WHERE id > $1::int8 AND ($2::text IS NULL "
+                      "OR subject = $2::text) AND %s ORDER BY id LIMIT $3::int8",
+                      tool_list_sql[q->state]);
     params p = {.n = 0};
     p_i64(&p, q->after_row_id);
     p_text(&p, q->subject);
@@ -2726,22 +2754,18 @@ static const char FLOOR_FIRST_STRANDED[] =
     "@jsd_outbox_floor) AND NOT " COVERED("o.id");
 /* clang-format on */
 
+/* One row of sql (with "@" for the schema), or false (error recorded). */
 static bool floor_query(jsd_store *s, const char *sql, PGresult **out)
 {
-    char *q = with_schema(s, sql);
-    if (!q) {
-        jsd__store_err(s, JSD_ERR_NOMEM, "out of memory");
-        return false;
-    }
-    PGresult *r = PQexecParams(PG(s)->conn, q, 0, NULL, NULL, NULL, NULL, 1);
-    jsd__free(q);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
-        pg_fail(s, r, "reading the outbox floor");
+    params p = {.n = 0};
+    PGresult *r = tool_exec(s, sql, &p, PGRES_TUPLES_OK, "reading the outbox floor");
+    if (r && PQntuples(r) != 1) {
+        jsd__store_err(s, JSD_ERR_STORE, "reading the outbox floor: no floor row");
         PQclear(r);
-        return false;
+        r = NULL;
     }
     *out = r;
-    return true;
+    return r != NULL;
 }
 
 jsd_status jsd__pg_floor_check(jsd_store *s, jsd__pg_floor_state *st)
@@ -2751,9 +2775,6 @@ jsd_status jsd__pg_floor_check(jsd_store *s, jsd__pg_floor_state *st)
         return JSD_ERR_INVALID;
     if (s->tx.active)
         return jsd__store_err(s, JSD_ERR_INVALID, "reading the outbox floor inside a transaction");
-    jsd_status rc = ready(s);
-    if (rc != JSD_OK)
-        return rc;
     PGresult *r = NULL;
     if (!floor_query(s, FLOOR_CHECK, &r))
         return s->err.status;
@@ -2771,38 +2792,21 @@ jsd_status jsd__pg_floor_check(jsd_store *s, jsd__pg_floor_state *st)
 }
 
 /* The subjects of the oldest pending effects (at most scan of them), for the
- * doctor: each kind read through its own index. The view would resolve
- * every ready row's run, published ones included, on the way to the first
- * pending one: 10 s with 3M published rows kept, on every relay start. */
-/* clang-format off */
-static const char PENDING_SUBJECTS[] =
-    "SELECT DISTINCT subject FROM (SELECT id, subject FROM ("
-    "(SELECT id, subject FROM @jsd_outbox c WHERE " READY_OF("c.") " AND " FROM_FLOOR("c.")
-    " ORDER BY id LIMIT $1) UNION ALL (SELECT id, subject FROM @jsd_outbox c WHERE "
-    REST_OF("c.") " ORDER BY id LIMIT $1) UNION ALL (SELECT id, subject FROM @jsd_outbox "
-    "WHERE order_key IS NOT NULL AND " PENDING " ORDER BY id LIMIT $1)) a ORDER BY id LIMIT $1) p";
-/* clang-format on */
-
+ * doctor (UNPUBLISHED_IDS: not through the view). */
 jsd_status jsd__pg_pending_subjects(jsd_store *s, int scan, size_t max, char **list, size_t *n)
 {
     *n = 0;
     if (!s || s->backend != JSD_STORE_POSTGRES || !s->be)
         return JSD_ERR_INVALID;
-    jsd_status rc = ready(s);
-    if (rc != JSD_OK)
-        return rc;
-    char *q = with_schema(s, PENDING_SUBJECTS), lim[24];
-    if (!q)
-        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory");
-    jsd__snprintf(lim, sizeof(lim), "%d", scan);
-    const char *v[1] = {lim};
-    PGresult *r = PQexecParams(PG(s)->conn, q, 1, NULL, v, NULL, NULL, 0);
-    jsd__free(q);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = pg_fail(s, r, "reading pending subjects");
-        PQclear(r);
-        return rc;
-    }
+    params p = {.n = 0};
+    p_i64(&p, scan);
+    PGresult *r =
+        tool_exec(s,
+                  "SELECT DISTINCT subject FROM @jsd_outbox WHERE id = ANY(ARRAY(" UNPUBLISHED_IDS(
+                      "", "$1::int8", "") "))",
+                  &p, PGRES_TUPLES_OK, "reading pending subjects");
+    if (!r)
+        return s->err.status;
     for (int i = 0; i < PQntuples(r) && *n < max; i++)
         if ((list[*n] = jsd__strdup(PQgetvalue(r, i, 0))) != NULL)
             (*n)++;

@@ -22,6 +22,7 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 
+#include "doctor_int.h" /* jsd__doctor_outbox_subjects */
 #include "fixture.h"
 #include "store/backend.h" /* JSD__SCHEMA_VERSION */
 #include "store/store.h"
@@ -3292,6 +3293,104 @@ static void sqlite_settings(void **state)
     jsd_store_close(NULL);
 }
 
+/* The ids jsd_outbox_list gives for q, every page (limit 2) in turn, into ids. */
+static size_t list_ids(jsd_store *s, jsd_outbox_state st, const char *subject, int64_t *ids,
+                       size_t cap)
+{
+    jsd_outbox_entry page[2];
+    jsd_outbox_query q = {.state = st, .subject = subject, .limit = 2};
+    size_t n = 0, total = 0;
+    do {
+        ASSERT_OK_E(jsd_outbox_list(s, &q, page, &n), jsd_store_errmsg(s));
+        for (size_t i = 0; i < n && total < cap; i++) {
+            ASSERT_TRUE(total == 0 || page[i].row_id > ids[total - 1]);
+            ids[total++] = page[i].row_id;
+        }
+        if (n)
+            q.after_row_id = page[n - 1].row_id;
+    } while (n == q.limit);
+    return total;
+}
+
+/* Pending and unpublished effects are listed whatever kind of row they are
+ * (first attempts in flight or released, a durable timer, a keyed effect,
+ * a retry; with a dead letter for unpublished), in id order and page by
+ * page, and published ones are not, their receipts in a run (PostgreSQL
+ * lists each kind through its own index, not the view). The doctor's
+ * pending subjects read the same. */
+static void pending_lists_every_kind(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    const char *names[] = {"e0", "e1", "e2", "e3"};
+    for (int i = 0; i < 4; i++)
+        emit1(s, "o", names[i], "orders.x");
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    jsd_effect timer = {.owner = "o",
+                        .id = "timer",
+                        .subject = "timers.x",
+                        .not_before_ms = jsd__now_ms() + 3600000};
+    ASSERT_OK(jsd_tx_emit(tx, &timer));
+    jsd_effect keyed = {.owner = "o", .id = "k1", .subject = "orders.x", .order_key = "K"};
+    ASSERT_OK(jsd_tx_emit(tx, &keyed));
+    ASSERT_OK(jsd_tx_commit(tx));
+    emit1(s, "o", "retry", "orders.x");
+    emit1(s, "o", "dead", "orders.x");
+    int64_t e0 = id_of(s, "e0"), e2 = id_of(s, "e2"), e3 = id_of(s, "e3"), tm = id_of(s, "timer"),
+            k1 = id_of(s, "k1"), re = id_of(s, "retry"), dd = id_of(s, "dead");
+
+    jsd__effect_batch b;
+    jsd__effect_batch_init(&b);
+    int64_t now = jsd__now_ms();
+    ASSERT_OK_E(jsd__store_claim(s, 10, 60000, "t", now, &b), jsd_store_errmsg(s));
+    ASSERT_EQ(b.n, 7); /* all but the timer */
+    jsd__receipt r[2];
+    for (int i = 0; i < 2; i++)
+        r[i] = (jsd__receipt){
+            .row_id = e0 + i, .stream = "ORDERS", .seq = 1 + (uint64_t)i, .published_at_ms = now};
+    size_t applied = 0, dead = 0, released = 0;
+    ASSERT_OK_E(jsd__store_record_receipts(s, "t", r, 2, &applied), jsd_store_errmsg(s));
+    ASSERT_EQ(applied, 2);
+    jsd__failure f[2] = {{.row_id = re, .error = "try again"},
+                         {.row_id = dd, .error = "refused", .dead_letter_now = true}};
+    ASSERT_OK_E(jsd__store_record_failures(s, "t", f, 2, NULL, 0, now, &applied, &dead),
+                jsd_store_errmsg(s));
+    ASSERT_EQ(dead, 1);
+    ASSERT_OK(jsd__store_release(s, "t", &e3, 1, &released));
+    ASSERT_EQ(released, 1);
+    jsd__effect_batch_free(&b);
+
+    int64_t ids[16];
+    ASSERT_SIZE_EQ(list_ids(s, JSD_OUTBOX_PENDING, NULL, ids, 16), 5);
+    int64_t want[6] = {e2, e3, tm, k1, re, dd};
+    for (int i = 0; i < 5; i++)
+        ASSERT_EQ(ids[i], want[i]);
+    ASSERT_SIZE_EQ(list_ids(s, JSD_OUTBOX_UNPUBLISHED, NULL, ids, 16), 6);
+    for (int i = 0; i < 6; i++)
+        ASSERT_EQ(ids[i], want[i]);
+    ASSERT_SIZE_EQ(list_ids(s, JSD_OUTBOX_PENDING, "timers.x", ids, 16), 1);
+    ASSERT_EQ(ids[0], tm);
+    ASSERT_SIZE_EQ(list_ids(s, JSD_OUTBOX_PUBLISHED, NULL, ids, 16), 2);
+    ASSERT_EQ(ids[0], e0);
+    ASSERT_EQ(ids[1], e0 + 1);
+
+    char **subjects = NULL;
+    size_t n = 0;
+    jsd_error err;
+    ASSERT_OK(jsd__doctor_outbox_subjects(s, 8, &subjects, &n, &err));
+    ASSERT_SIZE_EQ(n, 2);
+    bool orders = false, timers = false;
+    for (size_t i = 0; i < n; i++) {
+        orders |= !strcmp(subjects[i], "orders.x");
+        timers |= !strcmp(subjects[i], "timers.x");
+        jsd__free(subjects[i]);
+    }
+    jsd__free(subjects);
+    ASSERT_TRUE(orders && timers);
+    jsd_store_close(s);
+}
+
 JSD_TEST_MAIN(
     BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_nothing),
     BOTH(duplicate_effect_identity), BOTH(limits_are_enforced),
@@ -3325,4 +3424,4 @@ JSD_TEST_MAIN(
     cmocka_unit_test(pg_concurrent_duplicate_identity),
     cmocka_unit_test(pg_writer_handle_is_a_second_session),
     cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable),
-    cmocka_unit_test(pg_receipts_as_runs_and_the_floor))
+    cmocka_unit_test(pg_receipts_as_runs_and_the_floor), BOTH(pending_lists_every_kind))
