@@ -347,36 +347,21 @@ void jsd__doctor_check_store(jsd_doctor_report *rep, jsd_store *store)
 jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, size_t *n,
                                        jsd_error *err)
 {
-    char q[600];
     *out = NULL;
     *n = 0;
     char **list = jsd__calloc(max ? max : 1, sizeof(*list));
     if (!list)
         return jsd__err(err, JSD_ERR_NOMEM, "doctor: out of memory");
-    /* SQLite: publication state through the view (receipts as runs, schema
-     * 8); PostgreSQL reads each kind of pending row through its own index
-     * (postgres.c, jsd__pg_pending_subjects) */
-    const char *body = "SELECT DISTINCT subject FROM (SELECT subject FROM %sjsd_outbox_state WHERE "
-                       "published_at IS NULL AND dead_lettered_at IS NULL ORDER BY id LIMIT %d) "
-                       "p LIMIT %zu";
-    if (s->backend == JSD_STORE_SQLITE) {
-        jsd__snprintf(q, sizeof(q), body, "", PENDING_SCAN, max);
-        sqlite3 *db = jsd__sqlite_handle(s);
-        sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK) {
-            jsd__free(list);
-            return jsd__err(err, JSD_ERR_STORE, "reading pending subjects: %s", sqlite3_errmsg(db));
-        }
-        while (*n < max && sqlite3_step(st) == SQLITE_ROW) {
-            const unsigned char *t = sqlite3_column_text(st, 0);
-            if (t && !(list[*n] = jsd__strdup((const char *)t)))
-                break;
-            if (t)
-                (*n)++;
-        }
-        sqlite3_finalize(st);
-    } else if (jsd__pg_pending_subjects(s, PENDING_SCAN, max, list, n) != JSD_OK) {
+    /* each kind of pending row through its own index, not the view
+     * (sqlite.c and postgres.c, UNPUBLISHED_IDS) */
+    jsd_status rc = s->backend == JSD_STORE_SQLITE
+                        ? jsd__sqlite_pending_subjects(s, PENDING_SCAN, max, list, n)
+                        : jsd__pg_pending_subjects(s, PENDING_SCAN, max, list, n);
+    if (rc != JSD_OK) {
+        for (size_t i = 0; i < *n; i++)
+            jsd__free(list[i]);
         jsd__free(list);
+        *n = 0;
         return jsd__err(err, JSD_ERR_STORE, "%s", jsd_store_errmsg(s));
     }
     *out = list;
