@@ -188,10 +188,5 @@ typedef struct {
     int64_t floor, stranded, first_stranded, id_cache;
 } jsd__pg_floor_state;
 jsd_status jsd__pg_floor_check(jsd_store *s, jsd__pg_floor_state *st);
-/* Up to max distinct subjects of the oldest scan pending effects of a
- * PostgreSQL store (schema 9 or later) or an SQLite one into list (the
- * caller frees them). */
-jsd_status jsd__pg_pending_subjects(jsd_store *s, int scan, size_t max, char **list, size_t *n);
-jsd_status jsd__sqlite_pending_subjects(jsd_store *s, int scan, size_t max, char **list, size_t *n);
 
 #endif

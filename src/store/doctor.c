@@ -343,26 +343,56 @@ void jsd__doctor_check_store(jsd_doctor_report *rep, jsd_store *store)
 
 /* Among the oldest pending effects only, so the query stays cheap on a big backlog. */
 #define PENDING_SCAN 10000
+#define PENDING_PAGE 256 /* effects per jsd_outbox_list call */
 
+static bool listed(char *const *list, size_t n, const char *subject)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i], subject))
+            return true;
+    return false;
+}
+
+/* The pending effects come a page at a time from jsd_outbox_list, which
+ * reads each kind of pending row through its own index (not the view,
+ * which resolves every published row on the way). */
 jsd_status jsd__doctor_outbox_subjects(jsd_store *s, size_t max, char ***out, size_t *n,
                                        jsd_error *err)
 {
     *out = NULL;
     *n = 0;
     char **list = jsd__calloc(max ? max : 1, sizeof(*list));
-    if (!list)
+    jsd_outbox_entry *page = jsd__calloc(PENDING_PAGE, sizeof(*page));
+    if (!list || !page) {
+        jsd__free(list);
+        jsd__free(page);
         return jsd__err(err, JSD_ERR_NOMEM, "doctor: out of memory");
-    /* each kind of pending row through its own index, not the view
-     * (sqlite.c and postgres.c, UNPUBLISHED_IDS) */
-    jsd_status rc = s->backend == JSD_STORE_SQLITE
-                        ? jsd__sqlite_pending_subjects(s, PENDING_SCAN, max, list, n)
-                        : jsd__pg_pending_subjects(s, PENDING_SCAN, max, list, n);
+    }
+    jsd_outbox_query q = {.state = JSD_OUTBOX_PENDING};
+    size_t got = 0, seen = 0;
+    bool full = false;
+    jsd_status rc;
+    do {
+        q.limit = JSD_MIN((size_t)PENDING_PAGE, (size_t)PENDING_SCAN - seen);
+        if ((rc = jsd_outbox_list(s, &q, page, &got)) != JSD_OK)
+            break;
+        for (size_t i = 0; i < got && !full; i++) {
+            if (listed(list, *n, page[i].subject))
+                continue;
+            list[*n] = jsd__strdup(page[i].subject);
+            full = !list[*n] || ++*n == max;
+        }
+        seen += got;
+        if (got)
+            q.after_row_id = page[got - 1].row_id;
+    } while (got == q.limit && seen < PENDING_SCAN && !full);
+    jsd__free(page);
     if (rc != JSD_OK) {
         for (size_t i = 0; i < *n; i++)
             jsd__free(list[i]);
         jsd__free(list);
         *n = 0;
-        return jsd__err(err, JSD_ERR_STORE, "%s", jsd_store_errmsg(s));
+        return jsd__err(err, JSD_ERR_STORE, "reading pending subjects: %s", jsd_store_errmsg(s));
     }
     *out = list;
     return JSD_OK;

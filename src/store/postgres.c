@@ -2250,28 +2250,28 @@ static jsd_status pg_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_sto
     "next_attempt_at, last_error, dead_lettered_at, dead_reason, stream, stream_seq, duplicate, "  \
     "published_at, lease_token, lease_expires, octet_length(payload)"
 
-/* The ids of the first lim unpublished rows, "more" being further
- * conditions on c: pending ones (kinds 0-2) or with the dead letters too
- * (dead). Each kind is read through its own index, ready rows from the
- * floor up: through jsd_outbox_state, the first pending row of an outbox
- * that keeps millions of published ones was found after resolving the run
- * of every one of them (10 s with 3M kept, on every relay start). */
+/* The ids of the first $3 unpublished rows after $1 (of subject $2 when
+ * given): pending ones, or with the dead letters too (dead). Each kind is
+ * read through its own index, ready rows from the floor up: through
+ * jsd_outbox_state, the first pending row of an outbox that keeps millions
+ * of published ones was found after resolving the run of every one of them
+ * (10 s with 3M kept, on every relay start: the doctor's pending
+ * subjects). */
 /* clang-format off */
-#define UNPUBLISHED_IDS(more, lim, dead) \
+#define PAGE_TAIL " AND c.id > $1::int8 AND ($2::text IS NULL OR c.subject = $2::text) " \
+    "ORDER BY c.id LIMIT $3::int8)"
+#define UNPUBLISHED_IDS(dead) \
     "SELECT id FROM ((SELECT c.id FROM @jsd_outbox c WHERE " READY_OF("c.") " AND " \
-    FROM_FLOOR("c.") more " ORDER BY c.id LIMIT " lim ") UNION ALL (SELECT c.id FROM " \
-    "@jsd_outbox c WHERE " REST_OF("c.") more " ORDER BY c.id LIMIT " lim ") UNION ALL " \
-    "(SELECT c.id FROM @jsd_outbox c WHERE c.order_key IS NOT NULL AND c." PENDING more \
-    " ORDER BY c.id LIMIT " lim ")" dead ") a ORDER BY id LIMIT " lim
-#define DEAD_UNPUBLISHED(more, lim) \
+    FROM_FLOOR("c.") PAGE_TAIL " UNION ALL (SELECT c.id FROM @jsd_outbox c WHERE " \
+    REST_OF("c.") PAGE_TAIL " UNION ALL (SELECT c.id FROM @jsd_outbox c WHERE " \
+    "c.order_key IS NOT NULL AND c." PENDING PAGE_TAIL dead ") a ORDER BY id LIMIT $3::int8"
+#define DEAD_UNPUBLISHED \
     " UNION ALL (SELECT c.id FROM @jsd_outbox c WHERE c.dead_lettered_at IS NOT NULL AND " \
-    "c.published_at IS NULL" more " ORDER BY c.id LIMIT " lim ")"
-#define TOOL_MORE " AND c.id > $1::int8 AND ($2::text IS NULL OR c.subject = $2::text)"
+    "c.published_at IS NULL" PAGE_TAIL
 /* clang-format on */
 
+/* the other states, through the view (pending and unpublished: pg_tool_list) */
 static const char *const tool_list_sql[4] = {
-    [JSD_OUTBOX_UNPUBLISHED] = "published_at IS NULL",
-    [JSD_OUTBOX_PENDING] = PENDING,
     [JSD_OUTBOX_DEAD] = "dead_lettered_at IS NOT NULL",
     [JSD_OUTBOX_PUBLISHED] = "published_at IS NOT NULL AND published_at >= $4::int8",
 };
@@ -2344,13 +2344,11 @@ static jsd_status pg_tool_list(jsd_store *s, const jsd_outbox_query *q, int64_t 
 {
     char sql[4096];
     if (q->state == JSD_OUTBOX_PENDING || q->state == JSD_OUTBOX_UNPUBLISHED)
-        jsd__snprintf(
-            sql, sizeof(sql),
-            "SELECT " TOOL_COLS " FROM @jsd_outbox_state WHERE id = ANY(ARRAY(%s)) "
-            "ORDER BY id",
-            q->state == JSD_OUTBOX_PENDING
-                ? UNPUBLISHED_IDS(TOOL_MORE, "$3::int8", "")
-                : UNPUBLISHED_IDS(TOOL_MORE, "$3::int8", DEAD_UNPUBLISHED(TOOL_MORE, "$3::int8")));
+        jsd__snprintf(sql, sizeof(sql),
+                      "SELECT " TOOL_COLS " FROM @jsd_outbox_state WHERE id = ANY(ARRAY(%s)) "
+                      "ORDER BY id",
+                      q->state == JSD_OUTBOX_PENDING ? UNPUBLISHED_IDS("")
+                                                     : UNPUBLISHED_IDS(DEAD_UNPUBLISHED));
     else
         jsd__snprintf(sql, sizeof(sql),
                       "SELECT " TOOL_COLS
@@ -2788,28 +2786,5 @@ jsd_status jsd__pg_floor_check(jsd_store *s, jsd__pg_floor_state *st)
         st->first_stranded = get_i64(r, 0, 0);
         PQclear(r);
     }
-    return JSD_OK;
-}
-
-/* The subjects of the oldest pending effects (at most scan of them), for the
- * doctor (UNPUBLISHED_IDS: not through the view). */
-jsd_status jsd__pg_pending_subjects(jsd_store *s, int scan, size_t max, char **list, size_t *n)
-{
-    *n = 0;
-    if (!s || s->backend != JSD_STORE_POSTGRES || !s->be)
-        return JSD_ERR_INVALID;
-    params p = {.n = 0};
-    p_i64(&p, scan);
-    PGresult *r =
-        tool_exec(s,
-                  "SELECT DISTINCT subject FROM @jsd_outbox WHERE id = ANY(ARRAY(" UNPUBLISHED_IDS(
-                      "", "$1::int8", "") "))",
-                  &p, PGRES_TUPLES_OK, "reading pending subjects");
-    if (!r)
-        return s->err.status;
-    for (int i = 0; i < PQntuples(r) && *n < max; i++)
-        if ((list[*n] = jsd__strdup(PQgetvalue(r, i, 0))) != NULL)
-            (*n)++;
-    PQclear(r);
     return JSD_OK;
 }

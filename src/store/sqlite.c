@@ -2627,32 +2627,31 @@ out:;
     "published_at, lease_token, lease_expires, length(payload), "                                  \
     "(SELECT max(l.expires) FROM jsd_outbox_lease l WHERE o.id BETWEEN l.lo AND l.hi)"
 
-/* The ids of the first lim unpublished rows, "more" being further
- * conditions: pending ones, or with the dead letters too (dead). Each kind
- * is read through its own index: ready rows from the floor up, and below
- * it those in a range lease (live, or expired and not yet taken over) that
- * no run covers. Through jsd_outbox_state the first pending row of an
- * outbox that keeps millions of published ones came after resolving the
- * run of each of them (1.7 s with 3M kept, on every relay start). The
- * planner is told the way: left to choose, it read the rows in id order
- * for the keyed and dead ones (0.7 s) and built an automatic index over
- * the outbox to join the range leases (3.3 s). */
+/* The ids of the first ?3 unpublished rows after ?1 (of subject ?2 when
+ * given): pending ones, or with the dead letters too (dead). Each kind is
+ * read through its own index: ready rows from the floor up, and below it
+ * those in a range lease (live, or expired and not yet taken over) that no
+ * run covers. Through jsd_outbox_state the first pending row of an outbox
+ * that keeps millions of published ones came after resolving the run of
+ * each of them (1.7 s with 3M kept, on every relay start: the doctor's
+ * pending subjects). The planner is told the way: left to choose, it read
+ * the rows in id order for the keyed and dead ones (0.7 s) and built an
+ * automatic index over the outbox to join the range leases (3.3 s). */
 /* clang-format off */
-#define UNPUBLISHED_IDS(more, lim, dead) \
+#define PAGE_TAIL " AND id > ?1 AND (?2 IS NULL OR subject = ?2) ORDER BY id LIMIT ?3"
+#define DEAD_IDS \
+    "SELECT id FROM jsd_outbox INDEXED BY jsd_outbox_dead WHERE dead_lettered_at IS NOT NULL"
+#define UNPUBLISHED_IDS(dead) \
     "SELECT id FROM (SELECT id FROM (SELECT id FROM jsd_outbox WHERE " READY " AND id >= " \
-    "(SELECT floor FROM jsd_outbox_floor) AND " UNCOVERED more " ORDER BY id LIMIT " lim ") " \
+    "(SELECT floor FROM jsd_outbox_floor) AND " UNCOVERED PAGE_TAIL ") " \
     "UNION ALL SELECT id FROM (SELECT DISTINCT jsd_outbox.id AS id FROM jsd_outbox_lease l " \
-    "CROSS JOIN jsd_outbox NOT INDEXED WHERE jsd_outbox.id BETWEEN l.lo AND l.hi AND jsd_outbox.id < (SELECT floor " \
-    "FROM jsd_outbox_floor) AND " READY " AND " UNCOVERED more " ORDER BY 1 LIMIT " lim ") " \
-    "UNION ALL SELECT id FROM (SELECT id FROM jsd_outbox WHERE " REST more " ORDER BY id " \
-    "LIMIT " lim ") UNION ALL SELECT id FROM (SELECT id FROM jsd_outbox INDEXED BY " \
-    "jsd_outbox_keyed WHERE order_key IS NOT NULL AND " PENDING more " ORDER BY id LIMIT " lim ")" dead ") ORDER BY id LIMIT " lim
-#define DEAD_IDS(more, lim) \
-    "SELECT id FROM jsd_outbox INDEXED BY jsd_outbox_dead WHERE dead_lettered_at IS NOT NULL" \
-    more " ORDER BY id LIMIT " lim
-#define DEAD_UNPUBLISHED(more, lim) \
-    " UNION ALL SELECT id FROM (" DEAD_IDS(" AND published_at IS NULL" more, lim) ")"
-#define TOOL_MORE " AND id > ?1 AND (?2 IS NULL OR subject = ?2)"
+    "CROSS JOIN jsd_outbox NOT INDEXED WHERE jsd_outbox.id BETWEEN l.lo AND l.hi " \
+    "AND jsd_outbox.id < (SELECT floor FROM jsd_outbox_floor) AND " READY " AND " UNCOVERED \
+    PAGE_TAIL ") UNION ALL SELECT id FROM (SELECT id FROM jsd_outbox WHERE " REST PAGE_TAIL \
+    ") UNION ALL SELECT id FROM (SELECT id FROM jsd_outbox INDEXED BY jsd_outbox_keyed " \
+    "WHERE order_key IS NOT NULL AND " PENDING PAGE_TAIL ")" dead ") ORDER BY id LIMIT ?3"
+#define DEAD_UNPUBLISHED \
+    " UNION ALL SELECT id FROM (" DEAD_IDS " AND published_at IS NULL" PAGE_TAIL ")"
 /* clang-format on */
 
 static jsd_status tool_prepare(jsd_store *s, const char *sql, sqlite3_stmt **st)
@@ -2711,10 +2710,9 @@ static jsd_status sq_tool_list(jsd_store *s, const jsd_outbox_query *q, int64_t 
     if (q->state != JSD_OUTBOX_PUBLISHED)
         jsd__snprintf(sql, sizeof(sql),
                       "SELECT " TOOL_COLS " FROM jsd_outbox_state o WHERE id IN (%s) ORDER BY id",
-                      q->state == JSD_OUTBOX_PENDING ? UNPUBLISHED_IDS(TOOL_MORE, "?3", "")
-                      : q->state == JSD_OUTBOX_DEAD
-                          ? DEAD_IDS(TOOL_MORE, "?3")
-                          : UNPUBLISHED_IDS(TOOL_MORE, "?3", DEAD_UNPUBLISHED(TOOL_MORE, "?3")));
+                      q->state == JSD_OUTBOX_PENDING ? UNPUBLISHED_IDS("")
+                      : q->state == JSD_OUTBOX_DEAD  ? DEAD_IDS PAGE_TAIL
+                                                     : UNPUBLISHED_IDS(DEAD_UNPUBLISHED));
     else
         jsd__snprintf(sql, sizeof(sql), "%s",
                       "SELECT " TOOL_COLS " FROM jsd_outbox_state o WHERE id > ?1 AND (?2 IS NULL "
@@ -3108,33 +3106,6 @@ jsd_status jsd__sqlite_open(jsd_store *s, const char *path, jsd_error *err)
 fail:
     jsd__err_copy(err, &s->err);
     sq_close(s);
-    return rc;
-}
-
-/* The subjects of the oldest pending effects (at most scan of them), for the
- * doctor (UNPUBLISHED_IDS: not through the view). */
-jsd_status jsd__sqlite_pending_subjects(jsd_store *s, int scan, size_t max, char **list, size_t *n)
-{
-    *n = 0;
-    if (!sqlite_of(s))
-        return JSD_ERR_INVALID;
-    sqlite3_stmt *st = NULL;
-    jsd_status rc = tool_prepare(s,
-                                 "SELECT DISTINCT subject FROM jsd_outbox WHERE id IN "
-                                 "(" UNPUBLISHED_IDS("", "?1", "") ")",
-                                 &st);
-    if (rc != JSD_OK)
-        return rc;
-    sqlite3_bind_int(st, 1, scan);
-    int r;
-    while ((r = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        const char *t = col_text(st, 0, NULL);
-        if (t && (list[*n] = jsd__strdup(t)) != NULL)
-            (*n)++;
-    }
-    if (r != SQLITE_ROW && r != SQLITE_DONE)
-        rc = sq_fail(s, r, "reading pending subjects");
-    sqlite3_finalize(st);
     return rc;
 }
 
