@@ -290,14 +290,10 @@ static void relay_published(bool pg, long published, long n, bool do_relay, bool
      * under) */
     if (pg)
         sql_run(&t, "UPDATE jsd_outbox SET lease_token = 'fill', lease_expires = created_at");
-    sql_run(&t, pg ? "INSERT INTO jsd_outbox_runs (lo, hi, stream, seq, duplicate, published_at) "
-                     "SELECT id, least(id + 255, (SELECT max(id) FROM jsd_outbox)), "
-                     "'BENCH_SCALE_FILL', id, false, created_at FROM jsd_outbox "
-                     "WHERE (id - 1) % 256 = 0"
-                   : "INSERT INTO jsd_outbox_runs (lo, hi, stream, seq, duplicate, published_at) "
-                     "SELECT id, min(id + 255, (SELECT max(id) FROM jsd_outbox)), "
-                     "'BENCH_SCALE_FILL', id, 0, created_at FROM jsd_outbox "
-                     "WHERE (id - 1) % 256 = 0");
+    sql_run(&t, "INSERT INTO jsd_outbox_runs (lo, hi, stream, seq, duplicate, published_at) "
+                "SELECT id, CASE WHEN id + 255 < m.top THEN id + 255 ELSE m.top END, "
+                "'BENCH_SCALE_FILL', id, false, created_at FROM jsd_outbox, "
+                "(SELECT max(id) AS top FROM jsd_outbox) m WHERE (id - 1) % 256 = 0");
     sql_run(&t, "UPDATE jsd_outbox_floor SET floor = (SELECT max(id) + 1 FROM jsd_outbox)");
     int64_t done = sql_run(&t, "SELECT coalesce(sum(hi - lo + 1), 0) FROM jsd_outbox_runs");
     if (pg)
