@@ -20,7 +20,8 @@
  *   claim(token T, lease L)            -- crash point relay.after_claim
  *   submit each effect (msg id M)      -- crash point relay.after_publish
  *   PubAck for every effect of batch   -- crash point relay.before_receipt_commit
- *   record_receipts(T) one transaction -- crash point relay.after_receipt_commit
+ *   record_receipts(T) one transaction -- crash point relay.before_receipt_sync
+ *   their sync (one per writer group)  -- crash point relay.after_receipt_commit
  *   record_failures(T) / release(T)
  *
  * 1. M is derived by the store from (owner, effect id) and never changes: a
@@ -87,7 +88,9 @@
  *    written or the crash point relay.after_receipt_commit (the argument is
  *    at sq_receipts in src/store/sqlite.c). Batches the writer finds
  *    queued together commit their receipts one transaction each and share
- *    that sync; none counts as written before it. While the
+ *    that sync (crash point relay.before_receipt_sync); none counts as
+ *    written before it, and a failed sync has them written again, durable
+ *    at once (relay_writer.c, finish_batches). While the
  *    writer commits and nothing is in flight, a wake-up (a new commit) is
  *    claimed at once; the receipt commit is not on its path.
  * 8. PostgreSQL (measured, issue 12): the lease stays a column, not a row
@@ -100,12 +103,28 @@
  *    migration 6), so a claim is a HOT update that adds no index entries;
  *    only the receipt makes a new indexed row version. The receipt writer
  *    has its own connection (jsd__store_open_writer), so receipts overlap
- *    the next claims instead of taking turns with them. Receipts,
- *    failures, releases and dead letters commit synchronously: a receipt
- *    lost in a server crash would be republished after a restart that may
- *    come later than the duplicate window, and a lost dead letter would be
- *    published. The claim alone commits without waiting for its WAL flush
- *    (synchronous_commit off for its own transaction, set inside the
+ *    the next claims instead of taking turns with them. Failures,
+ *    releases and dead letters commit synchronously (a lost dead letter
+ *    would be published), and receipts are durable before they count as
+ *    written: a receipt lost in a server crash would be republished after
+ *    a restart that may come later than the duplicate window. As on SQLite
+ *    (point 7), the batches the writer finds queued together commit their
+ *    receipts one transaction each without waiting for the flush, then one
+ *    synchronous commit of a transaction of its own (it writes an empty
+ *    logical message) flushes the WAL up to its record, theirs included (and waits for synchronous
+ *    standbys), then one walk of the floor: at 1k effects/s each batch is a
+ *    few effects, and a flush per batch let the writer fall behind by the
+ *    whole receipt bound (DESIGN 12) whenever fsyncs slowed (commit ->
+ *    PubAck stalls of 0.3-0.7 s, docs/PERFORMANCE.md). Until that flush a
+ *    receipt is visible but may be lost in a server crash, together with
+ *    everything after it in the WAL (a claim that saw it included): the
+ *    case of a relay that died before its receipt commit. If the relay
+ *    lives, the flush fails (or the session it ran on was reset before it:
+ *    pg_sync_receipts) and the group's receipts are written again, durable
+ *    at once, held through the outage like any receipt (point 10); if it
+ *    died, its effects are republished with the same ids after a restart
+ *    (test_relay_crash.c, receipt_lost_before_its_flush_pg). The claim alone commits without
+ * waiting for its WAL flush (synchronous_commit off for its own transaction, set inside the
  *    statement): that wait was on every commit -> PubAck path (p50 about
  *    2 ms against 0.8 ms in bench_relay's latency run). A relay that dies
  *    loses nothing by it (the server holds the commit); a server crash or

@@ -27,9 +27,11 @@
 /* The receipts just committed become durable (jsd__store_sync_receipts).
  * On a store the two threads share, the sync runs with store_mu let go, so
  * that the publishing thread claims meanwhile instead of waiting for the
- * disk; the receipts count as written only after it. */
-static void receipts_durable(jsd_relay *r, jsd_store *ws, bool holds_store_mu)
+ * disk; the receipts count as written only after it. False: the sync
+ * failed, and the receipts may be lost (a server that crashed meanwhile). */
+static bool receipts_durable(jsd_relay *r, jsd_store *ws, bool holds_store_mu)
 {
+    JSD_CRASH_POINT("relay.before_receipt_sync");
     if (holds_store_mu)
         pthread_mutex_unlock(&r->store_mu);
     jsd_status s = jsd__store_sync_receipts(ws);
@@ -37,6 +39,7 @@ static void receipts_durable(jsd_relay *r, jsd_store *ws, bool holds_store_mu)
         pthread_mutex_lock(&r->store_mu);
     if (s != JSD_OK)
         jsd__relay_count(r, RC_STORE_ERRORS, 1); /* logged by the store */
+    return s == JSD_OK;
 }
 
 /* A settled batch sorted by fate, and what became of its receipts. */
@@ -105,16 +108,17 @@ static void outcome_free(outcome *o)
     jsd__free(o->rel);
 }
 
-/* Commit the batch's receipts (not yet synced: receipts_durable). */
-static void commit_receipts(jsd_relay *r, jsd_store *ws, rbatch *b, outcome *o)
+/* Commit the batch's receipts: not yet durable (receipts_durable), or, when
+ * sync says so, durable at once. */
+static void commit_receipts(jsd_relay *r, jsd_store *ws, rbatch *b, outcome *o, bool sync)
 {
-    JSD_CRASH_POINT("relay.before_receipt_commit");
     jsd_status s = JSD_ERR_STORE;
     /* A store outage keeps the receipts (the PubAcks are the only record
      * that the messages are in), retried until the store answers or the
      * relay stops; any other error is retried RECEIPT_RETRIES times. */
     for (int tryno = 0;; tryno++) {
-        s = jsd__store_record_receipts_unsynced(ws, b->token, o->rc, o->nr, &o->applied);
+        s = sync ? jsd__store_record_receipts(ws, b->token, o->rc, o->nr, &o->applied)
+                 : jsd__store_record_receipts_unsynced(ws, b->token, o->rc, o->nr, &o->applied);
         if (s == JSD_OK)
             break;
         jsd__relay_store_trouble_on(r, ws, "record receipts");
@@ -224,8 +228,13 @@ static void record_rest(jsd_relay *r, jsd_store *ws, rbatch *b, const outcome *o
 /* Write the outcome of n batches whose publications are all settled (the
  * caller holds store_mu when holds_store_mu says so). The receipts of all n
  * are committed first, one transaction per batch, then made durable with
- * one sync (DESIGN 7): the writer found them queued together, and each sync
- * is a disk flush. Only then does any of them count as written. */
+ * one sync (DESIGN 7, 8): the writer found them queued together, and each
+ * sync is a disk flush. Only then does any of them count as written. When
+ * the sync fails, each batch's receipts are written again, durable at
+ * once. The statement is idempotent: a receipt that did survive is refused
+ * as one already recorded, so the first answer's count stands (the larger
+ * of the two; a receipt lost with its claim in a server crash is then
+ * counted here and again when its effect is claimed and republished). */
 static void finish_batches(jsd_relay *r, rbatch *const *bs, size_t n, bool holds_store_mu)
 {
     jsd_store *ws = r->wstore ? r->wstore : r->store;
@@ -234,12 +243,20 @@ static void finish_batches(jsd_relay *r, rbatch *const *bs, size_t n, bool holds
     for (size_t i = 0; i < n; i++) {
         outcome_sort(bs[i], &o[i]);
         if (o[i].ok && o[i].nr) {
-            commit_receipts(r, ws, bs[i], &o[i]);
+            JSD_CRASH_POINT("relay.before_receipt_commit");
+            commit_receipts(r, ws, bs[i], &o[i], false);
             committed |= o[i].receipts == JSD_OK;
         }
     }
-    if (committed)
-        receipts_durable(r, ws, holds_store_mu);
+    if (committed && !receipts_durable(r, ws, holds_store_mu)) {
+        for (size_t i = 0; i < n; i++) {
+            if (!o[i].ok || !o[i].nr || o[i].receipts != JSD_OK)
+                continue;
+            size_t first = o[i].applied;
+            commit_receipts(r, ws, bs[i], &o[i], true);
+            o[i].applied = JSD_MAX(first, o[i].applied);
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         if (o[i].ok) {
             if (o[i].nr)

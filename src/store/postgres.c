@@ -63,6 +63,8 @@ enum {
     P_TRY_TAKEOVER,
     P_LOCK_TAKEOVER,
     P_LOCK_RECEIPTS,
+    P_LOCK_RECEIPTS_ASYNC,
+    P_FLUSH,
     P_FLOOR_RAISE,
     P_GAP_HOLDERS,
     P_GAP_ENDED,
@@ -366,6 +368,19 @@ static const char *const sql_text[P__COUNT] = {
     [P_LOCK_TAKEOVER] = "SELECT set_config('jsd.takeover', 'true', true), "
                         "pg_advisory_xact_lock(" TAKEOVER_KEY ")",
     [P_LOCK_RECEIPTS] = "SELECT pg_advisory_xact_lock_shared(" TAKEOVER_KEY ")",
+    /* The same for receipts whose flush is left to pg_sync_receipts. */
+    [P_LOCK_RECEIPTS_ASYNC] = "SELECT pg_advisory_xact_lock_shared(" TAKEOVER_KEY "), "
+                              "set_config('synchronous_commit', 'off', true)",
+    /* A transaction that writes WAL, committed synchronously: its commit
+     * waits for the WAL up to its own record to be flushed (and replicated,
+     * with synchronous standbys), so every commit before it is too
+     * (pg_sync_receipts). What it writes is a transactional logical
+     * message, empty, which changes no table (a logical decoding client
+     * that asks for messages sees it, with this prefix). An id alone
+     * (txid_current()) is not enough: a transaction that wrote no WAL
+     * before its commit record commits without waiting for the flush
+     * (test_relay_horizon, receipt_flush_answer_lost, found it). */
+    [P_FLUSH] = "SELECT pg_logical_emit_message(true, 'jsdurable.receipts', '')",
     [P_FLOOR_RAISE] = "SELECT gap, bound FROM @jsd_outbox_floor_raise($1::int8, $2::int8)",
     /* The transactions that write the outbox now (prepared ones too: their
      * pid is NULL), other than this statement's own: every one that drew
@@ -735,7 +750,9 @@ typedef struct pg {
     int64_t gap, gap_bound;  /* the id missing where the floor stopped, and the top then */
     char *gap_holders;       /* the transactions open then: text[], binary */
     int gap_holders_len;
-    char *password; /* to scrub from libpq's messages; wiped */
+    bool receipts_unsynced;   /* receipts committed without their flush (pg_receipts) */
+    bool receipts_flush_lost; /* the session was reset before that flush */
+    char *password;           /* to scrub from libpq's messages; wiped */
 } pg;
 
 #define PG(s) ((pg *)(s)->be)
@@ -877,6 +894,8 @@ static jsd_status session_reset(jsd_store *s)
 {
     pg *p = PG(s);
     PQreset(p->conn);
+    if (p->receipts_unsynced)
+        p->receipts_flush_lost = true; /* pg_sync_receipts */
     memset(p->prepared, 0, sizeof(p->prepared));
     p->listening = false;
     p->plans_set = false;
@@ -1587,7 +1606,6 @@ static void floor_raise(jsd_store *s);
 static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receipt *rc_in, size_t n,
                               size_t *applied, bool sync)
 {
-    (void)sync; /* the commit is synchronous either way (relay.c DESIGN 8) */
     jsd_status rc = ready(s);
     if (rc == JSD_OK)
         rc = relay_plans(s);
@@ -1635,20 +1653,53 @@ static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receip
     }
     if (rc == JSD_OK) {
         /* in a transaction of its own, under the takeover lock shared
-         * (pg_claim); committed synchronously (relay.c DESIGN 8) */
-        PGresult *r = locked_exec(s, P_LOCK_RECEIPTS, NULL, P_RECEIPTS, p.n, p.v, p.len, p.fmt,
-                                  PGRES_TUPLES_OK, "recording receipts");
+         * (pg_claim); committed synchronously, or without waiting for its
+         * flush, which pg_sync_receipts then makes for every such commit
+         * (relay.c DESIGN 8) */
+        PGresult *r =
+            locked_exec(s, sync ? P_LOCK_RECEIPTS : P_LOCK_RECEIPTS_ASYNC, NULL, P_RECEIPTS, p.n,
+                        p.v, p.len, p.fmt, PGRES_TUPLES_OK, "recording receipts");
         if (r) {
             *applied = (size_t)get_i64(r, 0, 0);
             PQclear(r);
+            if (!sync)
+                PG(s)->receipts_unsynced = true;
         } else {
             rc = s->err.status;
         }
     }
     arr_free(a, 6);
-    if (rc == JSD_OK)
+    if (rc == JSD_OK && sync)
         floor_raise(s);
     return rc;
+}
+
+/* The receipts committed by pg_receipts(sync false) since the last call
+ * become durable: one synchronous commit flushes the WAL up to its own
+ * record, theirs included, as long as the session they were committed on
+ * is still the one (a server that crashed and came back may have lost
+ * them; the session's reset says so). Then one walk of the floor for all
+ * of them. */
+static jsd_status pg_sync_receipts(jsd_store *s)
+{
+    pg *p = PG(s);
+    if (!p->receipts_unsynced && !p->receipts_flush_lost)
+        return JSD_OK;
+    bool lost = p->receipts_flush_lost;
+    p->receipts_unsynced = p->receipts_flush_lost = false;
+    PGresult *r = lost ? NULL
+                       : pexec(s, P_FLUSH, 0, NULL, NULL, NULL, PGRES_TUPLES_OK,
+                               "flushing the receipts' commits");
+    if (!r) {
+        if (lost)
+            jsd__store_err(s, JSD_ERR_STORE, "the connection broke before the receipts' flush");
+        JSD_WARN("store", "%s: the receipts just committed may be lost; they are recorded again",
+                 jsd_store_errmsg(s));
+        return s->err.status;
+    }
+    PQclear(r);
+    floor_raise(s);
+    return JSD_OK;
 }
 
 /* DESIGN (the settled floor, schema 9). The receipts of first attempts
@@ -2472,6 +2523,7 @@ static const jsd__store_ops pg_ops = {
     .emit = pg_emit,
     .claim = pg_claim,
     .receipts = pg_receipts,
+    .sync_receipts = pg_sync_receipts,
     .failures_read = pg_failures_read,
     .failures_write = pg_failures_write,
     .release = pg_release,

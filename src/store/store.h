@@ -176,10 +176,15 @@ jsd_status jsd__store_record_receipts(jsd_store *s, const char *lease_token, con
  * sync the WAL under the write lock, where it held back every other writer
  * of the file (the relay's own next claim, the application's commits) for
  * one fsync; the sync writes the WAL file's frames to disk afterwards, outside
- * it. On PostgreSQL the commit is durable and the sync does nothing.
- * jsd__store_sync_receipts may run while another thread uses s under its
- * own lock: it touches only state the writer's calls share, and reports a
- * failure in the log and its status, not in s's last error.
+ * it. On PostgreSQL the commit does not wait for its WAL flush, and the
+ * sync is one synchronous commit of its own, whose flush covers every
+ * commit before it; it fails when the session those commits ran on was
+ * reset meanwhile (a server that crashed may have lost them), and it walks
+ * the settled floor once for all of them. On SQLite jsd__store_sync_receipts
+ * may run while another thread uses s under its own lock: it touches only
+ * state the writer's calls share. Both report a failure in the log and
+ * its status; a failed sync leaves the receipts possibly lost, to be
+ * recorded again (the statement is idempotent).
  */
 jsd_status jsd__store_record_receipts_unsynced(jsd_store *s, const char *lease_token,
                                                const jsd__receipt *r, size_t n, size_t *applied);

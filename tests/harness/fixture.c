@@ -492,6 +492,37 @@ int jsd_fx_pg_resume(jsd_fx_pg *pg)
     return fx_pg_control(pg, "resume", true);
 }
 
+int jsd_fx_pg_do(const char *url, const char *sql)
+{
+    PGconn *c = PQconnectdb(url);
+    if (PQstatus(c) != CONNECTION_OK) {
+        fail_msg("cannot connect to the test PostgreSQL: %s", PQerrorMessage(c));
+        PQfinish(c);
+        return -1;
+    }
+    PGresult *r = PQexec(c, sql);
+    int rc = 0;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+        rc = -1;
+    }
+    PQclear(r);
+    PQfinish(c);
+    return rc;
+}
+
+int jsd_fx_pg_start_with(jsd_fx_pg *out, const char *const *settings)
+{
+    if (jsd_fx_pg_start(out) != 0)
+        return -1;
+    if (!settings || !settings[0])
+        return 0;
+    for (const char *const *q = settings; *q; q++)
+        if (jsd_fx_pg_do(out->url, *q) != 0)
+            return -1;
+    return jsd_fx_pg_stop(out) == 0 && jsd_fx_pg_restart(out) == 0 ? 0 : -1;
+}
+
 /* url with its database path replaced by db: scheme://auth@host:port/db?q */
 static int fx_pg_url_with_db(const char *server, const char *db, char *url, size_t cap)
 {

@@ -130,6 +130,12 @@ typedef struct jsd_fx_pg {
     pid_t pid;
 } jsd_fx_pg;
 int jsd_fx_pg_start(jsd_fx_pg *out);
+/* The same, with the given ALTER SYSTEM statements (NULL-terminated) in
+ * force from its start (it is restarted after them). */
+int jsd_fx_pg_start_with(jsd_fx_pg *out, const char *const *settings);
+/* One statement on a server, outside any transaction; fails the test on an
+ * error. */
+int jsd_fx_pg_do(const char *url, const char *sql);
 int jsd_fx_pg_stop(jsd_fx_pg *pg);
 int jsd_fx_pg_kill(jsd_fx_pg *pg);
 int jsd_fx_pg_restart(jsd_fx_pg *pg);

@@ -10,7 +10,8 @@
  * held through the outage (longer than the lease) and written when the store
  * is back: nothing is published a second time. A claim whose asynchronous
  * commit is lost in a PostgreSQL crash (relay.c DESIGN 8) costs neither a
- * second message nor a lost receipt.
+ * second message nor a lost receipt; nor does a receipt flush whose answer
+ * is lost.
  */
 #include <signal.h>
 #include <pthread.h>
@@ -132,18 +133,6 @@ static void withheld_acks_pg(void **state)
     withheld_acks(RT_PG);
 }
 
-/* One statement on a server, outside any transaction (ALTER SYSTEM). */
-static void pg_do(const char *url, const char *sql)
-{
-    PGconn *c = PQconnectdb(url);
-    ASSERT_TRUE(PQstatus(c) == CONNECTION_OK);
-    PGresult *r = PQexec(c, sql);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
-        fail_msg("%s: %s", sql, PQerrorMessage(c));
-    PQclear(r);
-    PQfinish(c);
-}
-
 /* A PostgreSQL server of the test's own (with the given ALTER SYSTEM
  * settings, NULL-terminated, in force from its start), a stream with a
  * 2-minute window, the fault proxy in front of the shared nats-server, and
@@ -164,13 +153,7 @@ static void pg_outage_up(pg_outage *e, const char *tag, const char *const *setti
                          int64_t deadline_ms)
 {
     memset(e, 0, sizeof(*e));
-    ASSERT_EQ(jsd_fx_pg_start(&e->pg), 0);
-    if (settings && settings[0]) {
-        for (const char *const *q = settings; *q; q++)
-            pg_do(e->pg.url, *q);
-        ASSERT_EQ(jsd_fx_pg_stop(&e->pg), 0);
-        ASSERT_EQ(jsd_fx_pg_restart(&e->pg), 0);
-    }
+    ASSERT_EQ(jsd_fx_pg_start_with(&e->pg, settings), 0);
     e->st.kind = RT_PG;
     ASSERT_EQ(jsd_fx_pg_database_on(e->pg.url, e->st.url, sizeof(e->st.url)), 0);
     const char *url = jsd_fx_shared_nats_url();
@@ -317,6 +300,81 @@ static void claim_lost_in_a_server_crash(void **state)
     pg_outage_down(&e);
 }
 
+/* The server reads a reload in each process in its own time: the setting
+ * is in force once a synchronous commit of the test's own waits for the
+ * standby (then cancelled: it has committed locally). */
+static void sync_standby_in_force(pg_outage *e, const char *waiter)
+{
+    PGconn *c = PQconnectdb(e->st.url);
+    ASSERT_TRUE(PQstatus(c) == CONNECTION_OK);
+    int64_t end = jsd_test_mono_ms() + 10000;
+    for (bool waits = false; !waits;) {
+        if (jsd_test_mono_ms() > end)
+            fail_msg("a synchronous commit never waited for the standby named");
+        ASSERT_EQ(PQsendQuery(c, "SELECT pg_logical_emit_message(true, 'probe', '')"), 1);
+        waits =
+            WAIT_UNTIL(rt_q(&e->st, waiter) == PQbackendPID(c) || (PQconsumeInput(c), !PQisBusy(c)),
+                       5000) &&
+            PQisBusy(c);
+        if (waits) {
+            char sql[80];
+            snprintf(sql, sizeof(sql), "SELECT pg_cancel_backend(%d)", PQbackendPID(c));
+            ASSERT_EQ(jsd_fx_pg_do(e->pg.url, sql), 0);
+        }
+        PGresult *r;
+        while ((r = PQgetResult(c)) != NULL)
+            PQclear(r);
+    }
+    PQfinish(c);
+}
+
+/* PostgreSQL's receipts are flushed by group (relay.c DESIGN 8): committed
+ * without waiting for the disk, then one synchronous commit flushes them.
+ * Here that commit's answer is lost: with a synchronous standby named that
+ * never comes, the flush's commit waits for it (after its local flush),
+ * and the test ends that session. Until the flush answers, the receipts
+ * are in the store but not counted as written; once it fails they are
+ * written again (the statement is idempotent): every one counted once, no
+ * lease reported lost, nothing published twice. */
+static void receipt_flush_answer_lost(void **state)
+{
+    (void)state;
+    pg_outage e;
+    pg_outage_up(&e, "HZF", NULL, 4000);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, log_sink, NULL);
+    pg_outage_hold(&e, "flush", 3);
+    ASSERT_EQ(jsd_fx_pg_do(e.pg.url, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'"), 0);
+    ASSERT_EQ(jsd_fx_pg_do(e.pg.url, "SELECT pg_reload_conf()"), 0);
+    const char *waiter = "SELECT coalesce(max(pid), 0) FROM pg_stat_activity "
+                         "WHERE wait_event = 'SyncRep'";
+    sync_standby_in_force(&e, waiter);
+    pg_outage_release(&e, 4);
+
+    ASSERT_WAIT(rt_q(&e.st, waiter) > 0, 10000);
+    ASSERT_EQ(rt_published(&e.st), 4); /* committed, visible */
+    jsd_relay_stats rs;
+    jsd_relay_stats_get(e.t.relay, &rs);
+    ASSERT_EQ(rs.published, 1); /* not written until flushed */
+
+    char sql[160];
+    snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%lld)", rt_q(&e.st, waiter));
+    ASSERT_EQ(jsd_fx_pg_do(e.pg.url, sql), 0);
+    ASSERT_WAIT((jsd_relay_stats_get(e.t.relay, &rs), rs.published == 4), 10000);
+    ASSERT_TRUE(logged("they are recorded again"));
+    ASSERT_EQ(jsd_fx_pg_do(e.pg.url, "ALTER SYSTEM RESET synchronous_standby_names"), 0);
+    ASSERT_EQ(jsd_fx_pg_do(e.pg.url, "SELECT pg_reload_conf()"), 0);
+    jsd_log_configure(JSD_LOG_WARN, JSD_LOG_TEXT, NULL, NULL);
+
+    rt_relay_finish(&e.t);
+    ASSERT_EQ(rs.lease_lost, 0);
+    ASSERT_EQ(rs.duplicates, 0);
+    ASSERT_EQ(rt_published(&e.st), 4);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 0);
+    ASSERT_EQ(rt_stream_count(&e.nt, e.stream), 4);
+    pg_outage_down(&e);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(withheld_acks_sqlite), cmocka_unit_test(withheld_acks_pg),
               cmocka_unit_test(receipts_held_through_store_outage),
-              cmocka_unit_test(claim_lost_in_a_server_crash))
+              cmocka_unit_test(claim_lost_in_a_server_crash),
+              cmocka_unit_test(receipt_flush_answer_lost))

@@ -5,7 +5,8 @@
  * exactly one receipt naming the message stored under its own Nats-Msg-Id,
  * the stream holds exactly one message per effect (read by a separate nats.c
  * connection), and every message that was stored before the restart without
- * a receipt is recorded as a broker duplicate. Also: three relays on one
+ * a receipt is recorded as a broker duplicate. Also: receipts committed but
+ * not flushed when the relay and then PostgreSQL die; three relays on one
  * PostgreSQL database (each publishing a share, per-key order kept), per-key
  * order across a crash.
  */
@@ -122,6 +123,10 @@ static void crash_at(rt_backend kind, const char *point)
         /* the whole first batch was acknowledged, none of it recorded */
         ASSERT_TRUE(stored_before >= 256);
         ASSERT_EQ(receipts_before, 0);
+    } else if (!strncmp(point, "relay.before_receipt_sync", 25)) {
+        /* committed, not yet flushed: the store keeps what the relay's
+         * death did not take with it */
+        ASSERT_TRUE(receipts_before >= 256);
     } else if (!strncmp(point, "relay.after_receipt_commit", 26)) {
         ASSERT_TRUE(receipts_before >= 256);
     }
@@ -161,7 +166,66 @@ static void crash_at(rt_backend kind, const char *point)
 CRASH_CASE(crash_after_claim, "relay.after_claim:1")
 CRASH_CASE(crash_after_publish, "relay.after_publish:3")
 CRASH_CASE(crash_before_receipt_commit, "relay.before_receipt_commit:1")
+CRASH_CASE(crash_before_receipt_sync, "relay.before_receipt_sync:1")
 CRASH_CASE(crash_after_receipt_commit, "relay.after_receipt_commit:2")
+
+/* ---- a receipt lost before its flush ---------------------------------------------------- */
+
+/* PostgreSQL's receipts commit without waiting for the disk and are flushed
+ * by group (relay.c DESIGN 8). Here the relay dies between the two
+ * (relay.before_receipt_sync) and the server crashes before anything else
+ * flushes its WAL: its WAL writer is stopped (SIGSTOP) before the relay
+ * starts, with autovacuum, timed checkpoints and the background writer
+ * off, and WAL buffers large enough that no backend has to write them out. The receipts the relay
+ * committed are seen in the store before the server's crash and are gone after it; the restarted
+ * relay publishes those effects again with the same ids, the stream collapses every republication,
+ * and each effect ends with one message and one receipt. */
+static void receipt_lost_before_its_flush_pg(void **state)
+{
+    (void)state;
+    static const char *const quiet[] = {"ALTER SYSTEM SET autovacuum = off",
+                                        "ALTER SYSTEM SET checkpoint_timeout = '1h'",
+                                        "ALTER SYSTEM SET bgwriter_lru_maxpages = 0",
+                                        "ALTER SYSTEM SET wal_buffers = '16MB'", NULL};
+    crash_env e;
+    jsd_fx_pg pg;
+    ASSERT_EQ(jsd_fx_pg_start_with(&pg, quiet), 0);
+    cenv_up(&e, RT_PG);
+    ASSERT_EQ(jsd_fx_pg_database_on(pg.url, e.st.url, sizeof(e.st.url)), 0);
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.owner = "lost", .n = N_EFFECTS, .subject = e.subject, .per_tx = 500};
+    rt_enqueue(app, &q);
+    jsd_store_close(app);
+
+    long long walwriter =
+        rt_q(&e.st, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+    ASSERT_TRUE(walwriter > 0);
+    ASSERT_EQ(kill((pid_t)walwriter, SIGSTOP), 0);
+    run_to_crash(&e, "relay.before_receipt_sync:1");
+    long long committed = rt_published(&e.st);
+    rt_store_close(&e.st);
+    ASSERT_EQ(jsd_fx_pg_kill(&pg), 0);
+    ASSERT_EQ(jsd_fx_pg_restart(&pg), 0);
+    uint64_t stored_before = settled_count(&e);
+    long long receipts_after = rt_published(&e.st);
+    fprintf(stderr, "%llu stored, %lld receipts committed, %lld after the server's crash\n",
+            (unsigned long long)stored_before, committed, receipts_after);
+    if (committed < 256 || receipts_after != 0)
+        fail_msg("%lld receipts committed before the crash and %lld after it: want a whole "
+                 "batch committed and none surviving (or this test did not make the fault it "
+                 "is about)",
+                 committed, receipts_after);
+
+    run_to_completion(&e, N_EFFECTS);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "lost", "e", 0, N_EFFECTS);
+    rt_assert_receipts_match(&e.st, &e.nt, e.stream);
+    if (rt_q(&e.st, "SELECT coalesce(sum(attempts), 0) FROM jsd_outbox_state") == 0)
+        ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), (long long)stored_before);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
+    rt_nats_close(&e.nt);
+    rt_store_close(&e.st);
+    ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
+}
 
 /* ---- per-key order across a crash ----------------------------------------------------------- */
 
@@ -326,6 +390,9 @@ JSD_TEST_MAIN(cmocka_unit_test(crash_after_claim_sqlite), cmocka_unit_test(crash
               cmocka_unit_test(crash_after_publish_pg),
               cmocka_unit_test(crash_before_receipt_commit_sqlite),
               cmocka_unit_test(crash_before_receipt_commit_pg),
+              cmocka_unit_test(crash_before_receipt_sync_sqlite),
+              cmocka_unit_test(crash_before_receipt_sync_pg),
+              cmocka_unit_test(receipt_lost_before_its_flush_pg),
               cmocka_unit_test(crash_after_receipt_commit_sqlite),
               cmocka_unit_test(crash_after_receipt_commit_pg),
               cmocka_unit_test(order_across_crash_sqlite), cmocka_unit_test(order_across_crash_pg),
