@@ -1479,25 +1479,33 @@ static int by_row_id(const void *a, const void *b)
 
 /* A relay's sessions (its claims; the receipt writer's) never plan a
  * sequential scan of the outbox (enable_seqscan = off: the planner takes one
- * only where no index serves). PostgreSQL's default switches a prepared
- * statement to a generic plan after five executions when that looks no
- * dearer, and keeps it until the table's statistics change: one made while
- * the outbox was still small (a relay started on an empty outbox) found the
- * claim's rows by a sequential scan, whose cost grew with the table until
- * autovacuum analyzed it. In bench_relay's latency run (fresh outbox, 1k
- * effects/s) claims then took 2-3.7 ms instead of 0.5-1.2 and the commit ->
- * PubAck p50 moved between 2.7 and 10 ms from run to run. Every statement of
- * these sessions has an index to use (EXPLAIN of the claim's generic plan on
- * an empty, unanalyzed outbox: index scans only), and generic plans save the
- * ~0.3 ms a claim that planning each execution (force_custom_plan, tried
- * first) cost: p50 2.6-2.8 against 3.2-3.6 ms, p99 5.2-5.5 against
- * 6.5-7.2 ms (issue 12). */
+ * only where no index serves), and plan each prepared statement once, not
+ * at each execution (plan_cache_mode = force_generic_plan). PostgreSQL's
+ * default switches a prepared statement to a generic plan after five
+ * executions when that looks no dearer, and keeps it until the table's
+ * statistics change: one made while the outbox was still small (a relay
+ * started on an empty outbox) found the claim's rows by a sequential scan,
+ * whose cost grew with the table until autovacuum analyzed it. In
+ * bench_relay's latency run (fresh outbox, 1k effects/s) claims then took
+ * 2-3.7 ms instead of 0.5-1.2 and the commit -> PubAck p50 moved between
+ * 2.7 and 10 ms from run to run. Every statement of these sessions has an
+ * index to use (EXPLAIN of the claim's generic plan on an empty, unanalyzed
+ * outbox: index scans only). Left to itself with seqscans off, the server
+ * kept planning the claim and the receipts at every execution (their
+ * generic plans' estimates looked dearer): statement logs of bench_relay's
+ * throughput run showed binds of 0.28 ms for a claim, 0.81 ms for a batch's
+ * receipts and 0.12 ms for the floor walk, against 0.16 / 0.07 / 0.09 ms
+ * with generic plans, about 3.5 µs of server CPU per effect; the claims'
+ * and receipts' executions took as long either way (4.1 / 1.4 ms against
+ * 4.1 / 1.6 ms). (force_custom_plan, tried first, cost a claim ~0.3 ms:
+ * p50 2.6-2.8 against 3.2-3.6 ms, p99 5.2-5.5 against 6.5-7.2 ms.) */
 static jsd_status relay_plans(jsd_store *s)
 {
     pg *p = PG(s);
     if (p->plans_set || s->tx.active)
         return JSD_OK;
-    jsd_status rc = simple(s, "SET enable_seqscan = off", "planning the relay's statements");
+    jsd_status rc = simple(s, "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan",
+                           "planning the relay's statements");
     if (rc != JSD_OK && PQstatus(p->conn) == CONNECTION_OK) {
         /* refused: the default plans are slower on a growing outbox, never
          * wrong */
