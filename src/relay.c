@@ -93,71 +93,72 @@
  *    at once (relay_writer.c, finish_batches). While the
  *    writer commits and nothing is in flight, a wake-up (a new commit) is
  *    claimed at once; the receipt commit is not on its path.
- * 8. PostgreSQL (measured, issue 12): the lease stays a column, not a row
- *    lock held by a transaction open across the publication. A row lock
- *    vanishes with a crashed relay's session and leaves no trace, so the
- *    next claim could not tell a retry from a first attempt (point 4a
- *    needs maybe_published), and it would pin one connection per batch in
- *    flight. Instead the lease write is cheap: the lease columns are in no
- *    index and the table keeps room on each page (fillfactor 50, schema
- *    migration 6), so a claim is a HOT update that adds no index entries;
- *    only the receipt makes a new indexed row version. The receipt writer
- *    has its own connection (jsd__store_open_writer), so receipts overlap
- *    the next claims instead of taking turns with them. Failures,
- *    releases and dead letters commit synchronously (a lost dead letter
- *    would be published), and receipts are durable before they count as
- *    written: a receipt lost in a server crash would be republished after
- *    a restart that may come later than the duplicate window. As on SQLite
- *    (point 7), the batches the writer finds queued together commit their
- *    receipts one transaction each without waiting for the flush, then one
- *    synchronous commit of a transaction of its own (it writes an empty
- *    logical message) flushes the WAL up to its record, theirs included (and waits for synchronous
- *    standbys), then one walk of the floor: at 1k effects/s each batch is a
- *    few effects, and a flush per batch let the writer fall behind by the
- *    whole receipt bound (DESIGN 12) whenever fsyncs slowed (commit ->
- *    PubAck stalls of 0.3-0.7 s, docs/PERFORMANCE.md). Until that flush a
- *    receipt is visible but may be lost in a server crash, together with
- *    everything after it in the WAL (a claim that saw it included): the
- *    case of a relay that died before its receipt commit. If the relay
- *    lives, the flush fails (or the session it ran on was reset before it:
- *    pg_sync_receipts) and the group's receipts are written again, durable
- *    at once, held through the outage like any receipt (point 10); if it
- *    died, its effects are republished with the same ids after a restart
- *    (test_relay_crash.c, receipt_lost_before_its_flush_pg). The claim alone commits without
- * waiting for its WAL flush (synchronous_commit off for its own transaction, set inside the
- *    statement): that wait was on every commit -> PubAck path (p50 about
- *    2 ms against 0.8 ms in bench_relay's latency run). A relay that dies
- *    loses nothing by it (the server holds the commit); a server crash or
- *    failover may lose the last claims. Such an effect is then unleased and
- *    unmarked, possibly published under a lease nobody remembers: its
- *    receipt under that lease is refused (point 3, lease_lost), it is
+ * 8. PostgreSQL (measured, issue 12): the lease stays a column, not a row lock
+ *    held by a transaction open across the publication. A row lock vanishes
+ *    with a crashed relay's session and leaves no trace, so the next claim
+ *    could not tell a retry from a first attempt (point 4a needs
+ *    maybe_published), and it would pin one connection per batch in flight.
+ *    Instead the lease write is cheap: the lease columns are in no index and
+ *    the table keeps room on each page (fillfactor 50, schema migration 6), so
+ *    a claim is a HOT update that adds no index entries; only the receipt
+ *    makes a new indexed row version. The receipt writer has its own
+ *    connection (jsd__store_open_writer), so receipts overlap the next claims
+ *    instead of taking turns with them. Failures, releases and dead letters
+ *    commit synchronously (a lost dead letter would be published), and
+ *    receipts are durable before they count as written: a receipt lost in a
+ *    server crash would be republished after a restart that may come later
+ *    than the duplicate window. As on SQLite (point 7), the batches the writer
+ *    finds queued together commit their receipts one transaction each without
+ *    waiting for the flush, then one synchronous commit of a transaction of
+ *    its own (it writes an empty logical message) flushes the WAL up to its
+ *    record, theirs included (and waits for synchronous standbys), then one
+ *    walk of the floor: at 1k effects/s each batch is a few effects, and a
+ *    flush per batch let the writer fall behind by the whole receipt bound
+ *    (DESIGN 12) whenever fsyncs slowed (commit -> PubAck stalls of 0.3-0.7 s,
+ *    docs/PERFORMANCE.md). Until that flush a receipt is visible but may be
+ *    lost in a server crash, together with everything after it in the WAL (a
+ *    claim that saw it included): the case of a relay that died before its
+ *    receipt commit. If the relay lives, the flush fails (or the session it
+ *    ran on was reset before it: pg_sync_receipts) and the group's receipts
+ *    are written again, durable at once, held through the outage like any
+ *    receipt (point 10); if it died, its effects are republished with the same
+ *    ids after a restart (test_relay_crash.c,
+ *    receipt_lost_before_its_flush_pg). The claim alone commits without
+ *    waiting for its WAL flush (synchronous_commit off for its own
+ *    transaction, set inside the statement): that wait was on every commit ->
+ *    PubAck path (p50 about 2 ms against 0.8 ms in bench_relay's latency run).
+ *    A relay that dies loses nothing by it (the server holds the commit); a
+ *    server crash or failover may lose the last claims. Such an effect is then
+ *    unleased and unmarked, possibly published under a lease nobody remembers:
+ *    its receipt under that lease is refused (point 3, lease_lost), it is
  *    claimed again like a new one, its republication is collapsed by the
- *    stream, and the first-attempt duplicate is settled by reading the
- *    stream (point 4a): still one message and one receipt
- *    (test_relay_horizon.c, claim_lost_in_a_server_crash). (A server that
- *    stays down past the duplicate window makes that republication a
- *    second copy, as for held receipts in point 10; the inbox applies it
- *    once.) The receipt's own synchronous commit flushes every claim
- *    committed before it. Receipts of first attempts (schema 9): a run of
- *    them whose rows are all ready and still leased under T is one row of
- *    jsd_outbox_runs, committed with nothing else, and the rows keep lease
- *    T (a second version of each, with entries in every index, cost the
- *    receipt most of its time). Points 1-4 hold as they are: the run is
- *    written after the PubAcks, only for rows whose lease is T when the
- *    receipt's snapshot is taken, and a takeover that could change that
- *    (a claim taking expired leases) holds an advisory lock that the
- *    receipt holds shared, so the two never overlap: the takeover sees
- *    the run and skips its rows, or the receipt sees the new lease and
- *    writes nothing (lease_lost). Below the settled floor
- *    (store/postgres.c, "the settled floor") every first attempt is
- *    covered by a run and no id can still be filled; whatever makes one
- *    claimable again (a requeue, an unpublish) lowers the floor in its
- *    own transaction, so no claimable effect is left below it. A full batch moves a claim floor
- * above its largest id, so the next claim does not step over the index entries published rows leave
- * until vacuum; a claim from the start runs whenever one comes back short and at least once a
- * second, so an expired lease or an ended backoff below the floor waits at most that. Neither
- * session plans a sequential scan (relay_plans in src/store/postgres.c): a generic plan made while
- * the outbox was small scanned the whole table for each claim.
+ *    stream, and the first-attempt duplicate is settled by reading the stream
+ *    (point 4a): still one message and one receipt (test_relay_horizon.c,
+ *    claim_lost_in_a_server_crash). (A server that stays down past the
+ *    duplicate window makes that republication a second copy, as for held
+ *    receipts in point 10; the inbox applies it once.) The receipts' flush
+ *    flushes every claim committed before it too. Receipts of first attempts
+ *    (schema 9): a run of them whose rows are all ready and still leased under
+ *    T is one row of jsd_outbox_runs, committed with nothing else, and the
+ *    rows keep lease T (a second version of each, with entries in every index,
+ *    cost the receipt most of its time). Points 1-4 hold as they are: the run
+ *    is written after the PubAcks, only for rows whose lease is T when the
+ *    receipt's snapshot is taken, and a takeover that could change that (a
+ *    claim taking expired leases) holds an advisory lock that the receipt
+ *    holds shared, so the two never overlap: the takeover sees the run and
+ *    skips its rows, or the receipt sees the new lease and writes nothing
+ *    (lease_lost). Below the settled floor (store/postgres.c, "the settled
+ *    floor") every first attempt is covered by a run and no id can still be
+ *    filled; whatever makes one claimable again (a requeue, an unpublish)
+ *    lowers the floor in its own transaction, so no claimable effect is left
+ *    below it. A full batch moves a claim floor above its largest id, so the
+ *    next claim does not step over the index entries published rows leave
+ *    until vacuum; a claim from the start runs whenever one comes back short
+ *    and at least once a second, so an expired lease or an ended backoff below
+ *    the floor waits at most that. Neither session plans a sequential scan,
+ *    and each plans its statements once (relay_plans in src/store/postgres.c):
+ *    a generic plan made while the outbox was small scanned the whole table
+ *    for each claim.
  * 9. SQLite (one host, one writer at a time): an unordered claim writes no
  *    lease into its rows. It takes the first run of due rows, in id order,
  *    that lies between the ranges other claims hold, and records one row

@@ -187,6 +187,9 @@ static const char *const sql_text[P__COUNT] = {
  * ctid: it is skipped, locked but unleased, and the next claim takes it.
  * So the UPDATE writes only rows its subquery locked and re-checked, as
  * with ids. */
+/* Its own transaction commits without waiting for its WAL flush. */
+#define NO_FLUSH_WAIT "set_config('synchronous_commit', 'off', true)"
+#define LOCK_RECEIPTS "SELECT pg_advisory_xact_lock_shared(" TAKEOVER_KEY ")"
 #define CLAIM_SET                                                                                  \
     "UPDATE @jsd_outbox o SET lease_token = $1, lease_expires = $2, " /* an earlier lease that     \
                                                                          ended unsettled: maybe    \
@@ -203,7 +206,7 @@ static const char *const sql_text[P__COUNT] = {
     "coalesce(o.headers, convert_to(o.headers_json::text, 'UTF8')), o.payload, o.attempts, "       \
     "o.order_key, o.created_at, o.not_before, o.duplicate, o.first_attempt_at"
     /* clang-format off */
-    [P_CLAIM] = "WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true)), "
+    [P_CLAIM] = "WITH async_commit AS (SELECT " NO_FLUSH_WAIT "), "
                 "fl AS (SELECT floor FROM @jsd_outbox_floor), "
                 "k AS (" CLAIM_SET "c.id = ANY(ARRAY(SELECT min(id) FROM @jsd_outbox "
                 "WHERE order_key IS NOT NULL AND " PENDING " GROUP BY order_key)) " CLAIM_DUE
@@ -367,10 +370,9 @@ static const char *const sql_text[P__COUNT] = {
                        ")::text, true)",
     [P_LOCK_TAKEOVER] = "SELECT set_config('jsd.takeover', 'true', true), "
                         "pg_advisory_xact_lock(" TAKEOVER_KEY ")",
-    [P_LOCK_RECEIPTS] = "SELECT pg_advisory_xact_lock_shared(" TAKEOVER_KEY ")",
+    [P_LOCK_RECEIPTS] = LOCK_RECEIPTS,
     /* The same for receipts whose flush is left to pg_sync_receipts. */
-    [P_LOCK_RECEIPTS_ASYNC] = "SELECT pg_advisory_xact_lock_shared(" TAKEOVER_KEY "), "
-                              "set_config('synchronous_commit', 'off', true)",
+    [P_LOCK_RECEIPTS_ASYNC] = LOCK_RECEIPTS ", " NO_FLUSH_WAIT,
     /* A transaction that writes WAL, committed synchronously: its commit
      * waits for the WAL up to its own record to be flushed (and replicated,
      * with synchronous standbys), so every commit before it is too
@@ -1691,16 +1693,17 @@ static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receip
 static jsd_status pg_sync_receipts(jsd_store *s)
 {
     pg *p = PG(s);
-    if (!p->receipts_unsynced && !p->receipts_flush_lost)
-        return JSD_OK;
-    bool lost = p->receipts_flush_lost;
+    bool unsynced = p->receipts_unsynced, lost = p->receipts_flush_lost;
     p->receipts_unsynced = p->receipts_flush_lost = false;
-    PGresult *r = lost ? NULL
-                       : pexec(s, P_FLUSH, 0, NULL, NULL, NULL, PGRES_TUPLES_OK,
-                               "flushing the receipts' commits");
+    if (!unsynced && !lost)
+        return JSD_OK;
+    PGresult *r = NULL;
+    if (lost)
+        jsd__store_err(s, JSD_ERR_STORE, "the connection broke before the receipts' flush");
+    else
+        r = pexec(s, P_FLUSH, 0, NULL, NULL, NULL, PGRES_TUPLES_OK,
+                  "flushing the receipts' commits");
     if (!r) {
-        if (lost)
-            jsd__store_err(s, JSD_ERR_STORE, "the connection broke before the receipts' flush");
         JSD_WARN("store", "%s: the receipts just committed may be lost; they are recorded again",
                  jsd_store_errmsg(s));
         return s->err.status;

@@ -25,6 +25,14 @@ void rt_store_new(rt_store *st, rt_backend kind)
         fail_msg("cannot create a PostgreSQL database");
 }
 
+void rt_store_new_on(rt_store *st, const char *pg_server)
+{
+    memset(st, 0, sizeof(*st));
+    st->kind = RT_PG;
+    if (jsd_fx_pg_database_on(pg_server, st->url, sizeof(st->url)) != 0)
+        fail_msg("cannot create a PostgreSQL database on %s", pg_server);
+}
+
 jsd_store *rt_open(const rt_store *st)
 {
     jsd_store *s = NULL;

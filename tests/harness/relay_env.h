@@ -37,6 +37,8 @@ typedef struct rt_store {
 /* A fresh, empty store of the given kind; its native reader is opened after
  * the first jsd_store_open (which creates the schema). */
 void rt_store_new(rt_store *st, rt_backend kind);
+/* The same on a PostgreSQL server of the test's own (jsd_fx_pg.url). */
+void rt_store_new_on(rt_store *st, const char *pg_server);
 /* jsd_store_open on the store's URL; fails the test with the open's error. */
 jsd_store *rt_open(const rt_store *st);
 /* Open the native reader (once). */

@@ -154,8 +154,7 @@ static void pg_outage_up(pg_outage *e, const char *tag, const char *const *setti
 {
     memset(e, 0, sizeof(*e));
     ASSERT_EQ(jsd_fx_pg_start_with(&e->pg, settings), 0);
-    e->st.kind = RT_PG;
-    ASSERT_EQ(jsd_fx_pg_database_on(e->pg.url, e->st.url, sizeof(e->st.url)), 0);
+    rt_store_new_on(&e->st, e->pg.url);
     const char *url = jsd_fx_shared_nats_url();
     rt_nats_open(&e->nt, url);
     char root[64], filter[80];

@@ -29,10 +29,14 @@ typedef struct crash_env {
     char log[PATH_MAX];
 } crash_env;
 
-static void cenv_up(crash_env *e, rt_backend kind)
+/* The store on the run's shared server, or on pg_server when given. */
+static void cenv_up_on(crash_env *e, rt_backend kind, const char *pg_server)
 {
     memset(e, 0, sizeof(*e));
-    rt_store_new(&e->st, kind);
+    if (pg_server)
+        rt_store_new_on(&e->st, pg_server);
+    else
+        rt_store_new(&e->st, kind);
     e->nats_url = jsd_fx_shared_nats_url();
     const char *root = jsd_test_unique("crash");
     snprintf(e->stream, sizeof(e->stream), "%s", jsd_test_unique("CRASH"));
@@ -41,6 +45,11 @@ static void cenv_up(crash_env *e, rt_backend kind)
     snprintf(e->log, sizeof(e->log), "%s/%s.log", jsd_test_dir(), jsd_test_unique("relay"));
     rt_nats_open(&e->nt, e->nats_url);
     rt_stream_add(&e->nt, e->stream, e->filter);
+}
+
+static void cenv_up(crash_env *e, rt_backend kind)
+{
+    cenv_up_on(e, kind, NULL);
 }
 
 /* The deadline is generous so that a loaded machine does not turn slow acks
@@ -190,8 +199,7 @@ static void receipt_lost_before_its_flush_pg(void **state)
     crash_env e;
     jsd_fx_pg pg;
     ASSERT_EQ(jsd_fx_pg_start_with(&pg, quiet), 0);
-    cenv_up(&e, RT_PG);
-    ASSERT_EQ(jsd_fx_pg_database_on(pg.url, e.st.url, sizeof(e.st.url)), 0);
+    cenv_up_on(&e, RT_PG, pg.url);
     jsd_store *app = rt_open(&e.st);
     rt_enqueue_opts q = {.owner = "lost", .n = N_EFFECTS, .subject = e.subject, .per_tx = 500};
     rt_enqueue(app, &q);
