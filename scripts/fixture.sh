@@ -54,6 +54,7 @@ set -uo pipefail
 top=${JSD_TOP:-$(cd "$(dirname "$0")/.." && pwd)}
 PGBIN=${JSD_PG_BIN:-/usr/lib/postgresql/15/bin}
 NATS_DEADLINE=${JSD_FX_NATS_DEADLINE:-20}
+NODE_DEADLINE=${JSD_FX_NODE_DEADLINE:-30} # a restarted cluster node's meta group, per start
 PG_DEADLINE=${JSD_FX_PG_DEADLINE:-30}
 
 die() { echo "fixture: $*" >&2; exit 1; }
@@ -363,24 +364,21 @@ launch_nats() {
   # JetStream and the meta group; its stream replicas catch up on their own,
   # which under a steady stream of publications can outlast the deadline
   # (seen: "stream ... is not current: group node unhealthy" for 20 s), and
-  # its callers wait on their own conditions.
-  # Its meta group may take longer than a lone server's start: a node
-  # killed while it led the group comes back while the others elect a new
-  # leader, and is current only once it has heard from it (a CI run saw a
-  # restarted node still "not current with the meta leader" after 20 s on
-  # a loaded machine, where it usually takes 1-2 s), so a cluster node gets
-  # three times the deadline.
+  # its callers wait on their own conditions. How long its meta group takes,
+  # and what happens when it never comes, is cmd_restart's (restart_node).
   local hz=/healthz limit=$NATS_DEADLINE
   if grep -q '^cluster {' "$dir/nats.conf"; then
-    hz='/healthz?js-server-only=true'; limit=$((NATS_DEADLINE * 3))
+    hz='/healthz?js-server-only=true'; limit=${NODE_HEALTH_DEADLINE:-$NATS_DEADLINE}
     end=$(($(now_ms) + limit * 1000))
   fi
   while :; do
     body=$(http_get "$hport" "$hz")
     [[ "$body" == *'"ok"'* ]] && break
     if ! proc_alive "$pid" || [ "$(now_ms)" -ge $end ]; then
-      note "nats-server not healthy after ${limit}s; log tail:"; tail -n 25 "$dir/nats.log" >&2
-      kill -KILL "$pid" 2>/dev/null; return 1
+      # each failed probe logs a line: leave them out of the tail
+      note "nats-server not healthy after ${limit}s (${body##*$'\n'}); log tail:"
+      grep -v 'Healthcheck failed' "$dir/nats.log" | tail -n 25 >&2
+      { kill -KILL "$pid"; wait "$pid"; } 2>/dev/null; return 1
     fi
     sleep 0.05
   done
@@ -723,6 +721,23 @@ cmd_kill() {
   echo "killed $pid"
 }
 
+# A restarted cluster node is current with the meta leader in 1-2 s, or
+# after the others' election (4-9 s) when it led the group. nats-server 2.10
+# sometimes never gets there: CI runs saw a node still "not current with the
+# meta leader" 20 s and then 60 s after its restart while its two peers
+# served the cluster. So, as an operator would, each start waits 30 s for
+# the meta group, and a node that is not current by then is killed and
+# started again as a fresh follower, three starts in all (test_fixture's
+# cluster_node_not_current_is_started_again).
+restart_node() { # DIR
+  local try
+  for try in 1 2 3; do
+    NODE_HEALTH_DEADLINE=$NODE_DEADLINE launch_nats "$1" && return 0
+    [ $try = 3 ] || note "cluster node $1 not current with the meta group; starting it again"
+  done
+  return 1
+}
+
 cmd_restart() {
   local dir kind pid
   dir=$(absdir "${1:?usage: fixture.sh restart DIR}"); kind=$(kind_of "$dir")
@@ -730,7 +745,8 @@ cmd_restart() {
   is_ours "$pid" "$dir" "$kind" && die "$dir is still running (pid $pid); stop or kill it first"
   case $kind in
     nats)
-      launch_nats "$dir" || exit 1
+      if grep -q '^cluster {' "$dir/nats.conf"; then restart_node "$dir" || exit 1
+      else launch_nats "$dir" || exit 1; fi
       env_set "$dir" NATS_PID "$LAUNCH_PID"
       ;;
     pg)
