@@ -279,6 +279,9 @@ int jsd_fx_nats_restart(jsd_fx_nats *fx)
         fail_msg("fixture.sh restart %s failed (exit %d):\n%s", fx->dir, rc, log);
         return -1;
     }
+    /* a cluster node started more than once says so (fixture.sh restart_node) */
+    if (strstr(log, "not healthy after"))
+        print_message("fixture.sh restart %s:\n%s", fx->dir, log);
     fx_load_nats(fx);
     return 0;
 }
