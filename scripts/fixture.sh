@@ -331,6 +331,8 @@ fixture_bin() { # the server binary this folder was made with
   if [ -s "$1/nats.bin" ]; then cat "$1/nats.bin"; else find_nats; fi
 }
 
+is_cluster_node() { grep -q '^cluster {' "$1/nats.conf"; }
+
 launch_nats() {
   local dir=$1 bin pid off end line port hport body
   bin=$(fixture_bin "$dir")
@@ -367,8 +369,8 @@ launch_nats() {
   # its callers wait on their own conditions. How long its meta group takes,
   # and what happens when it never comes, is cmd_restart's (restart_node).
   local hz=/healthz limit=$NATS_DEADLINE
-  if grep -q '^cluster {' "$dir/nats.conf"; then
-    hz='/healthz?js-server-only=true'; limit=${NODE_HEALTH_DEADLINE:-$NATS_DEADLINE}
+  if is_cluster_node "$dir"; then
+    hz='/healthz?js-server-only=true'; limit=$NODE_DEADLINE
     end=$(($(now_ms) + limit * 1000))
   fi
   while :; do
@@ -732,7 +734,7 @@ cmd_kill() {
 restart_node() { # DIR
   local try
   for try in 1 2 3; do
-    NODE_HEALTH_DEADLINE=$NODE_DEADLINE launch_nats "$1" && return 0
+    launch_nats "$1" && return 0
     [ $try = 3 ] || note "cluster node $1 not current with the meta group; starting it again"
   done
   return 1
@@ -745,7 +747,7 @@ cmd_restart() {
   is_ours "$pid" "$dir" "$kind" && die "$dir is still running (pid $pid); stop or kill it first"
   case $kind in
     nats)
-      if grep -q '^cluster {' "$dir/nats.conf"; then restart_node "$dir" || exit 1
+      if is_cluster_node "$dir"; then restart_node "$dir" || exit 1
       else launch_nats "$dir" || exit 1; fi
       env_set "$dir" NATS_PID "$LAUNCH_PID"
       ;;

@@ -250,7 +250,7 @@ static void finish_batches(jsd_relay *r, rbatch *const *bs, size_t n, bool holds
     }
     if (committed && !receipts_durable(r, ws, holds_store_mu)) {
         for (size_t i = 0; i < n; i++) {
-            if (!o[i].ok || !o[i].nr || o[i].receipts != JSD_OK)
+            if (o[i].receipts != JSD_OK) /* none, or not committed */
                 continue;
             size_t first = o[i].applied;
             commit_receipts(r, ws, bs[i], &o[i], true);

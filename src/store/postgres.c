@@ -752,9 +752,10 @@ typedef struct pg {
     int64_t gap, gap_bound;  /* the id missing where the floor stopped, and the top then */
     char *gap_holders;       /* the transactions open then: text[], binary */
     int gap_holders_len;
-    bool receipts_unsynced;   /* receipts committed without their flush (pg_receipts) */
-    bool receipts_flush_lost; /* the session was reset before that flush */
-    char *password;           /* to scrub from libpq's messages; wiped */
+    /* receipts committed without their flush (pg_receipts), and whether the
+     * session they ran on was reset before it (pg_sync_receipts) */
+    enum { RECEIPTS_FLUSHED, RECEIPTS_UNFLUSHED, RECEIPTS_FLUSH_LOST } receipts;
+    char *password; /* to scrub from libpq's messages; wiped */
 } pg;
 
 #define PG(s) ((pg *)(s)->be)
@@ -896,8 +897,8 @@ static jsd_status session_reset(jsd_store *s)
 {
     pg *p = PG(s);
     PQreset(p->conn);
-    if (p->receipts_unsynced)
-        p->receipts_flush_lost = true; /* pg_sync_receipts */
+    if (p->receipts == RECEIPTS_UNFLUSHED)
+        p->receipts = RECEIPTS_FLUSH_LOST;
     memset(p->prepared, 0, sizeof(p->prepared));
     p->listening = false;
     p->plans_set = false;
@@ -1672,8 +1673,8 @@ static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receip
         if (r) {
             *applied = (size_t)get_i64(r, 0, 0);
             PQclear(r);
-            if (!sync)
-                PG(s)->receipts_unsynced = true;
+            if (!sync && PG(s)->receipts == RECEIPTS_FLUSHED)
+                PG(s)->receipts = RECEIPTS_UNFLUSHED;
         } else {
             rc = s->err.status;
         }
@@ -1693,12 +1694,12 @@ static jsd_status pg_receipts(jsd_store *s, const char *token, const jsd__receip
 static jsd_status pg_sync_receipts(jsd_store *s)
 {
     pg *p = PG(s);
-    bool unsynced = p->receipts_unsynced, lost = p->receipts_flush_lost;
-    p->receipts_unsynced = p->receipts_flush_lost = false;
-    if (!unsynced && !lost)
+    int state = p->receipts;
+    p->receipts = RECEIPTS_FLUSHED;
+    if (state == RECEIPTS_FLUSHED)
         return JSD_OK;
     PGresult *r = NULL;
-    if (lost)
+    if (state == RECEIPTS_FLUSH_LOST)
         jsd__store_err(s, JSD_ERR_STORE, "the connection broke before the receipts' flush");
     else
         r = pexec(s, P_FLUSH, 0, NULL, NULL, NULL, PGRES_TUPLES_OK,

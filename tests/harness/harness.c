@@ -201,17 +201,24 @@ const char *jsd_test_mount_tmpfs(const char *name, const char *size)
     return tmpfs_dir;
 }
 
-bool jsd_test_file_contains(const char *path, const char *needle)
+int jsd_test_file_lines(const char *path, const char *needle)
 {
     FILE *f = fopen(path, "r");
     if (!f)
-        return false;
-    char line[4096];
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f))
-        found = strstr(line, needle) != NULL;
+        return -1;
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (getline(&line, &cap, f) >= 0)
+        n += strstr(line, needle) != NULL;
+    free(line);
     fclose(f);
-    return found;
+    return n;
+}
+
+bool jsd_test_file_contains(const char *path, const char *needle)
+{
+    return jsd_test_file_lines(path, needle) > 0;
 }
 
 int jsd_test_run(const char *cmd, char *out, size_t cap)

@@ -198,6 +198,8 @@ const char *jsd_test_mount_tmpfs(const char *name, const char *size);
 /* true when the file at path exists and contains needle (a log line a
  * spawned process wrote, for ASSERT_WAIT). */
 bool jsd_test_file_contains(const char *path, const char *needle);
+/* How many lines of the file at path contain needle; -1 if it cannot be read. */
+int jsd_test_file_lines(const char *path, const char *needle);
 
 /* How many times needle occurs in text (non-overlapping). */
 int jsd_test_count(const char *text, const char *needle);

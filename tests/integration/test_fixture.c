@@ -11,9 +11,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -551,22 +548,6 @@ static void cluster_r3_stream_survives_node_kill(void **state)
         ASSERT_TRUE(!jsd_fx_nats_alive(&c.node[i]));
 }
 
-/* Lines of a file that contain needle. */
-static int lines_with(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    int n = 0;
-    if (!f)
-        return -1;
-    while (getline(&line, &cap, f) >= 0)
-        n += strstr(line, needle) != NULL;
-    free(line);
-    fclose(f);
-    return n;
-}
-
 typedef struct resume_later {
     jsd_fx_nats *node[2];
     int after_ms;
@@ -575,8 +556,7 @@ typedef struct resume_later {
 static void *resume_after(void *arg)
 {
     resume_later *r = arg;
-    struct timespec ts = {r->after_ms / 1000, (long)(r->after_ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    jsd_test_sleep_ms(r->after_ms);
     for (int i = 0; i < 2; i++)
         jsd_fx_nats_resume(r->node[i]);
     return NULL;
@@ -595,7 +575,7 @@ static void cluster_node_not_current_is_started_again(void **state)
     char log[PATH_MAX + 16];
     ASSERT_EQ(jsd_fx_cluster_start(&c), 0);
     snprintf(log, sizeof(log), "%s/nats.log", c.node[0].dir);
-    ASSERT_EQ(lines_with(log, "Starting nats-server"), 1);
+    ASSERT_EQ(jsd_test_file_lines(log, "Starting nats-server"), 1);
     ASSERT_EQ(jsd_fx_nats_kill(&c.node[0]), 0);
     ASSERT_EQ(jsd_fx_nats_pause(&c.node[1]), 0);
     ASSERT_EQ(jsd_fx_nats_pause(&c.node[2]), 0);
@@ -609,7 +589,7 @@ static void cluster_node_not_current_is_started_again(void **state)
     unsetenv("JSD_FX_NODE_DEADLINE");
     ASSERT_EQ(rc, 0);
     ASSERT_TRUE(jsd_fx_nats_alive(&c.node[0]));
-    int starts = lines_with(log, "Starting nats-server");
+    int starts = jsd_test_file_lines(log, "Starting nats-server");
     if (starts < 3)
         fail_msg("node n1 started %d time(s) in all; expected its first start and at least "
                  "two restarts",

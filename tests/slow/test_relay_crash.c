@@ -185,10 +185,11 @@ CRASH_CASE(crash_after_receipt_commit, "relay.after_receipt_commit:2")
  * (relay.before_receipt_sync) and the server crashes before anything else
  * flushes its WAL: its WAL writer is stopped (SIGSTOP) before the relay
  * starts, with autovacuum, timed checkpoints and the background writer
- * off, and WAL buffers large enough that no backend has to write them out. The receipts the relay
- * committed are seen in the store before the server's crash and are gone after it; the restarted
- * relay publishes those effects again with the same ids, the stream collapses every republication,
- * and each effect ends with one message and one receipt. */
+ * off, and WAL buffers large enough that no backend has to write them out.
+ * The receipts the relay committed are seen in the store before the
+ * server's crash and are gone after it; the restarted relay publishes
+ * those effects again with the same ids, the stream collapses every
+ * republication, and each effect ends with one message and one receipt. */
 static void receipt_lost_before_its_flush_pg(void **state)
 {
     (void)state;
