@@ -19,9 +19,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-start_nats() { # start_nats DIR [SERVER_BINARY]: prints the URL
-  local dir=$1 bin=${2:-}
-  if ! JSD_NATS_SERVER=$bin bash "$top/scripts/fixture.sh" nats-start "$dir" plain > "$dir.log" 2>&1; then
+# start_nats DIR FSYNC: the newest nats-server (scripts/deps.sh; the fixtures'
+# choice), FSYNC "always" (`sync_interval: always`, the durable configuration)
+# or "default" (the file store's lazy fsync: the client path's ceiling);
+# prints the URL. JSD_BENCH_NATS_SERVER names another binary.
+start_nats() {
+  local dir=$1 fsync=$2
+  if ! JSD_NATS_SERVER=${JSD_BENCH_NATS_SERVER:-} JSD_FX_FSYNC=$fsync \
+       bash "$top/scripts/fixture.sh" nats-start "$dir" plain > "$dir.log" 2>&1; then
     echo "bench: cannot start nats-server:" >&2; cat "$dir.log" >&2; exit 1
   fi
   sed -n 's/^NATS_URL=//p' "$dir/fixture.env"

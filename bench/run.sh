@@ -4,15 +4,15 @@
 # every exit path, runs the programs under $BUILD/bench/ against them and
 # prints one `NAME VALUE UNIT` line per figure on stdout (notes go to stderr).
 #
-#   nats-server without per-message fsync (the system's 2.9.10 when present):
-#     the client path's ceiling -> raw.publish, publisher, publisher.ratio
-#   nats-server 2.10 with `sync_interval: always` (the fixtures' default):
+#   the newest nats-server (scripts/deps.sh) with the file store's default
+#     lazy fsync: the client path's ceiling -> raw.publish, publisher, ...
+#   the same server with `sync_interval: always` (the fixtures' default):
 #     the durable configuration  -> *.fsync figures (fewer messages: fsync-bound)
 #
 # Every other program under $BUILD/bench/ (but bench_scale, which
 # `make bench-scale` runs through bench/scale.sh) runs once, with no arguments,
 # and finds the services in JSD_BENCH_NATS_URL (no per-message fsync),
-# JSD_BENCH_NATS_FSYNC_URL (2.10, sync_interval: always) and JSD_BENCH_PG_URL
+# JSD_BENCH_NATS_FSYNC_URL (sync_interval: always) and JSD_BENCH_PG_URL
 # (a private PostgreSQL 15 with fixture.sh's deployment-like bench profile,
 # its settings printed on stderr; JSD_BENCH_PG=0 skips it).
 # BENCH_MESSAGES (default 100000) and BENCH_FSYNC_MESSAGES (default 5000)
@@ -22,10 +22,8 @@ cd "$(dirname "$0")/.."
 top=$(pwd)
 . "$top/bench/common.sh"
 
-fast_bin=""
-if sys=$(command -v nats-server 2>/dev/null); then fast_bin=$sys; fi
-JSD_BENCH_NATS_URL=$(start_nats "$root/nats" "$fast_bin") || exit 1
-JSD_BENCH_NATS_FSYNC_URL=$(start_nats "$root/nats-fsync") || exit 1
+JSD_BENCH_NATS_URL=$(start_nats "$root/nats" default) || exit 1
+JSD_BENCH_NATS_FSYNC_URL=$(start_nats "$root/nats-fsync" always) || exit 1
 export JSD_BENCH_NATS_URL JSD_BENCH_NATS_FSYNC_URL
 # The servers' process ids: the programs read their CPU from /proc and print
 # it per message beside their own (*.server.cpu, *.pg.cpu).

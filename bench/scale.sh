@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Scale benchmarks: `make bench-scale` runs this after building (not part of
 # `make bench`: at the full sizes it runs for 12-20 minutes on a 2-core
-# machine). Like bench/run.sh it starts a private nats-server (the system's
-# 2.9.10 when present, no per-message fsync) and PostgreSQL 15 (fixture.sh's
+# machine). Like bench/run.sh it starts a private nats-server (the newest,
+# with the default lazy fsync) and PostgreSQL 15 (fixture.sh's
 # deployment-like bench profile, settings printed on stderr) in a temporary
 # folder removed on every exit path, runs $BUILD/bench/bench_scale against
 # them and prints one `NAME VALUE UNIT` line per figure on stdout:
@@ -23,9 +23,7 @@ top=$(pwd)
 . "$top/bench/common.sh"
 start=$(date +%s)
 
-fast_bin=""
-if sys=$(command -v nats-server 2>/dev/null); then fast_bin=$sys; fi
-JSD_BENCH_NATS_URL=$(start_nats "$root/nats" "$fast_bin") || exit 1
+JSD_BENCH_NATS_URL=$(start_nats "$root/nats" default) || exit 1
 export JSD_BENCH_NATS_URL
 echo "bench-scale: nats-server $(sed -n 's/^NATS_VERSION=//p' "$root/nats/fixture.env") (fsync always: $(sed -n 's/^NATS_FSYNC_ALWAYS=//p' "$root/nats/fixture.env")); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); sizes: base ${SCALE_BASE:-100000}, pending ${SCALE_PENDING:-1000000}, published ${SCALE_PUBLISHED:-5000000}, rss ${SCALE_RSS_MESSAGES:-1000000}" >&2
 if [ "${JSD_BENCH_PG:-1}" = 1 ]; then

@@ -43,8 +43,12 @@
 # Secrets are written only to fixture.env (mode 600), never printed.
 #
 # The newest nats-server found is used: $JSD_NATS_SERVER, then
-# .cache/nats-server/nats-server (2.10, `sync_interval: always`), then the
-# system's (2.9.10, no sync_interval; a notice says so on stderr).
+# .cache/nats-server/nats-server (Debian unstable's, 2.15 when written:
+# `sync_interval: always`, atomic batches; scripts/deps.sh), then the
+# system's (Debian 12: 2.9.10, no sync_interval; a notice says so on stderr).
+# JSD_FX_FSYNC=default starts a server (or cluster) with the file store's
+# default lazy fsync instead of `sync_interval: always` (the bench's
+# no-fsync ceiling, the doctor's tests of a lazy server).
 # Every control command checks that the recorded pid is alive and is this
 # fixture's program (its command line names this folder) before signalling.
 # Files: DIR/fixture.kind (nats|pg), DIR/nats.conf, DIR/nats.pid, DIR/nats.log,
@@ -269,7 +273,9 @@ write_nats_conf() {
     echo "listen: 127.0.0.1:$port"
     echo "http: 127.0.0.1:${JSD_FX_HTTP_PORT:--1}"
     if [ "$variant" != nojs ]; then
-      if version_ge "$ver" 2.10.0; then sync="sync_interval: always"; fi
+      if version_ge "$ver" 2.10.0 && [ "${JSD_FX_FSYNC:-always}" = always ]; then
+        sync="sync_interval: always"
+      fi
       echo "jetstream {"
       echo "  store_dir: \"$dir/js\""
       echo "  max_memory_store: 256MB"
@@ -368,9 +374,14 @@ launch_nats() {
   # (seen: "stream ... is not current: group node unhealthy" for 20 s), and
   # its callers wait on their own conditions. How long its meta group takes,
   # and what happens when it never comes, is cmd_restart's (restart_node).
+  # The meta group's check is `js-meta-only` from nats-server 2.11 on: there
+  # `js-server-only` stopped asking the meta leader and answers ok while the
+  # node is "still recovering meta layer" (seen on 2.15.1). Before 2.11,
+  # `js-meta-only` is unknown and `js-server-only` is the meta check.
   local hz=/healthz limit=$NATS_DEADLINE
   if is_cluster_node "$dir"; then
     hz='/healthz?js-server-only=true'; limit=$NODE_DEADLINE
+    version_ge "$(nats_version "$bin")" 2.11.0 && hz='/healthz?js-meta-only=true'
     end=$(($(now_ms) + limit * 1000))
   fi
   while :; do

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Run the test suite: every test case in its own process, with a deadline.
 #
-#   BUILD=build scripts/run-tests.sh [unit] [integration] [slow] [chaos]
+#   BUILD=build scripts/run-tests.sh [unit] [integration] [slow] [chaos] [compat]
+#
+# compat is the compatibility lane: the integration tests of the relay, the
+# consumer, the publisher, doctor and topology (COMPAT_TESTS) once more,
+# against the system's own nats-server (Debian 12: 2.9.10; JSD_COMPAT_NATS
+# names another) while every other group runs on the newest one
+# (scripts/deps.sh). A feature the old server lacks is skipped there with its
+# reason, printed beside the case. test_consumer_outage is left out: its
+# faults are the store's, and the server plays no part in them.
 #
 # Starts the run's shared services (a JetStream nats-server and a PostgreSQL)
 # unless JSD_TEST_NATS_URL / JSD_TEST_PG_URL are set, keeps every fixture under
@@ -19,7 +27,7 @@ BUILD=${BUILD:-build}
 case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
 export JSD_BUILD="$BUILD" JSD_TOP="$top"
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(unit integration slow chaos)
+[ ${#groups[@]} -gt 0 ] || groups=(unit integration slow chaos compat)
 scale=${JSD_TEST_TIMEOUT_SCALE:-1}
 
 root=$(mktemp -d "${TMPDIR:-/tmp}/jsd-test.XXXXXX")
@@ -37,6 +45,22 @@ trap 'exit 130' INT TERM
 
 needs_services=0
 for g in "${groups[@]}"; do [ "$g" != unit ] && needs_services=1; done
+
+COMPAT_TESTS="test_relay test_relay_faults test_relay_horizon test_consumer test_consumer_batch
+  test_consumer_cli test_publisher test_publisher_cli test_publisher_faults test_publisher_proxy
+  test_publisher_replies test_doctor test_topology"
+compat_url="" compat_bin=""
+for g in "${groups[@]}"; do
+  [ "$g" = compat ] || continue
+  compat_bin=${JSD_COMPAT_NATS:-$(command -v nats-server || true)}
+  [ -x "$compat_bin" ] || { echo "compat lane: no system nats-server (run scripts/deps.sh)"; exit 1; }
+  if ! JSD_NATS_SERVER=$compat_bin bash scripts/fixture.sh nats-start "$root/compat-nats" plain \
+       > "$root/compat-nats.log" 2>&1; then
+    echo "cannot start the compatibility lane's nats-server:"; cat "$root/compat-nats.log"; exit 1
+  fi
+  compat_url=$(sed -n 's/^NATS_URL=//p' "$root/compat-nats/fixture.env")
+  echo "compat lane: nats-server $(sed -n 's/^NATS_VERSION=//p' "$root/compat-nats/fixture.env") ($compat_bin) at $compat_url"
+done
 
 if [ $needs_services = 1 ]; then
   if [ -z "${JSD_TEST_NATS_URL:-}" ]; then
@@ -71,13 +95,18 @@ passed=0 failed=0 skipped=0
 failures=()
 for g in "${groups[@]}"; do
   case $g in
-    unit) limit=60 ;; integration) limit=300 ;; slow) limit=900 ;;
+    unit) limit=60 ;; integration | compat) limit=300 ;; slow) limit=900 ;;
     chaos) limit=${JSD_CHAOS_CASE_LIMIT:-300} ;; # one seeded run; `make chaos` raises it
     *) limit=300 ;;
   esac
   limit=$((limit * scale))
-  [ -d "$BUILD/tests/$g" ] || continue
-  for bin in "$BUILD/tests/$g"/*; do
+  bins=("$BUILD/tests/$g"/*)
+  if [ "$g" = compat ]; then
+    bins=()
+    for t in $COMPAT_TESTS; do bins+=("$BUILD/tests/integration/$t"); done
+  fi
+  [ "$g" = compat ] || [ -d "$BUILD/tests/$g" ] || continue
+  for bin in "${bins[@]}"; do
     [ -x "$bin" ] && [ -f "$bin" ] || continue
     name=$(basename "$bin")
     cases=$("$bin" --list 2>/dev/null) || { echo "FAIL $g/$name: cannot list cases"; failed=$((failed+1)); failures+=("$g/$name"); continue; }
@@ -87,11 +116,17 @@ for g in "${groups[@]}"; do
       log="$root/log.$g.$name.$c"
       start=$(date +%s.%N)
       # shellcheck disable=SC2086
-      timeout -k 10 "$limit" ${JSD_TEST_WRAP:-} "$bin" "$c" > "$log" 2>&1
+      if [ "$g" = compat ]; then
+        JSD_TEST_NATS_URL=$compat_url JSD_NATS_SERVER=$compat_bin \
+          timeout -k 10 "$limit" ${JSD_TEST_WRAP:-} "$bin" "$c" > "$log" 2>&1
+      else
+        timeout -k 10 "$limit" ${JSD_TEST_WRAP:-} "$bin" "$c" > "$log" 2>&1
+      fi
       rc=$?
       secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')
       if [ $rc = 0 ] && grep -q '^\[  SKIPPED \]' "$log"; then
-        echo "skip $id (${secs}s)"; skipped=$((skipped+1))
+        why=$(sed -n 's/^skipped: //p' "$log" | head -1)
+        echo "skip $id (${secs}s)${why:+: $why}"; skipped=$((skipped+1))
         [ "${JSD_TEST_VERBOSE:-0}" = 1 ] && sed 's/^/    /' "$log"
       elif [ $rc = 0 ]; then
         echo "ok   $id (${secs}s)"; passed=$((passed+1))
@@ -116,6 +151,7 @@ echo
 if [ $failed -gt 0 ]; then
   echo "failed cases:"; printf '  %s\n' "${failures[@]}"
 fi
+echo "wall time: $((SECONDS / 60))m $((SECONDS % 60))s for ${groups[*]}"
 if [ $skipped -gt 0 ]; then
   echo "$passed passed, $failed failed, $skipped skipped"
 else

@@ -250,6 +250,26 @@ int jsd_test_run(const char *cmd, char *out, size_t cap)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+void jsd_test_skip_because(const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    print_message("skipped: %s\n", why);
+    skip();
+    abort(); /* skip() longjmps out of the case */
+}
+
+bool jsd_test_version_at_least(const char *version, int major, int minor)
+{
+    int ma = 0, mi = 0;
+    if (!version || sscanf(version, "%d.%d", &ma, &mi) != 2)
+        return false;
+    return ma > major || (ma == major && mi >= minor);
+}
+
 int jsd_test_count(const char *text, const char *needle)
 {
     int n = 0;

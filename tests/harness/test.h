@@ -201,6 +201,16 @@ bool jsd_test_file_contains(const char *path, const char *needle);
 /* How many lines of the file at path contain needle; -1 if it cannot be read. */
 int jsd_test_file_lines(const char *path, const char *needle);
 
+/* Skip the running case, printing its reason first ("skipped: REASON"),
+ * which scripts/run-tests.sh shows beside the case: for a feature the
+ * server under test lacks (the compatibility lane runs Debian 12's
+ * nats-server 2.9.10). Never returns. */
+void jsd_test_skip_because(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* true when a server version "MAJOR.MINOR.PATCH..." is at least major.minor
+ * (false for NULL or an unreadable version). */
+bool jsd_test_version_at_least(const char *version, int major, int minor);
+
 /* How many times needle occurs in text (non-overlapping). */
 int jsd_test_count(const char *text, const char *needle);
 
