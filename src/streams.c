@@ -21,19 +21,91 @@
 #define BUCKETS     256
 #define WINDOWS_MAX 64
 
-/* ---- one request ------------------------------------------------------------------- */
+/* ---- raw JetStream API requests ----------------------------------------------------- */
+
+jsd_status jsd__js_api(jsd_conn *conn, const char *api, const char *body, json_t **out,
+                       const char *what, jsd_error *err)
+{
+    natsConnection *nc = conn ? jsd__conn_nats(conn) : NULL;
+    natsMsg *reply = NULL;
+    json_t *root = NULL;
+    jsd_status st = JSD_OK;
+    *out = NULL;
+    if (!nc)
+        return jsd__err(err, JSD_ERR_INVALID, "%s: no NATS connection", what);
+    char subj[512];
+    jsd__snprintf(subj, sizeof(subj), "%s.%s", jsd__conn_js_api_prefix(conn), api);
+    natsStatus s = natsConnection_RequestString(&reply, nc, subj, body ? body : "",
+                                                jsd__conn_request_timeout_ms(conn));
+    if (s == NATS_NO_RESPONDERS) {
+        st = jsd__err(err, JSD_ERR_NO_JETSTREAM,
+                      "%s: JetStream did not answer (no responders); is JetStream enabled?", what);
+        if (err)
+            err->nats_status = (int)s;
+        goto done;
+    }
+    if (s != NATS_OK) {
+        st = jsd__err_nats(err, s, 0, what);
+        goto done;
+    }
+    json_error_t jerr;
+    root = json_loadb(natsMsg_GetData(reply), (size_t)natsMsg_GetDataLength(reply), 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        st = jsd__err(err, JSD_ERR_NATS, "%s: malformed answer", what);
+        goto done;
+    }
+    json_t *je = json_object_get(root, "error");
+    if (je) {
+        json_t *ec = json_object_get(je, "err_code");
+        json_t *d = json_object_get(je, "description");
+        int code = json_is_integer(ec) ? (int)json_integer_value(ec) : 0;
+        char desc[200];
+        jsd__copy_printable(desc, sizeof(desc), json_is_string(d) ? json_string_value(d) : "");
+        st = jsd__err(err, code == JSD__JS_STREAM_NOT_FOUND ? JSD_ERR_NOT_FOUND : JSD_ERR_NATS,
+                      "%s: %s (err_code %d)", what, desc, code);
+        if (err)
+            err->js_err_code = code;
+        goto done;
+    }
+    *out = root;
+    root = NULL;
+done:
+    json_decref(root);
+    natsMsg_Destroy(reply);
+    return st;
+}
+
+jsd_status jsd__stream_config_json(jsd_conn *conn, const char *stream, json_t **cfg, jsd_error *err)
+{
+    char api[64 + JSD_STREAM_NAME_MAX], what[64 + JSD_STREAM_NAME_MAX];
+    json_t *root = NULL;
+    *cfg = NULL;
+    jsd__snprintf(api, sizeof(api), "STREAM.INFO.%s", stream);
+    jsd__snprintf(what, sizeof(what), "reading stream \"%s\"", stream);
+    jsd_status st = jsd__js_api(conn, api, NULL, &root, what, err);
+    if (st != JSD_OK)
+        return st;
+    json_t *c = json_object_get(root, "config");
+    if (!json_is_object(c)) {
+        json_decref(root);
+        return jsd__err(err, JSD_ERR_NATS, "%s: the answer has no configuration", what);
+    }
+    *cfg = json_incref(c);
+    json_decref(root);
+    return JSD_OK;
+}
+
+/* ---- one lookup --------------------------------------------------------------------- */
 
 jsd_status jsd__stream_for_subject(jsd_conn *conn, const char *subject, char *name_out, size_t cap,
                                    jsd_error *err)
 {
-    natsConnection *nc = jsd__conn_nats(conn);
-    natsMsg *reply = NULL;
     json_t *req = NULL, *root = NULL;
     char *body = NULL;
     jsd_status st = JSD_OK;
     if (name_out && cap)
         name_out[0] = '\0';
-    if (!nc || !name_out || !cap)
+    if (!conn || !jsd__conn_nats(conn) || !name_out || !cap)
         return jsd__err(err, JSD_ERR_INVALID, "stream lookup: connection and output needed");
     if (!jsd__subject_valid_exact(subject, err))
         return JSD_ERR_INVALID;
@@ -43,43 +115,10 @@ jsd_status jsd__stream_for_subject(jsd_conn *conn, const char *subject, char *na
         st = jsd__err(err, JSD_ERR_NOMEM, "stream lookup: out of memory");
         goto done;
     }
-    char api[320];
-    jsd__snprintf(api, sizeof(api), "%s.STREAM.NAMES", jsd__conn_js_api_prefix(conn));
-    natsStatus s =
-        natsConnection_RequestString(&reply, nc, api, body, jsd__conn_request_timeout_ms(conn));
-    if (s == NATS_NO_RESPONDERS) {
-        st = jsd__err(err, JSD_ERR_NO_JETSTREAM,
-                      "looking up the stream for \"%s\": JetStream did not answer (no "
-                      "responders); is JetStream enabled?",
-                      subject);
-        if (err)
-            err->nats_status = (int)s;
+    char what[320];
+    jsd__snprintf(what, sizeof(what), "looking up the stream for \"%s\"", subject);
+    if ((st = jsd__js_api(conn, "STREAM.NAMES", body, &root, what, err)) != JSD_OK)
         goto done;
-    }
-    if (s != NATS_OK) {
-        char what[320];
-        jsd__snprintf(what, sizeof(what), "looking up the stream for \"%s\"", subject);
-        st = jsd__err_nats(err, s, 0, what);
-        goto done;
-    }
-    json_error_t jerr;
-    root = json_loadb(natsMsg_GetData(reply), (size_t)natsMsg_GetDataLength(reply), 0, &jerr);
-    json_t *je = root ? json_object_get(root, "error") : NULL;
-    if (!root || !json_is_object(root)) {
-        st = jsd__err(err, JSD_ERR_NATS, "looking up the stream for \"%s\": malformed answer",
-                      subject);
-        goto done;
-    }
-    if (je) {
-        json_t *ec = json_object_get(je, "err_code");
-        json_t *d = json_object_get(je, "description");
-        char desc[160];
-        jsd__copy_printable(desc, sizeof(desc), json_is_string(d) ? json_string_value(d) : "");
-        st = jsd__err(err, JSD_ERR_NATS, "looking up the stream for \"%s\": %s", subject, desc);
-        if (err)
-            err->js_err_code = json_is_integer(ec) ? (int)json_integer_value(ec) : 0;
-        goto done;
-    }
     json_t *arr = json_object_get(root, "streams");
     json_t *first = json_is_array(arr) ? json_array_get(arr, 0) : NULL;
     if (!json_is_string(first)) {
@@ -95,7 +134,6 @@ done:
     json_decref(root);
     json_decref(req);
     free(body);
-    natsMsg_Destroy(reply);
     return st;
 }
 

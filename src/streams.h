@@ -16,11 +16,35 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "jsd_int.h"
 
 #define JSD__STREAMS_POS_TTL_MS 60000 /* a found stream is re-checked after this */
 #define JSD__STREAMS_NEG_TTL_MS 1000  /* "no stream captures" is re-checked after this */
 #define JSD__STREAMS_MAX        4096  /* answers kept; when full, all are forgotten */
+
+#define JSD__JS_STREAM_NOT_FOUND 10059 /* JetStream's err_code for "stream not found" */
+
+/*
+ * One JetStream API request made raw: <API prefix>.<api> (e.g.
+ * "STREAM.INFO.ORDERS") with body (NULL: empty), within the connection's
+ * request timeout, for what nats.c 3.4.1 cannot say or read (a subject
+ * filter, stream fields it does not know: allow_atomic, persist_mode, ...).
+ * JSD_OK with *out the answer's root object (the caller's to json_decref).
+ * An answer carrying "error" is JSD_ERR_NOT_FOUND for 10059 (stream not
+ * found), else JSD_ERR_NATS, with err->js_err_code and the server's
+ * description; JSD_ERR_NO_JETSTREAM when nothing answers; `what` starts the
+ * error text ("reading stream \"X\"").
+ */
+jsd_status jsd__js_api(jsd_conn *conn, const char *api, const char *body, json_t **out,
+                       const char *what, jsd_error *err);
+
+/* A stream's configuration as the server holds it: the "config" object of
+ * STREAM.INFO, every field kept (the caller's to json_decref). Errors as
+ * jsd__js_api's (JSD_ERR_NOT_FOUND: no such stream). */
+jsd_status jsd__stream_config_json(jsd_conn *conn, const char *stream, json_t **cfg,
+                                   jsd_error *err);
 
 /*
  * Find the stream that captures an exact subject with one request, within the

@@ -315,19 +315,11 @@ static jsd_status get_name(const json_t *obj, const char *path, const char *key,
 
 /* ---- parsing the file ------------------------------------------------------------- */
 
-static const char *const stream_keys[] = {"name",
-                                          "description",
-                                          "subjects",
-                                          "storage",
-                                          "retention",
-                                          "max_age",
-                                          "max_bytes",
-                                          "max_msgs",
-                                          "max_msgs_per_subject",
-                                          "discard",
-                                          "duplicate_window",
-                                          "replicas",
-                                          "dead_letter",
+static const char *const stream_keys[] = {"name",        "description",      "subjects",
+                                          "storage",     "retention",        "max_age",
+                                          "max_bytes",   "max_msgs",         "max_msgs_per_subject",
+                                          "discard",     "duplicate_window", "replicas",
+                                          "dead_letter", "allow_atomic",     "persist_mode",
                                           NULL};
 static const char *const consumer_keys[] = {
     "stream",  "durable",         "description",        "filter_subject", "ack_wait", "max_deliver",
@@ -427,6 +419,31 @@ static jsd_status parse_stream(const json_t *o, topo_stream *s, jsd_error *err)
                     "%lld ms is longer than max_age (%lld ms): the server keeps ids only while "
                     "it keeps messages",
                     (long long)s->pub.duplicate_window_ms, (long long)s->pub.max_age_ms);
+    }
+
+    /* allow_atomic: the relay's atomic batches (nats-server 2.12+); left as
+     * the server has it when the file does not say. */
+    s->pub.allow_atomic = -1;
+    json_t *aa = json_object_get(o, "allow_atomic");
+    if (aa) {
+        subpath(p, path, "allow_atomic");
+        if (!json_is_boolean(aa))
+            return perr(err, p, "must be true or false, not %s", json_kind(aa));
+        s->pub.allow_atomic = json_is_true(aa);
+    }
+    if ((st = get_str(o, path, "persist_mode", false, 64, &s->pub.persist_mode, err)) != JSD_OK)
+        return st;
+    if (s->pub.persist_mode && strcmp(s->pub.persist_mode, "default") != 0) {
+        char shown[80];
+        subpath(p, path, "persist_mode");
+        jsd__printable(s->pub.persist_mode, strlen(s->pub.persist_mode), shown, sizeof(shown));
+        if (!strcmp(s->pub.persist_mode, "async"))
+            return perr(err, p,
+                        "\"async\" acknowledges a message before it is stored: a receipt would "
+                        "name a message that a crash can lose. Use \"default\" (or leave it "
+                        "out)");
+        return perr(err, p, "\"%s\" is not a persist mode jsdurable accepts; use \"default\"",
+                    shown);
     }
 
     json_t *dl = json_object_get(o, "dead_letter");

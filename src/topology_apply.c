@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "conn_int.h"
+#include "streams.h"
 #include "subject.h"
 #include "topology_int.h"
 
@@ -49,6 +50,7 @@ typedef struct plan_item {
     jsd_topology_change changes[MAX_CHANGES];
     size_t n_changes;
     jsStreamInfo *si;   /* existing stream, or NULL */
+    json_t *raw;        /* its configuration as the server sent it (every field) */
     jsConsumerInfo *ci; /* existing consumer, or NULL */
 } plan_item;
 
@@ -176,20 +178,35 @@ static jsRetentionPolicy retention_of(jsd_topology_retention r)
 }
 
 /* Immutable differences first; they refuse the plan. */
+/* The stream's persist mode as the server reports it: servers before 2.12
+ * know only the default. */
+static const char *persist_word(const json_t *raw)
+{
+    const char *pm = json_string_value(json_object_get(raw, "persist_mode"));
+    return pm && *pm ? pm : "default";
+}
+
+static void add_immutable(char *immut, size_t cap, const char *field, const char *server,
+                          const char *file)
+{
+    size_t n = strlen(immut);
+    jsd__snprintf(immut + n, cap - n, "%s%s (server %s, file %s)", n ? " and " : "", field, server,
+                  file);
+}
+
 static jsd_status diff_stream(plan_item *it, const topo_stream *s, const jsStreamConfig *cfg,
                               bool reconcile, jsd_error *err)
 {
     const char *fs = storage_word(storage_of(s->pub.storage));
     const char *fr = retention_word(retention_of(s->pub.retention));
-    char immut[160] = "";
+    char immut[240] = "";
     if (strcmp(storage_word(cfg->Storage), fs) != 0)
-        jsd__snprintf(immut, sizeof(immut), "storage (server %s, file %s)",
-                      storage_word(cfg->Storage), fs);
-    if (strcmp(retention_word(cfg->Retention), fr) != 0) {
-        size_t n = strlen(immut);
-        jsd__snprintf(immut + n, sizeof(immut) - n, "%sretention (server %s, file %s)",
-                      n ? " and " : "", retention_word(cfg->Retention), fr);
-    }
+        add_immutable(immut, sizeof(immut), "storage", storage_word(cfg->Storage), fs);
+    if (strcmp(retention_word(cfg->Retention), fr) != 0)
+        add_immutable(immut, sizeof(immut), "retention", retention_word(cfg->Retention), fr);
+    if (s->pub.persist_mode && strcmp(persist_word(it->raw), s->pub.persist_mode) != 0)
+        add_immutable(immut, sizeof(immut), "persist_mode", persist_word(it->raw),
+                      s->pub.persist_mode);
     if (immut[0] && reconcile)
         return jsd__err(err, JSD_ERR_CONFIG,
                         "stream \"%s\" (%s): %s cannot be changed in place by JetStream; "
@@ -218,26 +235,96 @@ static jsd_status diff_stream(plan_item *it, const topo_stream *s, const jsStrea
               s->pub.discard == JSD_TOPOLOGY_DISCARD_NEW ? "new" : "old");
     diff_dur(it, "duplicate_window", cfg->Duplicates, s->pub.duplicate_window_ms, false);
     diff_count(it, "replicas", cfg->Replicas <= 0 ? 1 : cfg->Replicas, s->pub.replicas);
+    if (s->pub.allow_atomic >= 0)
+        diff_word(it, "allow_atomic",
+                  json_is_true(json_object_get(it->raw, "allow_atomic")) ? "true" : "false",
+                  s->pub.allow_atomic ? "true" : "false");
+    if (s->pub.persist_mode)
+        diff_word(it, "persist_mode", persist_word(it->raw), s->pub.persist_mode);
     return JSD_OK;
 }
 
-static void stream_cfg_apply(jsStreamConfig *cfg, const topo_stream *s)
+/* The body of a stream create or update request: the server's own
+ * configuration (an update), or nothing (a create), with the file's fields
+ * written over it. It is JSON built here, not nats.c's jsStreamConfig:
+ * nats.c 3.4.1 does not know the fields of newer servers, and an update
+ * without one resets it (seen on 2.15.1: an update that leaves out
+ * allow_atomic turns atomic batches off; one that leaves out persist_mode
+ * of an async stream is refused). Starting from the server's JSON keeps
+ * every field the file does not declare as it is. */
+static json_t *stream_body(const topo_stream *s, const json_t *server_cfg)
 {
-    cfg->Name = s->pub.name;
+    static const char *const retentions[] = {"limits", "interest", "workqueue"};
+    json_t *b = server_cfg ? json_deep_copy(server_cfg) : json_object();
+    json_t *subjects = json_array();
+    if (!b || !subjects) {
+        json_decref(b);
+        json_decref(subjects);
+        return NULL;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < s->pub.n_subjects; i++)
+        ok = ok && json_array_append_new(subjects, json_string(s->subjects[i])) == 0;
+    ok = ok && json_object_set_new(b, "subjects", subjects) == 0;
+    ok = ok && json_object_set_new(b, "name", json_string(s->pub.name)) == 0;
     if (s->pub.description)
-        cfg->Description = s->pub.description;
-    cfg->Subjects = s->subjects;
-    cfg->SubjectsLen = (int)s->pub.n_subjects;
-    cfg->Retention = retention_of(s->pub.retention);
-    cfg->Storage = storage_of(s->pub.storage);
-    cfg->MaxAge = s->pub.max_age_ms * NS_PER_MS;
-    cfg->MaxBytes = s->pub.max_bytes;
-    cfg->MaxMsgs = s->pub.max_msgs;
-    cfg->MaxMsgsPerSubject = s->pub.max_msgs_per_subject;
-    cfg->Discard = s->pub.discard == JSD_TOPOLOGY_DISCARD_NEW ? js_DiscardNew : js_DiscardOld;
-    cfg->Duplicates = s->pub.duplicate_window_ms * NS_PER_MS;
-    cfg->Replicas = s->pub.replicas;
-    cfg->NoAck = false;
+        ok = ok && json_object_set_new(b, "description", json_string(s->pub.description)) == 0;
+    ok = ok && json_object_set_new(b, "retention", json_string(retentions[s->pub.retention])) == 0;
+    ok = ok && json_object_set_new(
+                   b, "storage",
+                   json_string(s->pub.storage == JSD_TOPOLOGY_MEMORY ? "memory" : "file")) == 0;
+    ok = ok && json_object_set_new(b, "max_age", json_integer(s->pub.max_age_ms * NS_PER_MS)) == 0;
+    ok = ok && json_object_set_new(b, "max_bytes", json_integer(s->pub.max_bytes)) == 0;
+    ok = ok && json_object_set_new(b, "max_msgs", json_integer(s->pub.max_msgs)) == 0;
+    ok = ok && json_object_set_new(b, "max_msgs_per_subject",
+                                   json_integer(s->pub.max_msgs_per_subject)) == 0;
+    ok = ok && json_object_set_new(
+                   b, "discard",
+                   json_string(s->pub.discard == JSD_TOPOLOGY_DISCARD_NEW ? "new" : "old")) == 0;
+    ok = ok && json_object_set_new(b, "duplicate_window",
+                                   json_integer(s->pub.duplicate_window_ms * NS_PER_MS)) == 0;
+    ok = ok && json_object_set_new(b, "num_replicas", json_integer(s->pub.replicas)) == 0;
+    ok = ok && json_object_set_new(b, "no_ack", json_false()) == 0;
+    if (s->pub.allow_atomic >= 0)
+        ok = ok && json_object_set_new(b, "allow_atomic", json_boolean(s->pub.allow_atomic)) == 0;
+    if (s->pub.persist_mode)
+        ok = ok && json_object_set_new(b, "persist_mode", json_string(s->pub.persist_mode)) == 0;
+    if (!ok) {
+        json_decref(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Create or update stream s (it->raw: the server's configuration, or NULL
+ * for a create), then check that the server took the newer fields the file
+ * declares: a server that does not know a field ignores it. */
+static jsd_status stream_write(jsd_conn *c, const plan_item *it, const topo_stream *s,
+                               jsd_error *err)
+{
+    char api[64 + JSD_STREAM_NAME_MAX], what[400];
+    jsd__snprintf(api, sizeof(api), "STREAM.%s.%s", it->raw ? "UPDATE" : "CREATE", s->pub.name);
+    jsd__snprintf(what, sizeof(what), "%s stream \"%s\" (%s)", it->raw ? "updating" : "creating",
+                  s->pub.name, s->path);
+    json_t *b = stream_body(s, it->raw), *ans = NULL;
+    char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
+    json_decref(b);
+    if (!body)
+        return jsd__err(err, JSD_ERR_NOMEM, "%s: out of memory", what);
+    jsd_status st = jsd__js_api(c, api, body, &ans, what, err);
+    free(body);
+    if (st != JSD_OK)
+        return st;
+    const json_t *cfg = json_object_get(ans, "config");
+    if (s->pub.allow_atomic == 1 && !json_is_true(json_object_get(cfg, "allow_atomic"))) {
+        const char *v = jsd_conn_server_version(c);
+        st = jsd__err(err, JSD_ERR_CONFIG,
+                      "%s: nats-server %s did not take \"allow_atomic\": true (atomic batch "
+                      "publish needs nats-server 2.12 or later); the stream was %s without it",
+                      what, v ? v : "(version unknown)", it->raw ? "left" : "created");
+    }
+    json_decref(ans);
+    return st;
 }
 
 static bool server_at_least(jsd_conn *c, int major, int minor)
@@ -439,6 +526,8 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
         if (!it->si) {
             it->action = JSD_TOPOLOGY_CREATED;
         } else {
+            if ((st = jsd__stream_config_json(c, s->pub.name, &it->raw, err)) != JSD_OK)
+                goto done;
             if ((st = diff_stream(it, s, it->si->Config, reconcile, err)) != JSD_OK)
                 goto done;
             it->action = !it->n_changes ? JSD_TOPOLOGY_UNCHANGED
@@ -485,23 +574,8 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
                    (it->action == JSD_TOPOLOGY_CREATED || it->action == JSD_TOPOLOGY_UPDATED);
         if (act && !it->is_consumer) {
             const topo_stream *s = &t->streams[it->index];
-            jsStreamConfig cfg;
-            jsStreamInfo *res = NULL;
-            if (it->si)
-                cfg = *it->si->Config;
-            else
-                jsStreamConfig_Init(&cfg);
-            stream_cfg_apply(&cfg, s);
-            jerr = 0;
-            ns = it->si ? js_UpdateStream(&res, js, &cfg, &jo, &jerr)
-                        : js_AddStream(&res, js, &cfg, &jo, &jerr);
-            jsStreamInfo_Destroy(res);
-            if (ns != NATS_OK) {
-                jsd__snprintf(what, sizeof(what), "%s stream \"%s\" (%s)",
-                              it->si ? "updating" : "creating", s->pub.name, s->path);
-                st = jsd__err_nats(err, ns, jerr, what);
+            if ((st = stream_write(c, it, s, err)) != JSD_OK)
                 goto done;
-            }
             JSD_INFO("topology", "stream \"%s\" %s", s->pub.name,
                      jsd_topology_action_str(it->action));
         } else if (act) {
@@ -530,8 +604,10 @@ jsd_status jsd_topology_apply(jsd_conn *c, const jsd_topology *t, const jsd_topo
         report_item(o, it);
     }
 done:
-    for (size_t i = 0; plan && i < n_plan; i++)
+    for (size_t i = 0; plan && i < n_plan; i++) {
         jsConsumerInfo_Destroy(plan[i].ci);
+        json_decref(plan[i].raw);
+    }
     jsd__free(plan);
     jsStreamInfoList_Destroy(list);
     return st;

@@ -75,6 +75,12 @@ typedef struct jsd_topology_stream {
     int64_t duplicate_window_ms; /* default: 2 min, or max_age when shorter */
     int replicas;                /* 1..5, default 1 */
     bool dead_letter;            /* declared as the file's "dead_letter" */
+    /* "allow_atomic": 1 or 0 as the file says, -1 when it does not say (the
+     * server's setting stands). Atomic batch publish, nats-server 2.12+. */
+    int allow_atomic;
+    /* "persist_mode": "default" when the file says so, NULL when it does not
+     * ("async", which acknowledges before storing, is refused). 2.12+. */
+    const char *persist_mode;
 } jsd_topology_stream;
 
 /* A durable pull consumer with explicit acks, delivering all of its stream. */

@@ -13,6 +13,7 @@
 
 #include "conn_int.h"
 #include "fixture.h"
+#include "streams.h"
 #include "test.h"
 
 typedef struct names {
@@ -567,10 +568,139 @@ static void cli_end_to_end(void **state)
     ASSERT_CONTAINS(out, "Example:");
 }
 
+/* The stream's configuration as the server holds it (every field), or NULL. */
+static json_t *raw_config(jsd_conn *c, const char *name)
+{
+    json_t *cfg = NULL;
+    jsd_error e;
+    jsd_error_clear(&e);
+    ASSERT_OK_E(jsd__stream_config_json(c, name, &cfg, &e), e.msg);
+    return cfg;
+}
+
+/* Skip the case, its connection closed first, unless the server's version
+ * is at least major.minor (older: unless it is before it). */
+static void need_server(jsd_conn *c, int major, int minor, bool older, const char *why)
+{
+    char ver[32];
+    const char *v = jsd_conn_server_version(c);
+    jsd__strlcpy(ver, v ? v : "?", sizeof(ver));
+    if (jsd_test_version_at_least(ver, major, minor) == !older)
+        return;
+    jsd_conn_close(c);
+    jsd_test_skip_because("nats-server %s: %s", ver, why);
+}
+
+static bool raw_bool(jsd_conn *c, const char *stream, const char *field)
+{
+    json_t *cfg = raw_config(c, stream);
+    bool v = json_is_true(json_object_get(cfg, field));
+    json_decref(cfg);
+    return v;
+}
+
+/* allow_atomic is created, survives an update that does not name it (nats.c
+ * 3.4.1's update left it out and the server turned it off), and is changed
+ * by reconcile when the file says otherwise. */
+static void allow_atomic_is_set_and_survives_updates(void **state)
+{
+    (void)state;
+    jsd_conn *c = open_conn();
+    need_server(c, 2, 12, false, "no atomic batch publish (allow_atomic: 2.12+)");
+    names n;
+    make_names(&n);
+    rec r;
+    jsd_error e;
+    jsd_topology *t = topo_of(&n, ",\"allow_atomic\":true,\"persist_mode\":\"default\"", NULL);
+    ASSERT_OK_E(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
+    ASSERT_TRUE(raw_bool(c, n.stream, "allow_atomic"));
+
+    /* an operator's change through a file that does not know allow_atomic */
+    jsd_topology *other = topo_of(&n, ",\"max_msgs\":7", NULL);
+    ASSERT_OK_E(apply(c, other, JSD_TOPOLOGY_RECONCILE, false, &r, &e), e.msg);
+    ASSERT_EQ(r.r[find_report(&r, n.stream)].action, JSD_TOPOLOGY_UPDATED);
+    ASSERT_TRUE(raw_bool(c, n.stream, "allow_atomic"));
+
+    /* the same file again: unchanged, not "updated" for a field it did not name */
+    ASSERT_OK_E(apply(c, other, JSD_TOPOLOGY_RECONCILE, false, &r, &e), e.msg);
+    ASSERT_EQ(r.r[find_report(&r, n.stream)].action, JSD_TOPOLOGY_UNCHANGED);
+
+    jsd_topology *off = topo_of(&n, ",\"max_msgs\":7,\"allow_atomic\":false", NULL);
+    ASSERT_OK_E(apply(c, off, JSD_TOPOLOGY_CREATE, false, &r, &e), e.msg);
+    int i = find_report(&r, n.stream);
+    ASSERT_EQ(r.r[i].action, JSD_TOPOLOGY_KEPT);
+    ASSERT_STREQ(r.r[i].changes, "allow_atomic=true->false;");
+    ASSERT_TRUE(raw_bool(c, n.stream, "allow_atomic"));
+    ASSERT_OK_E(apply(c, off, JSD_TOPOLOGY_RECONCILE, false, &r, &e), e.msg);
+    ASSERT_TRUE(!raw_bool(c, n.stream, "allow_atomic"));
+
+    jsd_topology_destroy(off);
+    jsd_topology_destroy(other);
+    jsd_topology_destroy(t);
+    jsd_conn_close(c);
+}
+
+/* A stream that acknowledges before storing (persist_mode async, made by
+ * hand) cannot be brought to a file that says "default": JetStream cannot
+ * change the mode in place, and the refusal names the field. */
+static void persist_mode_is_refused_by_name(void **state)
+{
+    (void)state;
+    jsd_conn *c = open_conn();
+    need_server(c, 2, 12, false, "no persist_mode (2.12+)");
+    names n;
+    make_names(&n);
+    char api[160], body[512];
+    jsd__snprintf(api, sizeof(api), "STREAM.CREATE.%s", n.stream);
+    jsd__snprintf(body, sizeof(body),
+                  "{\"name\":\"%s\",\"subjects\":[\"%s.>\"],\"storage\":\"file\","
+                  "\"persist_mode\":\"async\"}",
+                  n.stream, n.root);
+    json_t *ans = NULL;
+    jsd_error e;
+    jsd_error_clear(&e);
+    ASSERT_OK_E(jsd__js_api(c, api, body, &ans, "creating an async stream", &e), e.msg);
+    json_decref(ans);
+
+    rec r;
+    jsd_topology *t = topo_of(&n, ",\"persist_mode\":\"default\"", NULL);
+    ASSERT_STATUS(apply(c, t, JSD_TOPOLOGY_RECONCILE, false, &r, &e), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "persist_mode (server async, file default)");
+    ASSERT_CONTAINS(e.msg, "cannot be changed in place");
+    json_t *cfg = raw_config(c, n.stream);
+    ASSERT_STREQ(json_string_value(json_object_get(cfg, "persist_mode")), "async");
+    json_decref(cfg);
+    jsd_topology_destroy(t);
+    jsd_conn_close(c);
+}
+
+/* A server that does not know allow_atomic ignores it: provision says so
+ * instead of reporting a stream it did not make. */
+static void allow_atomic_on_an_older_server_is_an_error(void **state)
+{
+    (void)state;
+    jsd_conn *c = open_conn();
+    need_server(c, 2, 12, true,
+                "it knows allow_atomic; the compatibility lane (before 2.12) runs this case");
+    names n;
+    make_names(&n);
+    rec r;
+    jsd_error e;
+    jsd_topology *t = topo_of(&n, ",\"allow_atomic\":true", NULL);
+    ASSERT_STATUS(apply(c, t, JSD_TOPOLOGY_CREATE, false, &r, &e), JSD_ERR_CONFIG);
+    ASSERT_CONTAINS(e.msg, "did not take \"allow_atomic\": true");
+    ASSERT_CONTAINS(e.msg, "2.12 or later");
+    jsd_topology_destroy(t);
+    jsd_conn_close(c);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(create_creates_everything),
               cmocka_unit_test(create_keeps_hand_tuned_limit_and_reconcile_updates_it),
               cmocka_unit_test(dry_run_reports_and_changes_nothing),
               cmocka_unit_test(overlap_with_existing_server_stream_is_refused),
               cmocka_unit_test(immutable_fields_are_refused_by_name),
               cmocka_unit_test(consumer_changes_the_server_cannot_make_are_refused),
-              cmocka_unit_test(each_request_has_a_deadline), cmocka_unit_test(cli_end_to_end))
+              cmocka_unit_test(each_request_has_a_deadline), cmocka_unit_test(cli_end_to_end),
+              cmocka_unit_test(allow_atomic_is_set_and_survives_updates),
+              cmocka_unit_test(persist_mode_is_refused_by_name),
+              cmocka_unit_test(allow_atomic_on_an_older_server_is_an_error))

@@ -56,6 +56,8 @@ static void parses_valid_file_with_defaults(void **state)
     ASSERT_EQ(s->duplicate_window_ms, DAY_MS);
     ASSERT_EQ(s->replicas, 1);
     ASSERT_TRUE(!s->dead_letter);
+    ASSERT_EQ(s->allow_atomic, -1); /* not said: the server's setting stands */
+    ASSERT_TRUE(s->persist_mode == NULL);
 
     s = jsd_topology_stream_at(t, 1);
     ASSERT_EQ(s->storage, JSD_TOPOLOGY_MEMORY);
@@ -116,6 +118,33 @@ static void expect_refused(const char *json, const char *path_prefix, const char
 }
 
 #define ONE_STREAM(extra) "{\"streams\":[{\"name\":\"S\",\"subjects\":[\"a.>\"]" extra "}]}"
+
+/* allow_atomic and persist_mode (nats-server 2.12+): read as said, and
+ * "async", which acknowledges before storing, refused with the reason. */
+static void atomic_and_persist_mode(void **state)
+{
+    (void)state;
+    const char *json = ONE_STREAM(",\"allow_atomic\":true,\"persist_mode\":\"default\"");
+    jsd_topology *t = NULL;
+    jsd_error e;
+    jsd_error_clear(&e);
+    ASSERT_OK_E(jsd_topology_parse(&t, json, strlen(json), &e), e.msg);
+    ASSERT_EQ(jsd_topology_stream_at(t, 0)->allow_atomic, 1);
+    ASSERT_STREQ(jsd_topology_stream_at(t, 0)->persist_mode, "default");
+    jsd_topology_destroy(t);
+    json = ONE_STREAM(",\"allow_atomic\":false");
+    ASSERT_OK_E(jsd_topology_parse(&t, json, strlen(json), &e), e.msg);
+    ASSERT_EQ(jsd_topology_stream_at(t, 0)->allow_atomic, 0);
+    jsd_topology_destroy(t);
+
+    expect_refused(ONE_STREAM(",\"allow_atomic\":\"yes\""),
+                   "streams[0].allow_atomic: ", "must be true or false");
+    expect_refused(ONE_STREAM(",\"persist_mode\":\"async\""),
+                   "streams[0].persist_mode: ", "acknowledges a message before it is stored");
+    expect_refused(ONE_STREAM(",\"persist_mode\":\"fast\""),
+                   "streams[0].persist_mode: ", "\"fast\" is not a persist mode");
+    expect_refused(ONE_STREAM(",\"persist_mode\":1"), "streams[0].persist_mode: ", "");
+}
 
 static void wildcard_rules_name_key_path(void **state)
 {
@@ -475,6 +504,7 @@ static void allocation_failures_are_clean(void **state)
 }
 
 JSD_TEST_MAIN(cmocka_unit_test(parses_valid_file_with_defaults),
+              cmocka_unit_test(atomic_and_persist_mode),
               cmocka_unit_test(wildcard_rules_name_key_path),
               cmocka_unit_test(subject_length_limit), cmocka_unit_test(unknown_keys_are_errors),
               cmocka_unit_test(bad_durations_name_key_path),
