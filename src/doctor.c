@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "conn_int.h"
 #include "consumer_int.h"
 #include "doctor_int.h"
@@ -37,6 +38,10 @@ typedef struct doc_run {
     const char *streams[DOC_STREAMS_MAX]; /* hot streams, deduplicated (borrowed or owned) */
     bool owned[DOC_STREAMS_MAX];
     size_t n_streams;
+    jsd__doctor_fsync fsync;    /* what the server's /varz said (server.fsync) */
+    bool atomic_probed;         /* the atomic batch probe ran (once per run) */
+    jsd__atomic_support atomic; /* and what it found */
+    char atomic_why[JSD_ERRMSG_MAX];
 } doc_run;
 
 static void add(doc_run *d, const char *check, jsd_doctor_kind kind, const char *subject,
@@ -270,20 +275,121 @@ static bool stream_info(doc_run *d, const char *check, const char *name, jsStrea
     return false;
 }
 
+/* persist_mode (nats-server 2.12+): "async" acknowledges a message before
+ * it is stored. raw: the stream's configuration as the server sent it. */
+static void check_persist_mode(doc_run *d, const char *name, const json_t *raw)
+{
+    const char *pm = json_string_value(json_object_get(raw, "persist_mode"));
+    if (pm && !strcmp(pm, "async"))
+        add(d, "stream.persist_mode", JSD_DOCTOR_STREAM, name, JSD_DOCTOR_ERROR,
+            "recreate the stream with the default persist mode (it cannot be changed in place: "
+            "create a new stream, move the traffic, delete the old one)",
+            "stream \"%s\" has persist_mode \"async\": the server acknowledges a message before "
+            "it is stored, so a receipt or an ACK can name a message a crash loses",
+            name);
+    else
+        add(d, "stream.persist_mode", JSD_DOCTOR_STREAM, name, JSD_DOCTOR_OK, "",
+            "stream \"%s\" stores each message before it acknowledges it", name);
+}
+
+/* allow_atomic: without it the relay waits for one PubAck, and on a server
+ * with `sync_interval: always` one fsync, per message. Warned only when this
+ * server's atomic batches take message ids, which the probe finds out. */
+static void check_atomic(doc_run *d, const char *name, const json_t *raw)
+{
+    if (json_is_true(json_object_get(raw, "allow_atomic"))) {
+        add(d, "stream.allow_atomic", JSD_DOCTOR_STREAM, name, JSD_DOCTOR_OK, "",
+            "stream \"%s\" allows atomic batch publication", name);
+        return;
+    }
+    if (!(d->o->checks & JSD_DOCTOR_CHECK_PROBES))
+        return; /* whether the server could do better is the probe's to say */
+    if (!d->atomic_probed) {
+        d->atomic = jsd__atomic_probe(d->conn, d->atomic_why, sizeof(d->atomic_why));
+        d->atomic_probed = true;
+    }
+    const char *v = jsd_conn_server_version(d->conn);
+    switch (d->atomic) {
+    case JSD__ATOMIC_WITH_IDS:
+        add(d, "stream.allow_atomic", JSD_DOCTOR_STREAM, name, JSD_DOCTOR_WARN,
+            "set \"allow_atomic\": true on the stream in the topology file and run `jsdurable "
+            "provision --policy reconcile` (it can be changed in place)",
+            "stream \"%s\" does not allow atomic batches, though nats-server %s stores them "
+            "with message ids: every publication waits for its own acknowledgement (on a "
+            "server with sync_interval: always, its own fsync)",
+            name, v ? v : "");
+        break;
+    case JSD__ATOMIC_NO_IDS:
+        add(d, "stream.allow_atomic", JSD_DOCTOR_STREAM, name, JSD_DOCTOR_OK, "",
+            "stream \"%s\" does not allow atomic batches, and nats-server %s could not use them "
+            "for the relay: %s",
+            name, v ? v : "", d->atomic_why);
+        break;
+    case JSD__ATOMIC_NONE:
+        add(d, "stream.allow_atomic", JSD_DOCTOR_STREAM, name, JSD_DOCTOR_OK, "",
+            "nats-server %s has no atomic batch publish (2.12 and later have it): %s", v ? v : "",
+            d->atomic_why);
+        break;
+    case JSD__ATOMIC_UNKNOWN:
+        add(d, "stream.allow_atomic", JSD_DOCTOR_STREAM, name, JSD_DOCTOR_UNKNOWN,
+            "allow this user to create and delete streams named JSD_PROBE_*, or set "
+            "\"allow_atomic\": true where the server has it",
+            "stream \"%s\" does not allow atomic batches, and whether nats-server %s could "
+            "store them with message ids is unknown: %s",
+            name, v ? v : "", d->atomic_why);
+        break;
+    }
+}
+
+/* Replicas do not stand in for fsync: Jepsen's analysis of NATS 2.12.1
+ * lost acknowledged writes of R3 streams on nodes with the default lazy
+ * fsync when the nodes failed together (a power failure). */
+static void check_replicas_fsync(doc_run *d, const jsStreamConfig *c)
+{
+    if (c->Replicas <= 1 || c->Storage == js_MemoryStorage)
+        return; /* R1 and memory: stream.replicas and stream.storage say it */
+    if (d->fsync == JSD__FSYNC_LAZY)
+        add(d, "stream.replicas_fsync", JSD_DOCTOR_STREAM, c->Name, JSD_DOCTOR_WARN,
+            "set jetstream { sync_interval: always } on every node of the cluster",
+            "stream \"%s\" has %lld replicas on servers that sync to disk lazily: replication "
+            "does not stand in for fsync (Jepsen's analysis of NATS 2.12.1 lost acknowledged "
+            "writes of R3 streams when the nodes failed together, as in a power failure)",
+            c->Name, (long long)c->Replicas);
+    else if (d->fsync == JSD__FSYNC_ALWAYS)
+        add(d, "stream.replicas_fsync", JSD_DOCTOR_STREAM, c->Name, JSD_DOCTOR_OK, "",
+            "stream \"%s\" has %lld replicas on a server that syncs every write "
+            "(sync_interval: always; every node should)",
+            c->Name, (long long)c->Replicas);
+}
+
 static void check_stream(doc_run *d, const char *name)
 {
     jsStreamInfo *si = NULL;
     if (!stream_info(d, "stream.exists", name, &si))
         return;
     const jsStreamConfig *c = si->Config;
+    /* the fields nats.c 3.4.1 does not read: from the server's own JSON */
+    json_t *raw = NULL;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd__stream_config_json(d->conn, name, &raw, &err) != JSD_OK)
+        add(d, "stream.exists", JSD_DOCTOR_STREAM, name, JSD_DOCTOR_UNKNOWN,
+            "check that NATS and JetStream answer", "stream \"%s\" could not be read: %s", name,
+            err.msg);
     if (d->o->checks & JSD_DOCTOR_CHECK_STREAMS) {
         check_storage(d, "stream", c);
         check_discard(d, c);
+        check_replicas_fsync(d, c);
+        if (raw)
+            check_persist_mode(d, name, raw);
     }
     if (d->o->checks & JSD_DOCTOR_CHECK_RELAY) {
         check_window(d, c);
         check_msg_size(d, c);
+        if (raw)
+            check_atomic(d, name, raw);
     }
+    json_decref(raw);
     jsStreamInfo_Destroy(si);
 }
 
@@ -557,6 +663,18 @@ static bool dlq_of(doc_run *d, const jsd_doctor_durable *du, char *dlq_name, siz
 static void run_checks(doc_run *d, const jsd_doctor_durable *dus, size_t n_dus)
 {
     const jsd_doctor_opts *o = d->o;
+    /* the server first: the stream checks read what its fsync policy is */
+    if ((o->checks & JSD_DOCTOR_CHECK_SERVER)) {
+        if (d->conn)
+            jsd__doctor_check_version(d->rep, jsd_conn_server_version(d->conn));
+        if (o->monitor_url)
+            d->fsync = jsd__doctor_check_server(d->rep, o->monitor_url, o->monitor_timeout_ms);
+        else
+            jsd__doctor_add(d->rep, "server.fsync", JSD_DOCTOR_SERVER, "", JSD_DOCTOR_UNKNOWN,
+                            "the server's fsync policy was not read: no monitoring URL",
+                            "give --monitor http://HOST:8222 (the server's http port) to check "
+                            "that it runs with jetstream { sync_interval: always }");
+    }
     if ((o->checks & (JSD_DOCTOR_CHECK_STREAMS | JSD_DOCTOR_CHECK_RELAY)) && d->conn)
         for (size_t i = 0; i < d->n_streams; i++)
             check_stream(d, d->streams[i]);
@@ -576,15 +694,6 @@ static void run_checks(doc_run *d, const jsd_doctor_durable *dus, size_t n_dus)
         const jsd_topology_stream *ts = o->topology ? jsd_topology_dead_letter(o->topology) : NULL;
         if (ts && !seen(done, &n_done, DOC_STREAMS_MAX, ts->name))
             check_dlq_stream(d, ts->name, NULL);
-    }
-    if ((o->checks & JSD_DOCTOR_CHECK_SERVER)) {
-        if (o->monitor_url)
-            jsd__doctor_check_server(d->rep, o->monitor_url, o->monitor_timeout_ms);
-        else
-            jsd__doctor_add(d->rep, "server.fsync", JSD_DOCTOR_SERVER, "", JSD_DOCTOR_UNKNOWN,
-                            "the server's fsync policy was not read: no monitoring URL",
-                            "give --monitor http://HOST:8222 (the server's http port) to check "
-                            "that it runs with jetstream { sync_interval: always }");
     }
     if ((o->checks & JSD_DOCTOR_CHECK_STORE) && d->store)
         jsd__doctor_check_store(d->rep, d->store);

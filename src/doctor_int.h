@@ -23,9 +23,21 @@ void jsd__doctor_add(jsd_doctor_report *rep, const char *check, jsd_doctor_kind 
                      const char *subject, jsd_doctor_level level, const char *message,
                      const char *fix);
 
+/* What the server's /varz says of its fsync policy. */
+typedef enum jsd__doctor_fsync {
+    JSD__FSYNC_UNKNOWN, /* not read, or not reported (2.9) */
+    JSD__FSYNC_ALWAYS,  /* sync_interval: always */
+    JSD__FSYNC_LAZY,    /* every sync_interval (2 minutes by default) */
+} jsd__doctor_fsync;
+
 /* src/doctor_server.c: GET monitor_url/varz and judge the server's fsync
- * policy (check "server.fsync"). */
-void jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url, int timeout_ms);
+ * policy (check "server.fsync"); returns what it found. */
+jsd__doctor_fsync jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url,
+                                           int timeout_ms);
+
+/* src/doctor_server.c: the server's version against the releases known to
+ * lose JetStream data (check "server.version"); version NULL: unknown. */
+void jsd__doctor_check_version(jsd_doctor_report *rep, const char *version);
 
 /* src/store/doctor.c: the store's durability settings and schema version
  * (checks "store.*"). */

@@ -100,8 +100,50 @@ static void fmt_ns(int64_t ns, char *out, size_t cap)
         jsd__snprintf(out, cap, "%lld ms", (long long)ms);
 }
 
-void jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url, int timeout_ms)
+/* Releases with a known JetStream data-loss defect, and the release that
+ * fixed it. 2.10.20 to 2.10.22 could delete a stream after process kills
+ * (Jepsen's NATS analysis; fixed in 2.10.23). */
+static const struct {
+    int major, minor, from_patch, to_patch;
+    const char *defect, *fixed;
+} lossy[] = {
+    {2, 10, 20, 22, "can delete a whole stream after its servers are killed", "2.10.23"},
+};
+
+void jsd__doctor_check_version(jsd_doctor_report *rep, const char *version)
 {
+    char msg[512], fix[160];
+    int ma = 0, mi = 0, pa = 0;
+    if (!version || sscanf(version, "%d.%d.%d", &ma, &mi, &pa) != 3) {
+        jsd__doctor_add(rep, "server.version", JSD_DOCTOR_SERVER, version ? version : "",
+                        JSD_DOCTOR_UNKNOWN,
+                        "the server's version is unknown (TLS handshake first hides it)", "");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(lossy) / sizeof(lossy[0]); i++) {
+        if (ma == lossy[i].major && mi == lossy[i].minor && pa >= lossy[i].from_patch &&
+            pa <= lossy[i].to_patch) {
+            jsd__snprintf(msg, sizeof(msg),
+                          "nats-server %s has a known JetStream data-loss defect: it %s "
+                          "(%d.%d.%d to %d.%d.%d; fixed in %s)",
+                          version, lossy[i].defect, ma, mi, lossy[i].from_patch, ma, mi,
+                          lossy[i].to_patch, lossy[i].fixed);
+            jsd__snprintf(fix, sizeof(fix), "upgrade every server to nats-server %s or later",
+                          lossy[i].fixed);
+            jsd__doctor_add(rep, "server.version", JSD_DOCTOR_SERVER, version, JSD_DOCTOR_ERROR,
+                            msg, fix);
+            return;
+        }
+    }
+    jsd__snprintf(msg, sizeof(msg), "nats-server %s has no known JetStream data-loss defect",
+                  version);
+    jsd__doctor_add(rep, "server.version", JSD_DOCTOR_SERVER, version, JSD_DOCTOR_OK, msg, "");
+}
+
+jsd__doctor_fsync jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url,
+                                           int timeout_ms)
+{
+    jsd__doctor_fsync found = JSD__FSYNC_UNKNOWN;
     char safe[512], url[1024], why[CURL_ERROR_SIZE + 64], msg[1024];
     jsd__store_redact_url(monitor_url, safe, sizeof(safe));
     size_t len = strlen(monitor_url);
@@ -110,7 +152,7 @@ void jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url, i
     if (len + 6 >= sizeof(url)) {
         jsd__doctor_add(rep, "server.fsync", JSD_DOCTOR_SERVER, safe, JSD_DOCTOR_UNKNOWN,
                         "the monitoring URL is too long", "give a shorter --monitor URL");
-        return;
+        return found;
     }
     jsd__snprintf(url, sizeof(url), "%.*s/varz", (int)len, monitor_url);
     body b = {0};
@@ -121,7 +163,7 @@ void jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url, i
         jsd__doctor_add(rep, "server.fsync", JSD_DOCTOR_SERVER, safe, JSD_DOCTOR_UNKNOWN, msg,
                         "give the server's HTTP monitoring address (its `http` / -m port)");
         jsd__free(b.p);
-        return;
+        return found;
     }
     json_error_t jerr;
     json_t *root = json_loadb(b.p ? b.p : "", b.n, 0, &jerr);
@@ -149,7 +191,9 @@ void jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url, i
                       "(sync_interval: always)",
                       version ? version : "");
         jsd__doctor_add(rep, "server.fsync", JSD_DOCTOR_SERVER, safe, JSD_DOCTOR_OK, msg, "");
+        found = JSD__FSYNC_ALWAYS;
     } else if (json_is_integer(interval)) {
+        found = JSD__FSYNC_LAZY;
         char iv[64];
         fmt_ns(json_integer_value(interval), iv, sizeof(iv));
         jsd__snprintf(msg, sizeof(msg),
@@ -171,4 +215,5 @@ void jsd__doctor_check_server(jsd_doctor_report *rep, const char *monitor_url, i
                         "always }");
     }
     json_decref(root);
+    return found;
 }

@@ -79,15 +79,26 @@ typedef struct jsd_doctor_durable {
 } jsd_doctor_durable;
 
 /* Groups of checks (jsd_doctor_opts.checks). */
-#define JSD_DOCTOR_CHECK_STREAMS 0x01u /* storage, replicas, discard policy */
+/* storage, replicas (and, with the server's fsync policy known, replicas
+ * on lazily syncing servers), discard policy, persist mode */
+#define JSD_DOCTOR_CHECK_STREAMS 0x01u
 /* What the relay's publishing needs of a stream: duplicate window >= its
- * retry horizon, max_msg_size >= the store's payload limit + headers. */
+ * retry horizon, max_msg_size >= the store's payload limit + headers;
+ * allow_atomic where the server's atomic batches take message ids (with
+ * JSD_DOCTOR_CHECK_PROBES; else only a stream that has it is reported). */
 #define JSD_DOCTOR_CHECK_RELAY    0x02u
 #define JSD_DOCTOR_CHECK_DURABLES 0x04u /* ack policy, ack wait, max_deliver, retention */
 #define JSD_DOCTOR_CHECK_DLQ      0x08u /* the dead-letter stream */
-#define JSD_DOCTOR_CHECK_SERVER   0x10u /* fsync policy through the monitoring port */
-#define JSD_DOCTOR_CHECK_STORE    0x20u /* store durability and schema version */
-#define JSD_DOCTOR_CHECK_ALL      0x3fu
+/* the server's version (known data-loss releases) and its fsync policy
+ * through the monitoring port */
+#define JSD_DOCTOR_CHECK_SERVER 0x10u
+#define JSD_DOCTOR_CHECK_STORE  0x20u /* store durability and schema version */
+/* Checks that make something on the server to learn what it can do: the
+ * atomic batch probe creates and deletes a memory stream JSD_PROBE_<random>.
+ * `jsdurable doctor` runs them; the start-up checks of relay and consume
+ * do not. */
+#define JSD_DOCTOR_CHECK_PROBES 0x40u
+#define JSD_DOCTOR_CHECK_ALL    0x7fu
 
 typedef struct jsd_doctor_opts {
     unsigned checks; /* JSD_DOCTOR_CHECK_* bits; default ALL */

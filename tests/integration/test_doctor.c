@@ -487,6 +487,167 @@ static void consume_refuses(bool pg)
     cenv_down(&e);
 }
 
+/* ---- the traps of newer servers (2.12+) ----------------------------------------------------- */
+
+/* A stream created raw, with the JSON fields nats.c 3.4.1 does not know. */
+static void add_stream_raw(natsConnection *nc, const char *name, const char *subject,
+                           const char *extra)
+{
+    char api[160], body[512];
+    snprintf(api, sizeof(api), "$JS.API.STREAM.CREATE.%s", name);
+    snprintf(body, sizeof(body), "{\"name\":\"%s\",\"subjects\":[\"%s\"],\"storage\":\"file\"%s}",
+             name, subject, extra);
+    natsMsg *reply = NULL;
+    natsStatus s = natsConnection_RequestString(&reply, nc, api, body, 5000);
+    if (s != NATS_OK || strstr(natsMsg_GetData(reply), "\"error\""))
+        fail_msg("creating stream %s: %s %s", name, natsStatus_GetText(s),
+                 reply ? natsMsg_GetData(reply) : "");
+    natsMsg_Destroy(reply);
+}
+
+/* How many of the server's streams have a name starting with prefix. */
+static int streams_named(denv *e, const char *prefix)
+{
+    natsMsg *reply = NULL;
+    ASSERT_EQ(natsConnection_RequestString(&reply, e->nt.nc, "$JS.API.STREAM.NAMES", "{}", 5000),
+              NATS_OK);
+    int n = jsd_test_count(natsMsg_GetData(reply), prefix);
+    natsMsg_Destroy(reply);
+    return n;
+}
+
+/* persist_mode "async" is an error; a relay stream without allow_atomic on
+ * a server whose atomic batches take message ids is a warning (found by a
+ * probe whose stream is gone afterwards); one with it is ok. */
+static void new_server_traps(void **state)
+{
+    (void)state;
+    denv e;
+    denv_up(&e, false);
+    if (!jsd_test_version_at_least(e.fx.version, 2, 12)) {
+        char v[32];
+        snprintf(v, sizeof(v), "%s", e.fx.version);
+        denv_down(&e);
+        jsd_test_skip_because("nats-server %s has neither persist_mode nor atomic batches "
+                              "(2.12+); server_without_atomic_batches runs there",
+                              v);
+    }
+    char async[64], atom[64], subj[128], args[1024], l[8192];
+    snprintf(async, sizeof(async), "%s", jsd_test_unique("ASYNC"));
+    snprintf(atom, sizeof(atom), "%s", jsd_test_unique("ATOM"));
+    snprintf(subj, sizeof(subj), "%sasync.>", e.root);
+    add_stream_raw(e.nt.nc, async, subj, ",\"persist_mode\":\"async\"");
+    snprintf(subj, sizeof(subj), "%satom.>", e.root);
+    add_stream_raw(e.nt.nc, atom, subj, ",\"allow_atomic\":true");
+
+    snprintf(args, sizeof(args), "--stream %s --stream %s --stream %s --monitor %s", async, atom,
+             e.hot, e.monitor);
+    ASSERT_EQ(doctor(&e, args), 78);
+    line_of("stream.persist_mode", async, l, sizeof(l));
+    ASSERT_LEVEL(l, "error");
+    ASSERT_CONTAINS(l, "acknowledges a message before it is stored");
+    ASSERT_CONTAINS(l, "fix: recreate the stream with the default persist mode");
+    ASSERT_LEVEL(line_of("stream.persist_mode", e.hot, l, sizeof(l)), "ok");
+
+    line_of("stream.allow_atomic", e.hot, l, sizeof(l));
+    ASSERT_LEVEL(l, "warn");
+    ASSERT_CONTAINS(l, "stores them with message ids");
+    ASSERT_CONTAINS(l, "fix: set \"allow_atomic\": true");
+    ASSERT_LEVEL(line_of("stream.allow_atomic", atom, l, sizeof(l)), "ok");
+    ASSERT_EQ(streams_named(&e, "JSD_PROBE_"), 0);
+
+    line_of("server.version", e.fx.version, l, sizeof(l));
+    ASSERT_LEVEL(l, "ok");
+    ASSERT_CONTAINS(l, "no known JetStream data-loss defect");
+
+    /* reconcile through a topology turns allow_atomic on: the warning goes */
+    char topo[PATH_MAX], json[1024], cmd[PATH_MAX * 2 + 512];
+    snprintf(topo, sizeof(topo), "%s/atomic-topology.json", jsd_test_dir());
+    snprintf(json, sizeof(json),
+             "{\"streams\":[{\"name\":\"%s\",\"subjects\":[\"%shot.>\"],"
+             "\"allow_atomic\":true}]}",
+             e.hot, e.root);
+    FILE *f = fopen(topo, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs(json, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "%s provision --nats %s --file %s --policy reconcile",
+             jsd_fx_bin("jsdurable"), e.fx.url, topo);
+    int rc = jsd_test_run(cmd, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("provision exited %d:\n%s", rc, out);
+    snprintf(args, sizeof(args), "--stream %s", e.hot);
+    ASSERT_EQ(doctor(&e, args), 0);
+    ASSERT_LEVEL(line_of("stream.allow_atomic", e.hot, l, sizeof(l)), "ok");
+    denv_down(&e);
+}
+
+/* Debian 12's nats-server 2.9.10 has no atomic batches: the probe finds
+ * that out (the batch headers ignored) and says so without a warning. */
+static void server_without_atomic_batches(void **state)
+{
+    (void)state;
+    denv e;
+    denv_up(&e, false);
+    if (jsd_test_version_at_least(e.fx.version, 2, 12)) {
+        char v[32];
+        snprintf(v, sizeof(v), "%s", e.fx.version);
+        denv_down(&e);
+        jsd_test_skip_because("nats-server %s has atomic batches; the compatibility lane "
+                              "(Debian 12's 2.9.10) runs this case",
+                              v);
+    }
+    char args[256], l[8192];
+    snprintf(args, sizeof(args), "--stream %s", e.hot);
+    ASSERT_EQ(doctor(&e, args), 0);
+    line_of("stream.allow_atomic", e.hot, l, sizeof(l));
+    ASSERT_LEVEL(l, "ok");
+    ASSERT_CONTAINS(l, "has no atomic batch publish");
+    ASSERT_LEVEL(line_of("stream.persist_mode", e.hot, l, sizeof(l)), "ok");
+    ASSERT_EQ(streams_named(&e, "JSD_PROBE_"), 0);
+    denv_down(&e);
+}
+
+/* An R3 stream on nodes that sync lazily is a warning: replicas do not
+ * stand in for fsync. */
+static void replicas_do_not_stand_in_for_fsync(void **state)
+{
+    (void)state;
+    jsd_fx_cluster c;
+    ASSERT_EQ(setenv("JSD_FX_FSYNC", "default", 1), 0);
+    int rc = jsd_fx_cluster_start(&c);
+    unsetenv("JSD_FX_FSYNC");
+    ASSERT_EQ(rc, 0);
+    if (!jsd_test_version_at_least(c.node[0].version, 2, 10)) {
+        char v[32];
+        snprintf(v, sizeof(v), "%s", c.node[0].version);
+        jsd_fx_cluster_stop(&c);
+        jsd_test_skip_because("nats-server %s reports no fsync policy (sync_interval: 2.10+)", v);
+    }
+    rt_nats nt;
+    rt_nats_open(&nt, c.node[0].url);
+    char name[64], subj[128], cmd[2048], l[8192];
+    snprintf(name, sizeof(name), "%s", jsd_test_unique("R3"));
+    snprintf(subj, sizeof(subj), "%s.>", jsd_test_unique("r3"));
+    add_stream_raw(nt.nc, name, subj, ",\"num_replicas\":3");
+    rt_store st;
+    rt_store_new(&st, RT_SQLITE);
+    jsd_store_close(rt_open(&st)); /* creates the schema */
+    snprintf(cmd, sizeof(cmd),
+             "%s doctor --store '%s' --nats %s --stream %s --monitor http://127.0.0.1:%d",
+             jsd_fx_bin("jsdurable"), st.url, c.node[0].url, name, c.node[0].monitor_port);
+    rc = jsd_test_run(cmd, out, sizeof(out));
+    rt_store_close(&st);
+    line_of("stream.replicas_fsync", name, l, sizeof(l));
+    ASSERT_LEVEL(l, "warn");
+    ASSERT_CONTAINS(l, "3 replicas on servers that sync to disk lazily");
+    ASSERT_CONTAINS(l, "Jepsen");
+    ASSERT_CONTAINS(l, "fix: set jetstream { sync_interval: always } on every node");
+    ASSERT_LEVEL(line_of("stream.replicas", name, l, sizeof(l)), "ok");
+    rt_nats_close(&nt);
+    ASSERT_EQ(jsd_fx_cluster_stop(&c), 0);
+}
+
 BOTH(unsound_reported)
 BOTH(sound_passes)
 BOTH(store_checks)
@@ -496,4 +657,6 @@ BOTH(consume_refuses)
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
 JSD_TEST_MAIN(T(unsound_reported), T(sound_passes), T(store_checks), T(relay_refuses),
-              T(consume_refuses))
+              T(consume_refuses), cmocka_unit_test(new_server_traps),
+              cmocka_unit_test(server_without_atomic_batches),
+              cmocka_unit_test(replicas_do_not_stand_in_for_fsync))

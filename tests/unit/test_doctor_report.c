@@ -25,6 +25,9 @@ static void allow_lists(void **state)
     char bad[64] = "";
     ASSERT_TRUE(jsd_doctor_allow_valid("stream.storage,dlq.limits,all", bad, sizeof(bad)));
     ASSERT_TRUE(jsd_doctor_allow_valid(NULL, bad, sizeof(bad)));
+    ASSERT_TRUE(jsd_doctor_allow_valid("stream.persist_mode,stream.allow_atomic,"
+                                       "stream.replicas_fsync,server.version",
+                                       bad, sizeof(bad)));
     ASSERT_TRUE(!jsd_doctor_allow_valid("stream.storage,stream.nonsense", bad, sizeof(bad)));
     ASSERT_STREQ(bad, "stream.nonsense");
 }
@@ -75,5 +78,42 @@ static void bad_options(void **state)
     jsd_doctor_report_destroy(r);
 }
 
+/* The releases with a known JetStream data-loss defect (2.10.20-2.10.22,
+ * fixed in 2.10.23) are errors naming the fix; the ones around them are not.
+ * The judgement alone: those releases are not packaged for this machine, so
+ * no real server of them runs here (test_doctor checks the line against the
+ * servers that do). */
+static void lossy_versions(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *version;
+        jsd_doctor_level level;
+    } cases[] = {{"2.10.19", JSD_DOCTOR_OK},    {"2.10.20", JSD_DOCTOR_ERROR},
+                 {"2.10.22", JSD_DOCTOR_ERROR}, {"2.10.23", JSD_DOCTOR_OK},
+                 {"2.9.10", JSD_DOCTOR_OK},     {"2.15.1", JSD_DOCTOR_OK},
+                 {"2.11.20", JSD_DOCTOR_OK},    {"garbage", JSD_DOCTOR_UNKNOWN}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        jsd_doctor_report *r = jsd__calloc(1, sizeof(*r));
+        ASSERT_TRUE(r != NULL);
+        jsd__doctor_check_version(r, cases[i].version);
+        ASSERT_EQ(r->n, 1);
+        ASSERT_STREQ(r->r[0].check, "server.version");
+        if (r->r[0].level != cases[i].level)
+            fail_msg("%s: level %s, expected %s", cases[i].version,
+                     jsd_doctor_level_str(r->r[0].level), jsd_doctor_level_str(cases[i].level));
+        if (cases[i].level == JSD_DOCTOR_ERROR) {
+            ASSERT_CONTAINS(r->r[0].message, "fixed in 2.10.23");
+            ASSERT_CONTAINS(r->r[0].fix, "2.10.23 or later");
+        }
+        jsd_doctor_report_destroy(r);
+    }
+    jsd_doctor_report *r = jsd__calloc(1, sizeof(*r));
+    ASSERT_TRUE(r != NULL);
+    jsd__doctor_check_version(r, NULL);
+    ASSERT_EQ(r->r[0].level, JSD_DOCTOR_UNKNOWN);
+    jsd_doctor_report_destroy(r);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(allow_lists), cmocka_unit_test(worst_level),
-              cmocka_unit_test(bad_options))
+              cmocka_unit_test(bad_options), cmocka_unit_test(lossy_versions))
