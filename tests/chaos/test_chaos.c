@@ -1704,7 +1704,7 @@ static void long_run(void **state)
     (void)state;
     const char *on = getenv("CHAOS_LONG");
     if (!on || strcmp(on, "1") != 0) {
-        skip(); /* the long form is `make chaos` */
+        jsd_test_skip_because("the long run is `make chaos` (CHAOS_LONG=1)");
         return;
     }
     chaos_cfg c;

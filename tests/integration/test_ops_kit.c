@@ -377,9 +377,8 @@ static void promtool_checks_rules(void **state)
     if (env && *env)
         snprintf(tool, sizeof(tool), "%s", env);
     else if (!on_path("promtool", tool, sizeof(tool))) {
-        print_message("promtool not found (Debian package prometheus, or JSD_PROMTOOL=PATH): "
-                      "the rules file is not checked by it\n");
-        skip();
+        jsd_test_skip_because("promtool not found (Debian package prometheus, or "
+                              "JSD_PROMTOOL=PATH): the rules file is not checked by it");
     }
     snprintf(cmd, sizeof(cmd), "'%s' check rules '%s'", tool,
              top_path("examples/monitoring/alerts.yml"));
@@ -631,9 +630,8 @@ static void units_pass_systemd_analyze(void **state)
     (void)state;
     char tool[PATH_MAX];
     if (!on_path("systemd-analyze", tool, sizeof(tool))) {
-        print_message("systemd-analyze not found (Debian package systemd): the units are only "
-                      "checked against --help\n");
-        skip();
+        jsd_test_skip_because("systemd-analyze not found (Debian package systemd): the units are "
+                              "only checked against --help");
     }
     char jsd[PATH_MAX];
     if (!realpath(jsd_fx_bin("jsdurable"), jsd))
