@@ -180,6 +180,11 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
                                  "death envelopes that could not be published at settlement and "
                                  "were left to the retry from the store",
                                  NULL, NULL, NULL, 0, &c->m_dlq_deferred, NULL);
+            jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_consumer_reused_sequences_total",
+                                 "deliveries whose stream sequence the inbox had recorded for "
+                                 "another message (a re-created stream, or lost broker writes): "
+                                 "applied as new messages",
+                                 NULL, NULL, NULL, 0, &c->m_reused, NULL);
         }
     }
     c->batch = o->batch > 0 ? o->batch : 0; /* 0: decided from the durable */

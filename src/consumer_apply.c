@@ -138,8 +138,8 @@ static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int 
     jsd_status st = jsd__tx_poison_insert(tx, &p, NULL);
     jsd__free(hdr);
     if (st == JSD_OK)
-        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, p.msg_id, code, d->reason,
-                                  &(jsd__trace){0});
+        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, jsd__inbox_id(d), code,
+                                  d->reason, &(jsd__trace){0});
     if (st == JSD_OK) {
         d->state = code == OUT_POISON ? D_POISON : D_PARK;
         d->fresh = true;
@@ -216,6 +216,35 @@ static jsd_disposition call_one(const jsd__handler *h, jsd_tx *tx, const jsd_del
     return out;
 }
 
+/* The inbox holds a row for d's sequence (prev). When it names another
+ * message, the sequence was handed out again: the stream was deleted and
+ * re-created, or its server lost its last acknowledged writes. d is then a
+ * new message, not a duplicate: the old row is retired (it keeps its
+ * message id for the duplicate check under a sequence of its own) and
+ * *found turns false. A row without an identity (written before the inbox
+ * kept one for messages without a Nats-Msg-Id) is taken for d, as before. */
+static jsd_status sequence_reused(jsd_consumer *c, jsd_tx *tx, const jsd_delivery *d,
+                                  const jsd__inbox_outcome *prev, bool *found)
+{
+    const char *id = jsd__inbox_id(d);
+    if (!prev->msg_id[0] || !strcmp(prev->msg_id, id))
+        return JSD_OK;
+    char was[96], now[96];
+    jsd__printable(prev->msg_id, strlen(prev->msg_id), was, sizeof(was));
+    jsd__printable(id, strlen(id), now, sizeof(now));
+    JSD_WARN("consumer",
+             "%s/%s: stream sequence %" PRIu64 " was message %s when it was applied and is "
+             "message %s now: the stream was re-created or its server lost acknowledged "
+             "writes; applying it as a new message",
+             c->stream, c->durable, d->seq, was, now);
+    jsd_status st = jsd__tx_inbox_retire(tx, c->stream, c->durable, d->seq);
+    if (st != JSD_OK)
+        return st;
+    jsd_counter_inc(c->m_reused);
+    *found = false;
+    return JSD_OK;
+}
+
 /* Decide one delivery inside the open transaction. A non-OK return means the
  * transaction can no longer be trusted (the batch is abandoned). */
 static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const jsd__handler *h)
@@ -228,8 +257,11 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
     st = jsd__tx_inbox_lookup(tx, c->stream, c->durable, d->seq, &found, &prev);
     if (st != JSD_OK)
         return st;
-    if (!found && d->msg_id && *d->msg_id && strlen(d->msg_id) <= JSD_IDENT_MAX) {
-        st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, d->msg_id, &found, &prev);
+    if (found && (st = sequence_reused(c, tx, d, &prev, &found)) != JSD_OK)
+        return st;
+    const char *id = jsd__inbox_id(d);
+    if (!found && strlen(id) <= JSD_IDENT_MAX) {
+        st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, id, &found, &prev);
         if (st != JSD_OK)
             return st;
         if (found && prev.stream_seq != d->seq) {
@@ -238,8 +270,7 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
             char why[64];
             jsd__snprintf(why, sizeof(why), "duplicate of stream seq %" PRIu64, prev.stream_seq);
             jsd__trace t = trace_of(d);
-            st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_DUP, why,
-                                      &t);
+            st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, id, OUT_DUP, why, &t);
             if (st != JSD_OK && st != JSD_ERR_EXISTS)
                 return st;
             d->state = D_ACK;
@@ -294,8 +325,8 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
 
     if (disp.kind == JSD_DISPOSITION_COMMIT) {
         jsd__trace t = trace_of(d);
-        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, d->msg_id, OUT_COMMIT, NULL,
-                                  &t);
+        st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, jsd__inbox_id(d), OUT_COMMIT,
+                                  NULL, &t);
         if (st == JSD_OK) {
             if ((st = jsd__tx_release(tx)) != JSD_OK)
                 return st;
@@ -478,7 +509,7 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
         }
         f->dp[i] = d;
         f->seqs[i] = d->seq;
-        f->ids[i] = d->msg_id && *d->msg_id ? d->msg_id : NULL;
+        f->ids[i] = jsd__inbox_id(d);
         f->traces[i] = trace_of(d);
     }
     if (batch_repeats(f->dp, n)) {

@@ -6,6 +6,7 @@
  * fetcher only moves a natsMsgList into the slot under fmu; every delivery
  * is decided on the consumer's thread.
  */
+#include <inttypes.h>
 #include <string.h>
 
 #include "conn_int.h"
@@ -179,6 +180,7 @@ static bool parse_meta(jsd_delivery *d)
     d->subject = natsMsg_GetSubject(d->msg);
     if (natsMsgHeader_Get(d->msg, "Nats-Msg-Id", &d->msg_id) != NATS_OK)
         d->msg_id = NULL;
+    jsd__snprintf(d->key, sizeof(d->key), "@%" PRIu64 ".%" PRId64, d->seq, d->meta->Timestamp);
     if (natsMsgHeader_Get(d->msg, JSD_HDR_TYPE, &d->type) != NATS_OK)
         d->type = NULL;
     return true;

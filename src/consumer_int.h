@@ -85,6 +85,11 @@ struct jsd_delivery {
     const char *type;
     uint64_t seq;
     uint64_t deliveries;
+    /* The inbox's identity of a delivery without a Nats-Msg-Id:
+     * "@<stream seq>.<stored at, ns>" (jsd__inbox_id), so a sequence that a
+     * re-created stream hands out again is told from the message that had
+     * it before. */
+    char key[48];
     dstate state;
     bool fresh; /* its outcome was decided in this batch (not an inbox hit) */
     bool dup;   /* answered from the inbox */
@@ -96,6 +101,14 @@ struct jsd_delivery {
     int64_t given_delay_ms;
     char reason[JSD__ERROR_TEXT_MAX + 1];
 };
+
+/* The delivery's identity in the inbox: its Nats-Msg-Id, or for a message
+ * without one its key ("@<seq>.<time>"; a Nats-Msg-Id of that very form
+ * from another publisher would be taken for it). */
+static inline const char *jsd__inbox_id(const jsd_delivery *d)
+{
+    return d->msg_id && *d->msg_id ? d->msg_id : d->key;
+}
 
 /* The application's handler: a per-delivery one or a batch one. */
 typedef struct jsd__handler {
@@ -135,6 +148,7 @@ struct jsd_consumer {
      * stream are republished from the store (jsd__bury_sweep). */
     int64_t sweep_at_ms, sweep_backoff_ms;
     jsd_metric *m_dlq_unpublished, *m_dlq_deferred;
+    jsd_metric *m_reused; /* deliveries whose stream sequence named another message */
 
     natsSubscription *sub;
     jsd__ack *ack; /* the ACK pipeline (consumer_ack.c) */

@@ -105,6 +105,9 @@ typedef struct jsd__store_ops {
                                     const uint64_t *seqs, const char *const *msg_ids,
                                     const jsd__trace *traces, size_t n, int code, int64_t now,
                                     bool *inserted);
+    /* jsd__tx_inbox_retire: *moved false when there was no such row. */
+    jsd_status (*inbox_retire)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
+                               bool *moved);
     jsd_status (*poison_insert)(jsd_store *s, const jsd__poison *p, int64_t now, bool *inserted);
     jsd_status (*poison_mark)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                               const char *dlq_stream, uint64_t dlq_seq);

@@ -52,6 +52,7 @@ enum {
     P_INBOX_GET_MSG,
     P_INBOX_INS,
     P_INBOX_INS_MANY,
+    P_INBOX_RETIRE,
     P_POISON_INS,
     P_POISON_MARK,
     P_POISON_GET,
@@ -301,6 +302,11 @@ static const char *const sql_text[P__COUNT] = {
                     "detail, created_at, traceparent, tracestate) "
                     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
                     "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
+    /* jsd__tx_inbox_retire: a fresh negative sequence, below every row of
+     * the durable. */
+    [P_INBOX_RETIRE] = "UPDATE @jsd_inbox SET stream_seq = (SELECT LEAST(min(stream_seq), 0) - 1 "
+                       "FROM @jsd_inbox WHERE stream = $1 AND consumer = $2) "
+                       "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3",
     /* A batch's rows in one statement. NOT EXISTS sees the rows recorded
      * before the statement only: msg ids are kept distinct by the caller. */
     [P_INBOX_INS_MANY] = "INSERT INTO @jsd_inbox (stream, consumer, stream_seq, msg_id, outcome, "
@@ -2102,6 +2108,22 @@ static jsd_status pg_inbox_insert(jsd_store *s, const char *stream, const char *
     return ins ? JSD_OK : JSD_ERR_EXISTS;
 }
 
+static jsd_status pg_inbox_retire(jsd_store *s, const char *stream, const char *consumer,
+                                  uint64_t seq, bool *moved)
+{
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    p_i64(&p, (int64_t)seq);
+    PGresult *r =
+        pexec(s, P_INBOX_RETIRE, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "inbox retire");
+    if (!r)
+        return s->err.status;
+    *moved = strcmp(PQcmdTuples(r), "0") != 0;
+    PQclear(r);
+    return JSD_OK;
+}
+
 static jsd_status pg_inbox_insert_many(jsd_store *s, const char *stream, const char *consumer,
                                        const uint64_t *seqs, const char *const *msg_ids,
                                        const jsd__trace *traces, size_t n, int code, int64_t now,
@@ -2546,6 +2568,7 @@ static const jsd__store_ops pg_ops = {
     .inbox_lookup = pg_inbox_lookup,
     .inbox_insert = pg_inbox_insert,
     .inbox_insert_many = pg_inbox_insert_many,
+    .inbox_retire = pg_inbox_retire,
     .poison_insert = pg_poison_insert,
     .poison_mark = pg_poison_mark,
     .poison_read = pg_poison_read,

@@ -373,6 +373,19 @@ jsd_status jsd__tx_inbox_insert_many(jsd_tx *tx, const char *stream, const char 
                                      const jsd__trace *traces, size_t n, int outcome_code,
                                      bool *inserted);
 
+/*
+ * Retire the inbox row of (stream, consumer, stream_seq): its sequence now
+ * names another message (the stream was re-created, or its server lost the
+ * last writes and handed the sequence out again), so the row moves to a
+ * fresh negative sequence of its own, below every other of (stream,
+ * consumer). Lookups by sequence no longer find it; its message id still
+ * answers the duplicate check (a re-publication of that message stays a
+ * duplicate); gc removes it by age like any row. JSD_ERR_NOT_FOUND when
+ * there is no such row.
+ */
+jsd_status jsd__tx_inbox_retire(jsd_tx *tx, const char *stream, const char *consumer,
+                                uint64_t stream_seq);
+
 /* ---- poison records (DLQ-1) ----------------------------------------------------------- */
 
 typedef struct jsd__poison {

@@ -459,6 +459,23 @@ jsd_status jsd__tx_inbox_insert(jsd_tx *tx, const char *stream, const char *cons
     return rc;
 }
 
+jsd_status jsd__tx_inbox_retire(jsd_tx *tx, const char *stream, const char *consumer,
+                                uint64_t stream_seq)
+{
+    jsd_status rc = need_tx(tx, "inbox retire");
+    if (rc != JSD_OK)
+        return rc;
+    if ((rc = check_delivery(tx->store, stream, consumer, stream_seq)) != JSD_OK)
+        return rc;
+    bool moved = false;
+    rc = tx->store->ops->inbox_retire(tx->store, stream, consumer, stream_seq, &moved);
+    if (rc == JSD_OK && !moved)
+        return jsd__store_err(tx->store, JSD_ERR_NOT_FOUND,
+                              "inbox retire: no row for %s/%s sequence %llu", stream, consumer,
+                              (unsigned long long)stream_seq);
+    return rc;
+}
+
 jsd_status jsd__tx_inbox_insert_many(jsd_tx *tx, const char *stream, const char *consumer,
                                      const uint64_t *seqs, const char *const *msg_ids,
                                      const jsd__trace *traces, size_t n, int outcome_code,

@@ -709,6 +709,62 @@ static void msg_id_duplicate_caught(bool pg)
     cenv_down(&e);
 }
 
+/* ---- a re-created stream hands its sequences out again -------------------------------- */
+
+/* The stream is deleted and created again (its durable too): its new
+ * messages reuse the sequences of the ones already applied. They are new
+ * messages, with a Nats-Msg-Id or without one, and are applied; the old
+ * rows keep their ids, so a re-publication of an old message is still a
+ * duplicate. Before the inbox compared identities, the second consumer
+ * answered all 25 from the inbox: 0 committed, 25 duplicates. */
+static void stream_recreated_reuses_sequences(bool pg)
+{
+    cenv e;
+    hctx h = {0};
+    suite_up(&e, pg, 30000, 6);
+    h.e = &e;
+    cenv_publish(&e, 1, 20, NULL); /* ids id-1 .. id-20 */
+    for (int i = 0; i < 5; i++)
+        cenv_publish_raw(&e, "bare", "no id", 5, NULL, NULL);
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    jsd_consumer_stats s;
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed >= 25), 15000);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+    jsd_consumer_destroy(c);
+
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    ASSERT_EQ(js_GetStreamInfo(&si, e.js, e.stream, NULL, &jerr), NATS_OK);
+    ASSERT_EQ(js_DeleteStream(e.js, e.stream, NULL, &jerr), NATS_OK);
+    jsStreamInfo *again = NULL;
+    ASSERT_EQ(js_AddStream(&again, e.js, si->Config, NULL, &jerr), NATS_OK);
+    jsStreamInfo_Destroy(again);
+    jsStreamInfo_Destroy(si);
+    cenv_durable(&e, 30000, 6, 1024, NULL, 0);
+    cenv_publish(&e, 101, 20, NULL); /* ids id-101 .. id-120, at sequences 1 .. 20 */
+    for (int i = 0; i < 5; i++)
+        cenv_publish_raw(&e, "bare", "no id", 5, NULL, NULL);
+
+    c = cenv_consumer(&e, NULL);
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.committed + s.duplicates >= 25), 15000);
+    jsd_consumer_stats_get(c, &s);
+    ASSERT_EQ(s.duplicates, 0);
+    ASSERT_EQ(s.committed, 25);
+    ASSERT_EQ(effects(&e), 50);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox WHERE stream_seq < 0"),
+              25);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(DISTINCT stream_seq) FROM jsd_inbox"), 50);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+
+    /* an old message published again: its retired row still knows its id */
+    cenv_publish_raw(&e, "again", "id-5 again", 10, NULL, "id-5");
+    POLL_UNTIL(c, &h, (jsd_consumer_stats_get(c, &s), s.duplicates >= 1), 10000);
+    ASSERT_EQ(effects(&e), 50);
+    ASSERT_WAIT(cenv_settled(&e), 5000);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
 BOTH(commit_then_confirmed_ack)
 BOTH(failed_commit_no_ack)
 BOTH(redelivery_hits_inbox)
@@ -723,6 +779,7 @@ BOTH(handler_poison)
 BOTH(max_deliver_parks)
 BOTH(config_guard)
 BOTH(msg_id_duplicate_caught)
+BOTH(stream_recreated_reuses_sequences)
 
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
@@ -730,4 +787,4 @@ JSD_TEST_MAIN(T(commit_then_confirmed_ack), T(failed_commit_no_ack), T(redeliver
               T(retry_honours_delay), T(progress_extends_ack_wait), T(in_flight_bounded),
               T(slow_batch_kept_alive), T(drain_settles_batch_in_hand), T(pending_bytes_applied),
               T(poison_on_first_delivery), T(handler_poison), T(max_deliver_parks), T(config_guard),
-              T(msg_id_duplicate_caught))
+              T(msg_id_duplicate_caught), T(stream_recreated_reuses_sequences))
