@@ -488,7 +488,8 @@ static void usage(FILE *f)
             "  --until-idle             exit 0 once nothing is pending or in flight; never\n"
             "                           while a message is unapplied (a store outage is\n"
             "                           waited out; stopped during one, it exits non-zero),\n"
-            "                           nor while a dead letter could not be published\n"
+            "                           nor while a dead letter could not be published;\n"
+            "                           exit 1 when this run poisoned or parked messages\n"
             "  --metrics ADDR           serve Prometheus metrics on ADDR (host:port):\n"
             "                           deliveries by result, handler duration, dead\n"
             "                           letters, connection state\n"
@@ -807,6 +808,14 @@ int cmd_consume(int argc, char **argv)
     if (st != JSD_OK) {
         cli_err("consume", "%s", jsd_consumer_errmsg(cons));
         rc = cli_exit_for(st);
+    } else if (until_idle && s.poisoned + s.parked > 0) {
+        /* like the relay: a run that dead-lettered is not a clean run */
+        cli_say("consume", "warn",
+                "this run dead-lettered %llu messages (%llu poisoned, %llu parked): "
+                "`jsdurable dlq list` shows them; exit 1",
+                (unsigned long long)(s.poisoned + s.parked), (unsigned long long)s.poisoned,
+                (unsigned long long)s.parked);
+        rc = 1;
     }
 out:
     jsd_metrics_server_destroy(msrv);

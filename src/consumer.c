@@ -370,6 +370,14 @@ static void settle(jsd_consumer *c)
             else if (later)
                 later[nl++] = d;
         } else if (d->state == D_NAK) {
+            char id[96];
+            jsd__printable(d->msg_id ? d->msg_id : "", d->msg_id ? strlen(d->msg_id) : 0, id,
+                           sizeof(id));
+            JSD_WARN("consumer",
+                     "%s/%s: sequence %" PRIu64 " (msg id \"%s\", delivery %" PRIu64
+                     ") retried in %" PRId64 " ms: %s",
+                     c->stream, c->durable, d->seq, id, d->deliveries,
+                     d->delay_ms > 0 ? d->delay_ms : c->retry_delay_ms, d->reason);
             jsd__nak(c, d, d->delay_ms);
         }
     }

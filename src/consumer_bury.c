@@ -187,6 +187,13 @@ void jsd__bury(jsd_consumer *c, jsd_delivery *d, bool *dlq_ok, bool *dlq_failed)
             JSD_CRASH_POINT("poison.after_dlq_publish");
         }
     }
+    char id[96];
+    jsd__printable(d->msg_id ? d->msg_id : "", d->msg_id ? strlen(d->msg_id) : 0, id, sizeof(id));
+    JSD_WARN("consumer",
+             "%s/%s: sequence %" PRIu64 " (msg id \"%s\", delivery %" PRIu64 ") %s%s: %s",
+             c->stream, c->durable, d->seq, id, d->deliveries,
+             d->state == D_POISON ? "is poison, dead-lettered" : "parked, dead-lettered",
+             d->dup ? " (recorded before)" : "", d->reason[0] ? d->reason : "no reason given");
     if (d->state == D_POISON) {
         natsStatus ts = natsMsg_Term(d->msg, NULL);
         if (ts != NATS_OK)

@@ -176,8 +176,8 @@ static char out[65536];
 
 /* `jsdurable consume --until-idle --max-deliver 1 --sql SQL` on e's store and
  * durable (SQL is put inside single quotes for the shell); its output in
- * out, failing the test unless it exits 0. */
-static void consume_sql(cenv *e, const char *ack_wait, const char *sql)
+ * out, failing the test unless it exits want (1: the run dead-lettered). */
+static void consume_sql(cenv *e, const char *ack_wait, const char *sql, int want)
 {
     char cmd[4096];
     snprintf(cmd, sizeof(cmd),
@@ -186,8 +186,8 @@ static void consume_sql(cenv *e, const char *ack_wait, const char *sql)
              jsd_fx_bin("jsdurable"), e->store_url, jsd_fx_shared_nats_url(), e->stream, e->durable,
              ack_wait, sql);
     int rc = jsd_test_run(cmd, out, sizeof(out));
-    if (rc != 0)
-        fail_msg("consume exited %d: %s", rc, out);
+    if (rc != want)
+        fail_msg("consume exited %d, expected %d: %s", rc, want, out);
 }
 
 static void cli_one_statement_fails(bool pg)
@@ -199,9 +199,11 @@ static void cli_one_statement_fails(bool pg)
     cenv_store_exec(e.store, "INSERT INTO sink(body, seq) VALUES ('msg-7', 0)");
     cenv_publish(&e, 1, 20, NULL);
     consume_sql(&e, "1s",
-                "INSERT INTO sink(body, seq) VALUES (CAST(:payload AS TEXT), :stream_seq)");
+                "INSERT INTO sink(body, seq) VALUES (CAST(:payload AS TEXT), :stream_seq)", 1);
     ASSERT_CONTAINS(out, "19 committed");
     ASSERT_CONTAINS(out, "1 parked");
+    ASSERT_CONTAINS(out, "this run dead-lettered 1 messages (0 poisoned, 1 parked)");
+    ASSERT_CONTAINS(out, "sequence 7 (msg id \"id-7\", delivery 1) parked, dead-lettered");
     ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM sink"), 20);
     ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM sink WHERE seq = 7"), 0);
     ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM jsd_inbox WHERE outcome = 1"), 19);
@@ -231,7 +233,8 @@ static void cli_outage_in_pipeline(void **state)
                 "INSERT INTO sink(body, seq) SELECT CAST(:payload AS TEXT), CAST(:stream_seq AS "
                 "BIGINT) WHERE CASE WHEN CAST(:stream_seq AS BIGINT) = 5 THEN NOT "
                 "(nextval('\\''kill_once'\\'') = 1 AND pg_terminate_backend(pg_backend_pid())) "
-                "ELSE true END");
+                "ELSE true END",
+                0);
     ASSERT_CONTAINS(out, "store outage");
     ASSERT_CONTAINS(out, "20 committed");
     ASSERT_CONTAINS(out, "0 retried");
