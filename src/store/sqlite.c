@@ -2891,13 +2891,24 @@ static jsd_status sq_tool_unpublish(jsd_store *s, const jsd__unpublish *u, size_
         sqlite3_bind_int64(st, 3, (sqlite3_int64)u[i].seq);
         bind_text(st, 4, u[i].why);
         sqlite3_bind_int64(st, 5, now);
+        /* A receipt in the row (a retry's, a keyed head's, or a first
+         * attempt's that no run took) is cleared here; one in a run is
+         * taken out of it (unpublish_run). Either way the effect is a first
+         * attempt again (attempts 0), an unordered one a ready row, which
+         * claims seek only from the settled floor up, and the floor may be
+         * far above it: so the floor comes down to it in both cases (issue
+         * 42: lowered after a run only, effects with their receipt in the
+         * row were taken back and never published again). For a keyed row
+         * or a timer, which claims find by other means, that costs one walk
+         * of the floor back up. The row's write and the floor's are in this
+         * one transaction: no commit leaves a ready row below the floor. */
         int r = sqlite3_step(st);
         if (r != SQLITE_DONE)
             rc = sq_fail(s, r, "republishing a lost effect");
-        else if (sqlite3_changes(SQ(s)->db) > 0)
-            (*done)++;
-        else
+        else if (sqlite3_changes(SQ(s)->db) == 0)
             rc = unpublish_run(s, &u[i], now, done);
+        else if ((rc = floor_lower(s, u[i].row_id)) == JSD_OK)
+            (*done)++;
         sqlite3_reset(st);
     }
     sqlite3_finalize(st);

@@ -4,7 +4,10 @@
  * stream messages deleted behind its back and an old range purged below the
  * first sequence. verify reports exactly the two as missing and the rest as
  * ok or expired, writes nothing; --repair and a relay pass make the stream
- * whole again with the same msg ids, and a second verify is clean. Also:
+ * whole again with the same msg ids, and a second verify is clean. Then
+ * the same with keyed and unkeyed effects and thirteen scattered losses:
+ * every repaired effect is published again by one relay pass, including
+ * those below the relay's settled floor (issue 42). Also:
  * a repair inside the duplicate window is reported (and its republish is a
  * duplicate, so the message stays missing), a deleted or recreated stream
  * (stream gone, overwritten), the jsd_verify_* metrics, bad arguments.
@@ -207,6 +210,176 @@ static void finds_and_repairs_pg(void **state)
     finds_and_repairs(RT_PG);
 }
 
+/* ---- every repaired effect is published again (issue 42) -------------------------------- */
+
+/* The layout: first MIX_CHUNKS chunks of MIX_CHUNK unkeyed effects ("u")
+ * then as many keyed ones ("k", a key each), relayed by one pass, so that
+ * the keyed heads share the claim of the unkeyed range and interleave with
+ * it (on SQLite their receipts go into the rows, not into runs); then
+ * TAIL_N unkeyed effects alone, relayed by a second pass (receipts as runs
+ * on SQLite). */
+#define MIX_CHUNKS 20
+#define MIX_CHUNK  5
+#define MIX_N      (MIX_CHUNKS * MIX_CHUNK) /* of each kind */
+#define TAIL_N     200
+#define ALL_N      (2 * MIX_N + TAIL_N)
+
+#define LOST_MAX 16
+
+/* The msg ids verify reported repaired (on_finding). */
+typedef struct repaired_ids {
+    char msg_id[LOST_MAX][JSD_MSG_ID_MAX];
+    size_t n;
+} repaired_ids;
+
+static void note_repaired(void *user, const jsd_verify_finding *f)
+{
+    repaired_ids *r = user;
+    if (f->verdict == JSD_VERIFY_MISSING && f->repaired && r->n < LOST_MAX)
+        snprintf(r->msg_id[r->n++], JSD_MSG_ID_MAX, "%s", f->msg_id);
+}
+
+static bool has_id(const repaired_ids *r, const char *msg_id)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (!strcmp(r->msg_id[i], msg_id))
+            return true;
+    return false;
+}
+
+typedef struct id_list {
+    char text[1024];
+} id_list;
+
+/* rt_rows: append the first column to the id_list */
+static void add_id(int ncols, const char *const *cols, void *user)
+{
+    (void)ncols;
+    id_list *l = user;
+    size_t len = strlen(l->text);
+    snprintf(l->text + len, sizeof(l->text) - len, "%s%s", len ? " " : "", cols[0]);
+}
+
+static jsd_verify_report verify_lib(env *e, jsd_store *app, bool repair, repaired_ids *seen)
+{
+    jsd_conn *conn = rt_conn(e->nats_url);
+    jsd_verify_opts vo;
+    jsd_verify_opts_init(&vo);
+    vo.repair = repair;
+    vo.on_finding = note_repaired;
+    vo.user = seen;
+    jsd_verify_report rep;
+    jsd_error err;
+    ASSERT_OK_E(jsd_verify_run(app, conn, &vo, &rep, &err), err.msg);
+    jsd_conn_close(conn);
+    return rep;
+}
+
+static void repair_republishes_all(rt_backend kind)
+{
+    env e;
+    env_up(&e, kind, WINDOW_MS);
+    jsd_store *app = rt_open(&e.st);
+    for (int c = 0; c < MIX_CHUNKS; c++) {
+        rt_enqueue_opts u = {
+            .n = MIX_CHUNK, .first = c * MIX_CHUNK, .id_prefix = "u", .subject = e.subject};
+        rt_enqueue(app, &u);
+        rt_enqueue_opts k = {.n = MIX_CHUNK,
+                             .first = c * MIX_CHUNK,
+                             .id_prefix = "k",
+                             .subject = e.subject,
+                             .order_key = "key%d",
+                             .n_keys = 1000};
+        rt_enqueue(app, &k);
+    }
+    relay_pass(&e);
+    ASSERT_EQ(rt_published(&e.st), 2 * MIX_N);
+    rt_enqueue_opts t = {.n = TAIL_N, .first = MIX_N, .id_prefix = "u", .subject = e.subject};
+    rt_enqueue(app, &t);
+    relay_pass(&e);
+    ASSERT_EQ(rt_published(&e.st), ALL_N);
+
+    /* scattered, keyed ones among them, the lowest among the first
+     * effects: on SQLite those have their receipts in the rows, far below
+     * the settled floor, and before the fix only the tail's losses (in
+     * runs) lowered it, to u120: u1..u99 were taken back, never published
+     * again and no longer counted anywhere */
+    static const char *const lost[] = {"u1",  "u7",   "k3",  "u23",  "u48",  "k50", "u66",
+                                       "u99", "u120", "k97", "u175", "u250", "u299"};
+    const size_t n_lost = sizeof(lost) / sizeof(lost[0]);
+    ASSERT_SIZE_LE(n_lost, LOST_MAX);
+    char ids[sizeof(lost) / sizeof(lost[0])][128];
+    for (size_t i = 0; i < n_lost; i++) {
+        msg_id_of(&e, lost[i], ids[i], sizeof(ids[i]));
+        delete_msg(&e, (uint64_t)seq_of(&e, lost[i]));
+    }
+    ASSERT_U64_EQ(rt_stream_count(&e.nt, e.stream), ALL_N - n_lost);
+
+    /* repaired after the duplicate window, so that each republish stores a
+     * message */
+    long long last = rt_q(&e.st, "SELECT max(published_at) FROM jsd_outbox_state");
+    ASSERT_WAIT(jsd__now_ms() > last + WINDOW_MS + 1000, 10000);
+    repaired_ids seen = {.n = 0};
+    jsd_verify_report rep = verify_lib(&e, app, true, &seen);
+    ASSERT_U64_EQ(rep.checked, ALL_N);
+    ASSERT_U64_EQ(rep.missing, n_lost);
+    ASSERT_U64_EQ(rep.repaired, n_lost);
+    ASSERT_U64_EQ(rep.repaired_in_window, 0);
+    ASSERT_SIZE_EQ(seen.n, n_lost);
+    for (size_t i = 0; i < n_lost; i++)
+        if (!has_id(&seen, ids[i]))
+            fail_msg("verify --repair did not repair %s (%s)", lost[i], ids[i]);
+    ASSERT_EQ(rt_published(&e.st), ALL_N - (long long)n_lost);
+    jsd_store_stats ss;
+    ASSERT_OK_E(jsd_store_stats_get(app, &ss), jsd_store_errmsg(app));
+    ASSERT_I64_EQ(ss.backlog, (int64_t)n_lost); /* what `jsdurable status` shows */
+
+    /* one relay pass publishes every repaired effect again: none is left
+     * without a receipt, and the stream holds each id exactly once */
+    relay_pass(&e);
+    id_list stranded = {.text = ""};
+    rt_rows(&e.st, "SELECT effect_id FROM jsd_outbox_state WHERE stream_seq IS NULL ORDER BY id",
+            add_id, &stranded);
+    ASSERT_STREQ(stranded.text, "");
+    ASSERT_EQ(rt_published(&e.st), ALL_N);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
+    size_t n = 0;
+    rt_msg *m = rt_stream_read(&e.nt, e.stream, &n);
+    ASSERT_SIZE_EQ(n, ALL_N);
+    for (size_t j = 0; j < n_lost; j++) {
+        int seen_j = 0;
+        for (size_t i = 0; i < n; i++)
+            seen_j += !strcmp(m[i].msg_id, ids[j]);
+        if (seen_j != 1)
+            fail_msg("repaired effect %s (%s) is in the stream %d times, expected once", lost[j],
+                     ids[j], seen_j);
+    }
+    free(m);
+    rt_assert_receipts_match(&e.st, &e.nt, e.stream);
+
+    /* and a second verify finds nothing lost */
+    repaired_ids again = {.n = 0};
+    rep = verify_lib(&e, app, false, &again);
+    ASSERT_U64_EQ(rep.checked, ALL_N);
+    ASSERT_U64_EQ(rep.ok, ALL_N);
+    ASSERT_U64_EQ(rep.missing + rep.overwritten + rep.expired + rep.stream_gone, 0);
+    ASSERT_SIZE_EQ(again.n, 0);
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+static void repair_republishes_all_sqlite(void **state)
+{
+    (void)state;
+    repair_republishes_all(RT_SQLITE);
+}
+
+static void repair_republishes_all_pg(void **state)
+{
+    (void)state;
+    repair_republishes_all(RT_PG);
+}
+
 /* ---- a repair inside the duplicate window is reported ------------------------------------- */
 
 static void repair_inside_window(void **state)
@@ -336,5 +509,6 @@ static void bad_arguments(void **state)
 }
 
 JSD_TEST_MAIN(cmocka_unit_test(finds_and_repairs_sqlite), cmocka_unit_test(finds_and_repairs_pg),
-              cmocka_unit_test(repair_inside_window), cmocka_unit_test(stream_gone_and_overwritten),
-              cmocka_unit_test(bad_arguments))
+              cmocka_unit_test(repair_republishes_all_sqlite),
+              cmocka_unit_test(repair_republishes_all_pg), cmocka_unit_test(repair_inside_window),
+              cmocka_unit_test(stream_gone_and_overwritten), cmocka_unit_test(bad_arguments))
