@@ -18,7 +18,8 @@
  *       inbox lookup (stream, durable, stream seq), then by Nats-Msg-Id
  *         found        -> no handler; settle as its recorded outcome
  *       deliveries past the park threshold -> poison record + inbox(PARK)
- *       envelope check fails            -> poison record + inbox(POISON)
+ *       envelope check fails, or the delivery breaks the limits
+ *         (consumer_apply.c)            -> poison record + inbox(POISON)
  *       SAVEPOINT; handler
  *         COMMIT -> inbox(COMMIT, msg id); RELEASE
  *         RETRY  -> ROLLBACK TO; NAK(delay) after the commit

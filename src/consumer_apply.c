@@ -13,7 +13,7 @@
  * handlers commit; for them the fast pass costs one inbox statement per
  * batch and the handlers' own work, with no savepoint:
  *   1. in C, no store call: every delivery below the park threshold, its
- *      envelope accepted, its msg id at most 256 bytes; no two deliveries of
+ *      envelope accepted, within the limits (below); no two deliveries of
  *      the batch with one stream seq or one Nats-Msg-Id (the statement below
  *      does not see its own rows, so such a pair must be decided one after
  *      the other);
@@ -65,6 +65,107 @@ static const char *lasterr_get(jsd_consumer *c, uint64_t seq)
 {
     size_t k = (size_t)(seq % LASTERR_SLOTS);
     return c->lasterr[k].seq == seq && c->lasterr[k].text[0] ? c->lasterr[k].text : NULL;
+}
+
+/* ---- limits ----------------------------------------------------------------------- */
+
+/*
+ * What the store keeps of a delivery must meet the project's limits
+ * (include/jsdurable/store.h), whoever published it. The relay's messages
+ * always do; a foreign publisher's may not: nats-server takes a Nats-Msg-Id
+ * of 2000 bytes, or one with a control byte. Such a delivery is poison on
+ * its own, on first sight, like a bad envelope, decided in C before any store
+ * call:
+ *   - its Nats-Msg-Id (the inbox's identity): at most JSD_IDENT_MAX bytes of
+ *     valid UTF-8 without control characters (jsd__store_text_ok);
+ *   - its traceparent / tracestate (kept in the inbox row): at most
+ *     JSD_HEADER_VALUE_MAX / JSD_TRACESTATE_MAX bytes, the same text rule.
+ * Its inbox row (POISON) then carries no msg id: an id outside the rules is
+ * no identity a later message could be a duplicate of. Its poison record and
+ * death envelope carry the id's safe rendering (jsd__msg_id_kept), and the
+ * record keeps its header bytes verbatim. Before this rule the store refused
+ * the delivery's inbox row or poison record, which failed the transaction of
+ * its batch: a control byte in an id or an over-long trace header NAKed the
+ * whole batch at every delivery until max_deliver, a 300-byte id failed its
+ * park; nothing applied or no evidence kept (issue 42).
+ */
+static bool within_limits(const jsd_delivery *d, char *why, size_t cap)
+{
+    char shown[64];
+    if (d->msg_id && !jsd__store_text_ok(d->msg_id, JSD_IDENT_MAX)) {
+        size_t n = strlen(d->msg_id);
+        jsd__printable(d->msg_id, n, shown, sizeof(shown));
+        if (n > JSD_IDENT_MAX)
+            jsd__snprintf(why, cap, "Nats-Msg-Id is %zu bytes; the limit is %d: \"%s\"", n,
+                          JSD_IDENT_MAX, shown);
+        else
+            jsd__snprintf(why, cap,
+                          "Nats-Msg-Id has a byte outside printable UTF-8 (a control byte or "
+                          "invalid UTF-8): \"%s\"",
+                          shown);
+        return false;
+    }
+    static const struct {
+        const char *name;
+        size_t max;
+    } kept[] = {{"traceparent", JSD_HEADER_VALUE_MAX}, {"tracestate", JSD_TRACESTATE_MAX}};
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+        const char *v = jsd_delivery_header(d, kept[i].name);
+        if (!v || jsd__store_text_ok(v, kept[i].max))
+            continue;
+        size_t n = strlen(v);
+        if (n > kept[i].max)
+            jsd__snprintf(why, cap, "%s is %zu bytes; the limit is %zu", kept[i].name, n,
+                          kept[i].max);
+        else
+            jsd__snprintf(why, cap, "%s has a byte outside printable UTF-8", kept[i].name);
+        return false;
+    }
+    return true;
+}
+
+/* The safe rendering of an id that breaks the rule (documented in
+ * docs/CONSUMER.md): every byte outside 0x21..0x7e, and the backslash,
+ * written as \xNN (lower-case hex), so it is printable ASCII without spaces
+ * and tells the bytes apart; when that is longer than JSD_IDENT_MAX bytes,
+ * the rendering of the first bytes that fit with "..." after them. So the 6
+ * bytes "bad", 0x01, "id" are kept as the 9 characters bad\x01id, and a
+ * 300-byte id of letters as its first 253 bytes and "...". The verbatim
+ * bytes stay in the poison record's headers. */
+static bool id_byte_plain(unsigned char b)
+{
+    return b >= 0x21 && b <= 0x7e && b != '\\';
+}
+
+const char *jsd__msg_id_kept(const char *id, char out[JSD_IDENT_MAX + 1])
+{
+    if (!id || !*id)
+        return NULL;
+    if (jsd__store_text_ok(id, JSD_IDENT_MAX))
+        return id;
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)id;
+    size_t whole = 0, room = JSD_IDENT_MAX, j = 0;
+    for (size_t i = 0; p[i]; i++)
+        whole += id_byte_plain(p[i]) ? 1 : 4;
+    if (whole > room)
+        room -= 3; /* for "..." */
+    for (; *p && j + (id_byte_plain(*p) ? 1 : 4) <= room; p++) {
+        if (id_byte_plain(*p)) {
+            out[j++] = (char)*p;
+            continue;
+        }
+        out[j++] = '\\';
+        out[j++] = 'x';
+        out[j++] = hex[*p >> 4];
+        out[j++] = hex[*p & 0xf];
+    }
+    if (*p) {
+        memcpy(out + j, "...", 3);
+        j += 3;
+    }
+    out[j] = '\0';
+    return out;
 }
 
 /* ---- one batch -------------------------------------------------------------------- */
@@ -123,11 +224,13 @@ static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int 
 {
     size_t hlen = 0;
     char *hdr = header_block(d->msg, &hlen);
+    char shown[JSD_IDENT_MAX + 1];
+    const char *kept = jsd__msg_id_kept(d->msg_id, shown);
     jsd__poison p = {
         .stream = c->stream,
         .consumer = c->durable,
         .stream_seq = d->seq,
-        .msg_id = d->msg_id && *d->msg_id ? d->msg_id : NULL,
+        .msg_id = kept,
         .subject = d->subject,
         .diagnostic = d->reason,
         .headers = hdr,
@@ -137,6 +240,8 @@ static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int 
     };
     jsd_status st = jsd__tx_poison_insert(tx, &p, NULL);
     jsd__free(hdr);
+    /* An id outside the limits is kept as its rendering, never as an
+     * identity: its inbox row has the delivery's key (jsd__inbox_id). */
     if (st == JSD_OK)
         st = jsd__tx_inbox_insert(tx, c->stream, c->durable, d->seq, jsd__inbox_id(d), code,
                                   d->reason, &(jsd__trace){0});
@@ -259,8 +364,8 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
         return st;
     if (found && (st = sequence_reused(c, tx, d, &prev, &found)) != JSD_OK)
         return st;
-    const char *id = jsd__inbox_id(d);
-    if (!found && strlen(id) <= JSD_IDENT_MAX) {
+    const char *id = jsd__inbox_id(d); /* within the limits, always */
+    if (!found) {
         st = jsd__tx_inbox_lookup_msg_id(tx, c->stream, c->durable, id, &found, &prev);
         if (st != JSD_OK)
             return st;
@@ -292,8 +397,9 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
                       d->deliveries, le ? le : "last error not known to this process");
         return record_dead(c, tx, d, OUT_PARK);
     }
-    /* Envelope: poison on first sight. */
-    if (!jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
+    /* Limits and envelope: poison on first sight. */
+    if (!within_limits(d, d->reason, sizeof(d->reason)) ||
+        !jsd__envelope_check(d->type, natsMsg_GetData(d->msg),
                              (size_t)natsMsg_GetDataLength(d->msg), (const char *const *)c->types,
                              c->n_types, c->fmt, d->reason, sizeof(d->reason)))
         return record_dead(c, tx, d, OUT_POISON);
@@ -484,11 +590,11 @@ static void handler_time(jsd_consumer *c, int64_t t0)
 
 /* The fast pass: the same decisions as apply_one for the common case, with
  * no savepoint and one inbox statement for the whole batch (see DESIGN).
- * Anything unusual — a park or a bad envelope (checked in C first), two
- * deliveries of the batch with one seq or msg id, a delivery the inbox
- * already holds (by seq, or by msg id), a handler that does not commit —
- * sets *abort: the caller rolls the whole batch back and redoes it with
- * apply_one, which reuses the answers kept with keep_given. */
+ * Anything unusual — a park, a bad envelope or a delivery past the limits
+ * (checked in C first), two deliveries of the batch with one seq or msg id,
+ * a delivery the inbox already holds (by seq, or by msg id), a handler that
+ * does not commit — sets *abort: the caller rolls the whole batch back and
+ * redoes it with apply_one, which reuses the answers kept with keep_given. */
 static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h, bool *abort,
                              int64_t *wpi_at)
 {
@@ -500,7 +606,7 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
     for (size_t i = 0; i < n; i++) {
         jsd_delivery *d = &c->d[i];
         if ((c->park_at > 0 && d->deliveries > (uint64_t)c->park_at) ||
-            (d->msg_id && strlen(d->msg_id) > JSD_IDENT_MAX) ||
+            !within_limits(d, d->reason, sizeof(d->reason)) ||
             !jsd__envelope_check(
                 d->type, natsMsg_GetData(d->msg), (size_t)natsMsg_GetDataLength(d->msg),
                 (const char *const *)c->types, c->n_types, c->fmt, d->reason, sizeof(d->reason))) {

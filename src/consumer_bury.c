@@ -148,6 +148,7 @@ void jsd__bury(jsd_consumer *c, jsd_delivery *d, bool *dlq_ok, bool *dlq_failed)
     }
     if (!published) {
         const char *reason = d->state == D_POISON ? "poison" : "max_deliver";
+        char shown[JSD_IDENT_MAX + 1]; /* the id as its poison record keeps it */
         jsd__death death = {.subject = d->subject,
                             .stream = c->stream,
                             .consumer = c->durable,
@@ -155,7 +156,7 @@ void jsd__bury(jsd_consumer *c, jsd_delivery *d, bool *dlq_ok, bool *dlq_failed)
                             .deliveries = d->deliveries,
                             .reason = reason,
                             .error = d->reason,
-                            .msg_id = d->msg_id,
+                            .msg_id = jsd__msg_id_kept(d->msg_id, shown),
                             .type = d->type,
                             .payload = natsMsg_GetData(d->msg),
                             .len = (size_t)natsMsg_GetDataLength(d->msg),

@@ -12,6 +12,7 @@
 #include "conn_int.h"
 #include "consumer_int.h"
 #include "natsmsg.h"
+#include "store/store.h"
 
 /* ---- the fetcher thread ------------------------------------------------------------ */
 
@@ -181,6 +182,8 @@ static bool parse_meta(jsd_delivery *d)
     if (natsMsgHeader_Get(d->msg, "Nats-Msg-Id", &d->msg_id) != NATS_OK)
         d->msg_id = NULL;
     jsd__snprintf(d->key, sizeof(d->key), "@%" PRIu64 ".%" PRId64, d->seq, d->meta->Timestamp);
+    d->id =
+        d->msg_id && *d->msg_id && jsd__store_text_ok(d->msg_id, JSD_IDENT_MAX) ? d->msg_id : NULL;
     if (natsMsgHeader_Get(d->msg, JSD_HDR_TYPE, &d->type) != NATS_OK)
         d->type = NULL;
     return true;

@@ -85,10 +85,12 @@ struct jsd_delivery {
     const char *type;
     uint64_t seq;
     uint64_t deliveries;
-    /* The inbox's identity of a delivery without a Nats-Msg-Id:
-     * "@<stream seq>.<stored at, ns>" (jsd__inbox_id), so a sequence that a
+    /* The inbox's identity of the delivery (jsd__inbox_id): its
+     * Nats-Msg-Id when that is within the limits (`id`, else NULL), or
+     * `key`, "@<stream seq>.<stored at, ns>", so a sequence that a
      * re-created stream hands out again is told from the message that had
-     * it before. */
+     * it before. Set when the delivery is fetched. */
+    const char *id;
     char key[48];
     dstate state;
     bool fresh; /* its outcome was decided in this batch (not an inbox hit) */
@@ -103,11 +105,12 @@ struct jsd_delivery {
 };
 
 /* The delivery's identity in the inbox: its Nats-Msg-Id, or for a message
- * without one its key ("@<seq>.<time>"; a Nats-Msg-Id of that very form
- * from another publisher would be taken for it). */
+ * without one (or with one outside the limits, poison on its own) its key
+ * ("@<seq>.<time>"; a Nats-Msg-Id of that very form from another publisher
+ * would be taken for it). Always within the store's limits. */
 static inline const char *jsd__inbox_id(const jsd_delivery *d)
 {
-    return d->msg_id && *d->msg_id ? d->msg_id : d->key;
+    return d->id ? d->id : d->key;
 }
 
 /* The application's handler: a per-delivery one or a batch one. */
@@ -231,6 +234,10 @@ jsd_status jsd__fetch_batch(jsd_consumer *c, bool *idle);
  * batch released); JSD_ERR_STOPPED on a drain while held. */
 jsd_status jsd__apply(jsd_consumer *c, const jsd__handler *h, bool *committed);
 void jsd__apply_free(jsd_consumer *c);
+/* A delivery's Nats-Msg-Id as its poison record and death envelope keep it:
+ * the id itself when the store takes it (jsd__store_text_ok), else its safe
+ * rendering in out (see "limits" in consumer_apply.c); NULL when it has none. */
+const char *jsd__msg_id_kept(const char *id, char out[JSD_IDENT_MAX + 1]);
 
 /* consumer_ack.c: the ACK pipeline, an object of its own: its lock, its
  * generations (one per batch, at most a few in flight) and the subscription

@@ -321,6 +321,13 @@ typedef struct jsd__inbox_outcome {
     int64_t created_at_ms;
 } jsd__inbox_outcome;
 
+/* The rule a delivery's message id meets in the inbox and in a poison record
+ * (the inserts below refuse anything else, JSD_ERR_INVALID): s is at most max
+ * bytes (JSD_IDENT_MAX for a message id) of valid UTF-8 without control
+ * characters. The consumer asks it before any store call, so that a delivery
+ * that breaks it is poison on its own (src/consumer_apply.c, "limits"). */
+bool jsd__store_text_ok(const char *s, size_t max);
+
 /*
  * Look the delivery identity (stream, consumer, stream_seq) up. *found says
  * whether it is there; when it is and out is not NULL, out receives the

@@ -379,9 +379,15 @@ static jsd_status check_delivery(jsd_store *s, const char *stream, const char *c
     return JSD_OK;
 }
 
+bool jsd__store_text_ok(const char *s, size_t max)
+{
+    size_t n = s ? strlen(s) : 0;
+    return n <= max && jsd__effect_text_ok(s ? s : "", n);
+}
+
 static jsd_status check_msg_id(jsd_store *s, const char *msg_id)
 {
-    if (msg_id && (strlen(msg_id) > JSD_IDENT_MAX || !jsd__effect_text_ok(msg_id, strlen(msg_id))))
+    if (msg_id && !jsd__store_text_ok(msg_id, JSD_IDENT_MAX))
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "message id is over 256 bytes or not printable UTF-8");
     return JSD_OK;

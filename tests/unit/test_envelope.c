@@ -1,7 +1,8 @@
 /*
  * Unit tests for the typed envelope checks (envelope.c): the bounded JSON
- * validator and its nesting limit, accepted types, and the death envelope's
- * stable message id.
+ * validator and its nesting limit, accepted types, the death envelope's
+ * stable message id, and how a foreign Nats-Msg-Id outside the limits is kept
+ * in a poison record (consumer_apply.c, "limits").
  */
 #include "test.h"
 #include "consumer_int.h"
@@ -107,7 +108,48 @@ static void death_msg_id_is_stable_and_distinct(void **state)
     (void)d;
 }
 
+/* An id the store takes is kept as it is; any other as printable ASCII,
+ * at most JSD_IDENT_MAX bytes, "..." when cut, never splitting an escape. */
+static void msg_id_kept_is_safe(void **state)
+{
+    (void)state;
+    char out[JSD_IDENT_MAX + 1], id[2001];
+    const char *ok = "order-7 é"; /* a space and UTF-8 are allowed */
+    ASSERT_PTR_EQ(jsd__msg_id_kept(ok, out), ok);
+    ASSERT_PTR_EQ(jsd__msg_id_kept(NULL, out), NULL);
+    ASSERT_PTR_EQ(jsd__msg_id_kept("", out), NULL);
+    ASSERT_STREQ(jsd__msg_id_kept("bad\001id", out), "bad\\x01id");
+    ASSERT_STREQ(jsd__msg_id_kept("a\\b\x7f\xff", out), "a\\x5cb\\x7f\\xff"); /* not UTF-8 */
+    /* 256 letters fit; 257 are cut to 253 and "..." */
+    memset(id, 'x', 257);
+    id[256] = '\0';
+    ASSERT_PTR_EQ(jsd__msg_id_kept(id, out), id);
+    id[256] = 'y';
+    id[257] = '\0';
+    ASSERT_SIZE_EQ(strlen(jsd__msg_id_kept(id, out)), JSD_IDENT_MAX);
+    ASSERT_TRUE(strncmp(out, id, 253) == 0 && strcmp(out + 253, "...") == 0);
+    /* A rendering of exactly JSD_IDENT_MAX bytes is not cut: 252 + one \xNN. */
+    memset(id, 'x', 252);
+    id[252] = '\001';
+    id[253] = '\0';
+    ASSERT_SIZE_EQ(strlen(jsd__msg_id_kept(id, out)), JSD_IDENT_MAX);
+    ASSERT_STREQ(out + 252, "\\x01");
+    /* One byte more (257 rendered), and the escape that no longer fits
+     * before "..." goes whole. */
+    id[253] = 'z';
+    id[254] = '\0';
+    ASSERT_SIZE_EQ(strlen(jsd__msg_id_kept(id, out)), 255);
+    ASSERT_STREQ(out + 252, "...");
+    /* 2000 control bytes (nats-server takes such an id) */
+    memset(id, '\001', 2000);
+    id[2000] = '\0';
+    ASSERT_SIZE_EQ(strlen(jsd__msg_id_kept(id, out)), 63 * 4 + 3);
+    for (size_t i = 0; out[i]; i++)
+        ASSERT_TRUE(out[i] > 0x20 && out[i] < 0x7f);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(json_accepts_valid_values), cmocka_unit_test(json_refuses_malformed),
               cmocka_unit_test(json_nesting_limit_is_crossed_at_nine),
               cmocka_unit_test(json_embedded_nul_is_malformed), cmocka_unit_test(envelope_types),
-              cmocka_unit_test(death_msg_id_is_stable_and_distinct))
+              cmocka_unit_test(death_msg_id_is_stable_and_distinct),
+              cmocka_unit_test(msg_id_kept_is_safe))
