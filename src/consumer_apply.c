@@ -80,8 +80,9 @@ static const char *lasterr_get(jsd_consumer *c, uint64_t seq)
  *     valid UTF-8 without control characters (jsd__store_text_ok);
  *   - its traceparent / tracestate (kept in the inbox row): at most
  *     JSD_HEADER_VALUE_MAX / JSD_TRACESTATE_MAX bytes, the same text rule.
- * Its inbox row (POISON) then carries no msg id: an id outside the rules is
- * no identity a later message could be a duplicate of. Its poison record and
+ * Its inbox row (POISON) then carries the delivery's key ("@<seq>.<time>",
+ * jsd__inbox_id), not the id: an id outside the rules is no identity a
+ * later message could be a duplicate of. Its poison record and
  * death envelope carry the id's safe rendering (jsd__msg_id_kept), and the
  * record keeps its header bytes verbatim. Before this rule the store refused
  * the delivery's inbox row or poison record, which failed the transaction of
