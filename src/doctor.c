@@ -430,7 +430,10 @@ static void check_retention(doc_run *d, const char *who, const jsConsumerConfig 
     }
     add(d, "durable.inbox_retention", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_OK, "",
         "inbox retention %lld ms covers the redelivery horizon %lld ms and the duplicate "
-        "window %lld ms",
+        "window %lld ms while a consumer pulls; when none runs longer than that, a delivery "
+        "committed but not acknowledged is safe only because jsdurable gc (with --nats) keeps "
+        "inbox rows above the durable's ack floor, and rows of a deleted durable until gc "
+        "--durable drops them (jsd_store_gc, by age alone, does not)",
         (long long)ret, (long long)h, (long long)dupw);
 }
 

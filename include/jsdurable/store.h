@@ -229,12 +229,47 @@ JSD_EXTERN jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out);
  * transaction, until none is left. *removed counts rows. Dead-lettered effects
  * and poison records are evidence and are kept. Callers must keep
  * older_than_ms above the stream's duplicate window and the longest
- * redelivery time (the CLI refuses shorter horizons). */
+ * redelivery time (the CLI refuses shorter horizons). Age is all it knows:
+ * an inbox row of a delivery committed but never acknowledged goes too, and
+ * the broker redelivers it to a consumer that then applies it again. Where
+ * a consumer may be down longer than the horizon, remove inbox rows with
+ * jsd_store_gc_inbox_step below each durable's ack floor instead (what
+ * `jsdurable gc` does), and effects with jsd_store_gc_outbox_step. */
 JSD_EXTERN jsd_status jsd_store_gc(jsd_store *s, int64_t older_than_ms, int batch,
                                    int64_t *removed);
 /* One bounded transaction of jsd_store_gc: *removed == 0 means done. */
 JSD_EXTERN jsd_status jsd_store_gc_step(jsd_store *s, int64_t older_than_ms, int batch,
                                         int64_t *removed);
+/* One bounded transaction removing published effects only (at most batch),
+ * as jsd_store_gc_step does: *removed == 0 means done. */
+JSD_EXTERN jsd_status jsd_store_gc_outbox_step(jsd_store *s, int64_t older_than_ms, int batch,
+                                               int64_t *removed);
+
+/* The inbox rows older than a horizon, by (stream, durable). */
+typedef struct jsd_inbox_aged {
+    char *stream;
+    char *durable; /* the consumer column: the durable's name */
+    int64_t rows;  /* rows with created_at older than the horizon */
+} jsd_inbox_aged;
+
+/* Every (stream, durable) with inbox rows older than older_than_ms before
+ * now, ordered by stream and durable. *out is an array of *n (NULL when
+ * none); release it with jsd_inbox_aged_free. */
+JSD_EXTERN jsd_status jsd_store_inbox_aged(jsd_store *s, int64_t older_than_ms,
+                                           jsd_inbox_aged **out, size_t *n);
+JSD_EXTERN void jsd_inbox_aged_free(jsd_inbox_aged *a, size_t n);
+
+/* One bounded transaction removing at most batch inbox rows of (stream,
+ * durable) older than older_than_ms whose stream sequence is at or below
+ * max_seq: give the durable's ack floor (JetStream consumer info,
+ * ack_floor.stream_seq), so that a delivery committed but not acknowledged
+ * keeps the row its redelivery needs; INT64_MAX removes by age alone (a
+ * durable the server no longer has, dropped by the operator). Rows retired
+ * to a negative sequence (a stream's sequences reused) are below every
+ * floor. *removed == 0 means done. */
+JSD_EXTERN jsd_status jsd_store_gc_inbox_step(jsd_store *s, const char *stream, const char *durable,
+                                              int64_t older_than_ms, int64_t max_seq, int batch,
+                                              int64_t *removed);
 
 #ifdef __cplusplus
 }

@@ -115,7 +115,14 @@ typedef struct jsd__store_ops {
      * (stream, consumer) after_id/max; else get one (max 1). */
     jsd_status (*poison_read)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                               int64_t after_id, size_t max, jsd__poison_record **out, size_t *n);
-    jsd_status (*gc_step)(jsd_store *s, int64_t cutoff, int batch, int64_t *removed);
+    /* inbox false: published effects only. */
+    jsd_status (*gc_step)(jsd_store *s, int64_t cutoff, int batch, bool inbox, int64_t *removed);
+    /* (stream, consumer) groups of inbox rows with created_at < cutoff. */
+    jsd_status (*inbox_aged)(jsd_store *s, int64_t cutoff, jsd_inbox_aged **out, size_t *n);
+    /* At most batch inbox rows of (stream, consumer) with created_at <
+     * cutoff and stream_seq <= max_seq, in one transaction. */
+    jsd_status (*gc_inbox)(jsd_store *s, const char *stream, const char *consumer, int64_t cutoff,
+                           int64_t max_seq, int batch, int64_t *removed);
     /* backlog_only: backlog, due and oldest_due_age_ms only (cheap). */
     jsd_status (*stats)(jsd_store *s, int64_t now, bool backlog_only, jsd_store_stats *out);
 

@@ -59,6 +59,8 @@ enum {
     P_POISON_LIST,
     P_POISON_UNPUB,
     P_GC,
+    P_INBOX_AGED,
+    P_GC_IN_DURABLE,
     P_STATS,
     P_BACKLOG,
     P_TRY_TAKEOVER,
@@ -339,7 +341,7 @@ static const char *const sql_text[P__COUNT] = {
     /* Runs published before $1 go with their rows, oldest first, at most $2
      * ids in all (c: each run's last id to go, "cut"); a run cut short keeps
      * its later rows (lo moves up). Then receipts in rows, up to $2 effects
-     * in all, and $2 inbox rows. The rows of the runs are deleted by their
+     * in all, and $3 inbox rows (0: none). The rows of the runs are deleted by their
      * ids (one primary-key probe each): joined to c by range, the planner
      * scanned the whole ready index for every run (7 s a step of 1000 with
      * 5M rows behind, bench-scale). */
@@ -359,9 +361,15 @@ static const char *const sql_text[P__COUNT] = {
              "LIMIT greatest(0, $2 - (SELECT ids FROM n))) RETURNING 1), "
              "i AS (DELETE FROM @jsd_inbox WHERE (stream, consumer, stream_seq) IN ("
              "SELECT stream, consumer, stream_seq FROM @jsd_inbox WHERE created_at < $1 "
-             "ORDER BY created_at LIMIT $2) RETURNING 1) "
+             "ORDER BY created_at LIMIT $3) RETURNING 1) "
              "SELECT (SELECT ids FROM n) + (SELECT count(*) FROM o) + (SELECT count(*) FROM i)",
     /* clang-format on */
+    [P_INBOX_AGED] = "SELECT stream, consumer, count(*) FROM @jsd_inbox WHERE created_at < $1 "
+                     "GROUP BY stream, consumer ORDER BY stream, consumer",
+    /* by the primary key's prefix: the durable's rows up to its ack floor */
+    [P_GC_IN_DURABLE] = "DELETE FROM @jsd_inbox WHERE (stream, consumer, stream_seq) IN ("
+                        "SELECT stream, consumer, stream_seq FROM @jsd_inbox WHERE stream = $1 "
+                        "AND consumer = $2 AND stream_seq <= $3 AND created_at < $4 LIMIT $5)",
     [P_STATS] = "SELECT b.n, b.d, b.m, "
                 "(SELECT count(*) FROM @jsd_outbox WHERE published_at IS NOT NULL) "
                 "+ (SELECT coalesce(sum(hi - lo + 1), 0) FROM @jsd_outbox_runs)::int8, "
@@ -2284,7 +2292,7 @@ static jsd_status pg_poison_read(jsd_store *s, const char *stream, const char *c
     return JSD_OK;
 }
 
-static jsd_status pg_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *removed)
+static jsd_status pg_gc_step(jsd_store *s, int64_t cutoff, int batch, bool inbox, int64_t *removed)
 {
     jsd_status rc = ready(s);
     if (rc != JSD_OK)
@@ -2292,10 +2300,65 @@ static jsd_status pg_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *r
     params p = {.n = 0};
     p_i64(&p, cutoff);
     p_i64(&p, batch);
+    p_i64(&p, inbox ? batch : 0);
     PGresult *r = pexec(s, P_GC, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "retention");
     if (!r)
         return s->err.status;
     *removed = get_i64(r, 0, 0);
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_inbox_aged(jsd_store *s, int64_t cutoff, jsd_inbox_aged **out, size_t *n)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_i64(&p, cutoff);
+    PGresult *r =
+        pexec(s, P_INBOX_AGED, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "reading inbox durables");
+    if (!r)
+        return s->err.status;
+    size_t k = (size_t)PQntuples(r);
+    jsd_inbox_aged *a = k ? jsd__calloc(k, sizeof(*a)) : NULL;
+    if (k && !a) {
+        PQclear(r);
+        return jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading inbox durables");
+    }
+    for (size_t i = 0; i < k && rc == JSD_OK; i++) {
+        a[i].stream = get_dup(r, (int)i, 0);
+        a[i].durable = get_dup(r, (int)i, 1);
+        a[i].rows = get_i64(r, (int)i, 2);
+        if (!a[i].stream || !a[i].durable)
+            rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading inbox durables");
+    }
+    PQclear(r);
+    if (rc != JSD_OK) {
+        jsd_inbox_aged_free(a, k);
+        return rc;
+    }
+    *out = a;
+    *n = k;
+    return JSD_OK;
+}
+
+static jsd_status pg_gc_inbox(jsd_store *s, const char *stream, const char *consumer,
+                              int64_t cutoff, int64_t max_seq, int batch, int64_t *removed)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    p_i64(&p, max_seq);
+    p_i64(&p, cutoff);
+    p_i64(&p, batch);
+    PGresult *r = pexec(s, P_GC_IN_DURABLE, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "retention");
+    if (!r)
+        return s->err.status;
+    *removed = strtoll(PQcmdTuples(r), NULL, 10);
     PQclear(r);
     return JSD_OK;
 }
@@ -2573,6 +2636,8 @@ static const jsd__store_ops pg_ops = {
     .poison_mark = pg_poison_mark,
     .poison_read = pg_poison_read,
     .gc_step = pg_gc_step,
+    .inbox_aged = pg_inbox_aged,
+    .gc_inbox = pg_gc_inbox,
     .stats = pg_stats,
     /* the outbox tools */
     .tool_list = pg_tool_list,

@@ -92,6 +92,8 @@ enum {
     S_POISON_UNPUB,
     S_GC_OUT,
     S_GC_IN,
+    S_INBOX_AGED,
+    S_GC_IN_DURABLE,
     S_STATS_PENDING,
     S_STATS_DEAD,
     S_STATS_PUBLISHED,
@@ -293,6 +295,12 @@ static const char *const sql_text[S__COUNT] = {
                  "ORDER BY published_at LIMIT ?2)",
     [S_GC_IN] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
                 "WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
+    [S_INBOX_AGED] = "SELECT stream, consumer, count(*) FROM jsd_inbox WHERE created_at < ?1 "
+                     "GROUP BY stream, consumer ORDER BY stream, consumer",
+    /* by the primary key's prefix: the durable's rows up to its ack floor */
+    [S_GC_IN_DURABLE] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
+                        "WHERE stream = ?1 AND consumer = ?2 AND stream_seq <= ?3 "
+                        "AND created_at < ?4 LIMIT ?5)",
     [S_STATS_PENDING] = "SELECT sum(n), sum(d), min(m) FROM (" STATS_PENDING_REST
                         " UNION ALL " STATS_PENDING_PART("IS NOT NULL") ")",
     [S_STATS_DEAD] = "SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL",
@@ -2505,7 +2513,7 @@ static jsd_status gc_runs(jsd_store *s, int64_t cutoff, int batch, int64_t *k)
     return rc;
 }
 
-static jsd_status sq_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *removed)
+static jsd_status sq_gc_step(jsd_store *s, int64_t cutoff, int batch, bool inbox, int64_t *removed)
 {
     jsd_status rc = own_begin(s, "retention");
     if (rc != JSD_OK)
@@ -2515,7 +2523,7 @@ static jsd_status sq_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *r
     /* at most batch effects (runs first, then receipts in rows) and batch
      * inbox rows */
     int ids[2] = {S_GC_OUT, S_GC_IN};
-    int limit[2] = {batch - (int)runs, batch};
+    int limit[2] = {batch - (int)runs, inbox ? batch : 0};
     k = runs;
     for (int i = 0; i < 2 && rc == JSD_OK; i++) {
         if (limit[i] <= 0)
@@ -2533,6 +2541,76 @@ static jsd_status sq_gc_step(jsd_store *s, int64_t cutoff, int batch, int64_t *r
             rc = sq_fail(s, x, "retention");
         else
             k += sqlite3_changes(SQ(s)->db);
+    }
+    rc = own_end(s, rc, "retention");
+    *removed = rc == JSD_OK ? k : 0;
+    return rc;
+}
+
+static jsd_status sq_inbox_aged(jsd_store *s, int64_t cutoff, jsd_inbox_aged **out, size_t *n)
+{
+    sqlite3_stmt *st = stmt(s, S_INBOX_AGED);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, cutoff);
+    jsd_inbox_aged *a = NULL;
+    size_t k = 0, cap = 0;
+    jsd_status rc = JSD_OK;
+    int x;
+    while ((x = sqlite3_step(st)) == SQLITE_ROW) {
+        if (k == cap) {
+            size_t ncap = cap ? 2 * cap : 8;
+            jsd_inbox_aged *na = jsd__realloc(a, ncap * sizeof(*a));
+            if (!na) {
+                rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading inbox durables");
+                break;
+            }
+            a = na;
+            cap = ncap;
+        }
+        a[k] = (jsd_inbox_aged){.stream = col_dup(st, 0),
+                                .durable = col_dup(st, 1),
+                                .rows = sqlite3_column_int64(st, 2)};
+        k++;
+        if (!a[k - 1].stream || !a[k - 1].durable) {
+            rc = jsd__store_err(s, JSD_ERR_NOMEM, "out of memory reading inbox durables");
+            break;
+        }
+    }
+    done(st);
+    if (rc == JSD_OK && x != SQLITE_DONE)
+        rc = sq_fail(s, x, "reading inbox durables");
+    if (rc != JSD_OK) {
+        jsd_inbox_aged_free(a, k);
+        return rc;
+    }
+    *out = a;
+    *n = k;
+    return JSD_OK;
+}
+
+static jsd_status sq_gc_inbox(jsd_store *s, const char *stream, const char *consumer,
+                              int64_t cutoff, int64_t max_seq, int batch, int64_t *removed)
+{
+    jsd_status rc = own_begin(s, "retention");
+    if (rc != JSD_OK)
+        return rc;
+    int64_t k = 0;
+    sqlite3_stmt *st = stmt(s, S_GC_IN_DURABLE);
+    if (!st) {
+        rc = s->err.status;
+    } else {
+        bind_text(st, 1, stream);
+        bind_text(st, 2, consumer);
+        sqlite3_bind_int64(st, 3, max_seq);
+        sqlite3_bind_int64(st, 4, cutoff);
+        sqlite3_bind_int(st, 5, batch);
+        int x = sqlite3_step(st);
+        done(st);
+        if (x != SQLITE_DONE)
+            rc = sq_fail(s, x, "retention");
+        else
+            k = sqlite3_changes(SQ(s)->db);
     }
     rc = own_end(s, rc, "retention");
     *removed = rc == JSD_OK ? k : 0;
@@ -2940,6 +3018,8 @@ static const jsd__store_ops sqlite_ops = {
     .poison_mark = sq_poison_mark,
     .poison_read = sq_poison_read,
     .gc_step = sq_gc_step,
+    .inbox_aged = sq_inbox_aged,
+    .gc_inbox = sq_gc_inbox,
     .stats = sq_stats,
     /* the outbox tools */
     .tool_list = sq_tool_list,

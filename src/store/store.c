@@ -507,21 +507,96 @@ jsd_status jsd__store_backlog(jsd_store *s, int64_t now_ms, jsd_store_stats *out
     return s->ops->stats(s, now_ms, true, out);
 }
 
-jsd_status jsd__store_gc_step(jsd_store *s, int64_t cutoff_ms, int batch, int64_t *removed)
+static jsd_status gc_check(jsd_store *s, int64_t older_than_ms, int batch)
 {
-    if (removed)
-        *removed = 0;
-    if (!s)
-        return JSD_ERR_INVALID;
     jsd_status rc = jsd__store_need_idle(s, "gc");
     if (rc != JSD_OK)
         return rc;
     if (batch <= 0 || batch > 1000000)
         return jsd__store_err(s, JSD_ERR_INVALID, "gc: batch %d is outside 1..1000000", batch);
+    if (older_than_ms < 0)
+        return jsd__store_err(s, JSD_ERR_INVALID, "gc: older_than_ms %lld is negative",
+                              (long long)older_than_ms);
+    return JSD_OK;
+}
+
+static jsd_status gc_step(jsd_store *s, int64_t cutoff_ms, int batch, bool inbox, int64_t *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (!s)
+        return JSD_ERR_INVALID;
+    jsd_status rc = gc_check(s, 0, batch);
+    if (rc != JSD_OK)
+        return rc;
     int64_t k = 0;
-    rc = s->ops->gc_step(s, cutoff_ms, batch, &k);
+    rc = s->ops->gc_step(s, cutoff_ms, batch, inbox, &k);
     if (removed)
         *removed = k;
+    return rc;
+}
+
+jsd_status jsd__store_gc_step(jsd_store *s, int64_t cutoff_ms, int batch, int64_t *removed)
+{
+    return gc_step(s, cutoff_ms, batch, true, removed);
+}
+
+jsd_status jsd_store_gc_outbox_step(jsd_store *s, int64_t older_than_ms, int batch,
+                                    int64_t *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (!s)
+        return JSD_ERR_INVALID;
+    jsd_status rc = gc_check(s, older_than_ms, batch);
+    if (rc != JSD_OK)
+        return rc;
+    return gc_step(s, jsd__now_ms() - older_than_ms, batch, false, removed);
+}
+
+jsd_status jsd_store_inbox_aged(jsd_store *s, int64_t older_than_ms, jsd_inbox_aged **out,
+                                size_t *n)
+{
+    if (!s || !out || !n)
+        return JSD_ERR_INVALID;
+    *out = NULL;
+    *n = 0;
+    jsd_status rc = gc_check(s, older_than_ms, 1);
+    if (rc != JSD_OK)
+        return rc;
+    return s->ops->inbox_aged(s, jsd__now_ms() - older_than_ms, out, n);
+}
+
+void jsd_inbox_aged_free(jsd_inbox_aged *a, size_t n)
+{
+    if (!a)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        jsd__free(a[i].stream);
+        jsd__free(a[i].durable);
+    }
+    jsd__free(a);
+}
+
+jsd_status jsd_store_gc_inbox_step(jsd_store *s, const char *stream, const char *durable,
+                                   int64_t older_than_ms, int64_t max_seq, int batch,
+                                   int64_t *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (!s)
+        return JSD_ERR_INVALID;
+    if (!stream || !durable)
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "gc: the inbox step needs a stream and a "
+                              "durable");
+    jsd_status rc = gc_check(s, older_than_ms, batch);
+    if (rc != JSD_OK)
+        return rc;
+    int64_t k = 0;
+    rc = s->ops->gc_inbox(s, stream, durable, jsd__now_ms() - older_than_ms, max_seq, batch, &k);
+    if (removed)
+        *removed = rc == JSD_OK ? k : 0;
     return rc;
 }
 
