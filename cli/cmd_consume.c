@@ -185,7 +185,7 @@ static bool sqlite_prepare(sink *k, sqlite3 *db, char *why, size_t cap)
     return true;
 }
 
-static bool pg_prepare(sink *k, PGconn *pg, char *why, size_t cap)
+static bool pg_prepare(sink *k, jsd_tx *tx, PGconn *pg, char *why, size_t cap)
 {
     if (k->pg_prepared_on == pg)
         return true;
@@ -196,6 +196,7 @@ static bool pg_prepare(sink *k, PGconn *pg, char *why, size_t cap)
         if (state && strcmp(state, "42P05") == 0) { /* already prepared on this session */
             ok = true;
         } else {
+            jsd_tx_note_sqlstate(tx, state); /* a lock timeout while preparing, too */
             snprintf(why, cap, "--sql does not prepare: %s", PQresultErrorMessage(r));
             char *nl = strchr(why, '\n');
             if (nl)
@@ -291,13 +292,18 @@ static void pg_params(const sink *k, const jsd_delivery *d, const char **values,
 }
 
 /* The answer for one statement's result: COMMIT, or RETRY with its error in
- * err (cap bytes; it must outlive the handler call). */
-static jsd_disposition pg_answer(sink *k, PGresult *r, char *err, size_t cap)
+ * err (cap bytes; it must outlive the handler call), its SQLSTATE recorded
+ * in tx (jsd_tx_note_sqlstate). */
+static jsd_disposition pg_answer(sink *k, jsd_tx *tx, PGresult *r, char *err, size_t cap)
 {
     ExecStatusType es = PQresultStatus(r);
     if (es == PGRES_COMMAND_OK || es == PGRES_TUPLES_OK)
         return jsd_disposition_commit();
     const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    /* Only this result says why the statement failed: tell the consumer,
+     * which holds or retries the batch on contention (a lock timeout, a
+     * serialization failure) instead of spending a delivery. */
+    jsd_tx_note_sqlstate(tx, state);
     if (state && strcmp(state, "26000") == 0)
         k->pg_prepared_on = NULL; /* the session lost it: prepare again next time */
     snprintf(err, cap, "--sql failed: %s", r ? PQresultErrorMessage(r) : "no result");
@@ -307,17 +313,17 @@ static jsd_disposition pg_answer(sink *k, PGresult *r, char *err, size_t cap)
     return jsd_disposition_retry(0, err);
 }
 
-static jsd_disposition run_pg(sink *k, PGconn *pg, const jsd_delivery *d)
+static jsd_disposition run_pg(sink *k, jsd_tx *tx, PGconn *pg, const jsd_delivery *d)
 {
     const char *values[N_PARAMS];
     int lengths[N_PARAMS], formats[N_PARAMS];
     char seq[24], dlv[24];
 
-    if (!pg_prepare(k, pg, k->last_error, sizeof(k->last_error)))
+    if (!pg_prepare(k, tx, pg, k->last_error, sizeof(k->last_error)))
         return jsd_disposition_retry(0, k->last_error);
     pg_params(k, d, values, lengths, formats, seq, dlv);
     PGresult *r = PQexecPrepared(pg, PG_STMT_NAME, k->pg_n, values, lengths, formats, 0);
-    jsd_disposition disp = pg_answer(k, r, k->last_error, sizeof(k->last_error));
+    jsd_disposition disp = pg_answer(k, tx, r, k->last_error, sizeof(k->last_error));
     PQclear(r);
     return disp;
 }
@@ -334,11 +340,11 @@ static jsd_disposition run_pg(sink *k, PGconn *pg, const jsd_delivery *d)
  * and the chunks after its own are answered RETRY unrun: the consumer then
  * applies the batch again one delivery at a time (n = 1: run_pg). A lost
  * connection shows in PQstatus, where the consumer looks for an outage. */
-static void run_pg_batch(sink *k, PGconn *pg, const jsd_delivery *const *d, size_t n,
+static void run_pg_batch(sink *k, jsd_tx *tx, PGconn *pg, const jsd_delivery *const *d, size_t n,
                          jsd_disposition *out)
 {
     static const char unrun[] = "not run: an earlier statement of the batch failed";
-    if (!pg_prepare(k, pg, k->last_error, sizeof(k->last_error))) {
+    if (!pg_prepare(k, tx, pg, k->last_error, sizeof(k->last_error))) {
         for (size_t i = 0; i < n; i++)
             out[i] = jsd_disposition_retry(0, k->last_error);
         return;
@@ -375,7 +381,7 @@ static void run_pg_batch(sink *k, PGconn *pg, const jsd_delivery *const *d, size
             }
             if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED)
                 out[i] = jsd_disposition_retry(0, unrun);
-            else if ((out[i] = pg_answer(k, r, k->last_error, sizeof(k->last_error))).kind !=
+            else if ((out[i] = pg_answer(k, tx, r, k->last_error, sizeof(k->last_error))).kind !=
                      JSD_DISPOSITION_COMMIT)
                 failed = true;
             PQclear(r);
@@ -412,7 +418,7 @@ static jsd_disposition handle(jsd_tx *tx, const jsd_delivery *d, void *user)
         return run_sqlite(k, db, d);
     PGconn *pg = jsd_tx_pg(tx);
     if (pg)
-        return run_pg(k, pg, d);
+        return run_pg(k, tx, pg, d);
     return jsd_disposition_retry(0, "transaction has no native handle");
 }
 
@@ -423,7 +429,7 @@ static void handle_batch(jsd_tx *tx, const jsd_delivery *const *d, size_t n, jsd
 {
     PGconn *pg = jsd_tx_pg(tx);
     if (pg && n > 1) {
-        run_pg_batch(user, pg, d, n, out);
+        run_pg_batch(user, tx, pg, d, n, out);
         return;
     }
     for (size_t i = 0; i < n; i++)
@@ -443,7 +449,8 @@ static int check_statement(jsd_store *store, sink *k)
     if (jsd_tx_sqlite(tx)) {
         ok = sqlite_prepare(k, jsd_tx_sqlite(tx), why, sizeof(why));
     } else {
-        ok = pg_translate(k, why, sizeof(why)) && pg_prepare(k, jsd_tx_pg(tx), why, sizeof(why));
+        ok =
+            pg_translate(k, why, sizeof(why)) && pg_prepare(k, tx, jsd_tx_pg(tx), why, sizeof(why));
     }
     jsd_tx_rollback(tx);
     if (!ok) {
@@ -493,6 +500,12 @@ static void usage(FILE *f)
             "  --metrics ADDR           serve Prometheus metrics on ADDR (host:port):\n"
             "                           deliveries by result, handler duration, dead\n"
             "                           letters, connection state\n"
+            "  --hold-alert DURATION    a batch held longer than this (store out, or the\n"
+            "                           --sql statement meeting a lock or statement timeout,\n"
+            "                           SQLite busy) is logged at error and /readyz says\n"
+            "                           503 until it is applied; it is held on, never\n"
+            "                           parked (default 5m; contention alone is ready\n"
+            "                           until then)\n"
             "  --monitor URL            the server's HTTP monitoring port: its fsync policy is\n"
             "                           checked at start (lazy fsync is a warning)\n"
             "  --allow-unsafe CHECK[,CHECK]  run although these start-up checks fail (\"all\":\n"
@@ -528,15 +541,26 @@ enum {
     O_MONITOR,
     O_ALLOW,
     O_WRITE_EACH,
+    O_HOLD_ALERT,
     O_HELP
 };
 
-/* /readyz: NATS is checked by the server itself; this adds the store. */
+/* /readyz: NATS is checked by the server itself; this adds the store. A
+ * store that does not answer is unready at once; the --sql statement held
+ * by a lock or a timeout (contention: the store answers) only past
+ * --hold-alert, as is any hold. */
 static bool consume_ready(void *user, char *why, size_t cap)
 {
     jsd_consumer_stats st;
     jsd_consumer_stats_get(user, &st);
     if (st.held == 0)
+        return true;
+    if (st.hold_overdue) {
+        snprintf(why, cap, "store: %llu deliveries held past the hold alert (%s)",
+                 (unsigned long long)st.held, st.held_contention ? "contention" : "not answering");
+        return false;
+    }
+    if (st.held_contention)
         return true;
     snprintf(why, cap, "store: not answering (%llu deliveries held)", (unsigned long long)st.held);
     return false;
@@ -562,6 +586,7 @@ int cmd_consume(int argc, char **argv)
         {"monitor", required_argument, NULL, O_MONITOR},
         {"allow-unsafe", required_argument, NULL, O_ALLOW},
         {"write-each", no_argument, NULL, O_WRITE_EACH},
+        {"hold-alert", required_argument, NULL, O_HOLD_ALERT},
         {"help", no_argument, NULL, O_HELP},
         CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0}};
@@ -572,7 +597,7 @@ int cmd_consume(int argc, char **argv)
     size_t n_types = 0;
     bool json = false, until_idle = false, write_each = false;
     long max_deliver = 0, batch = 0;
-    long long ack_wait_ms = 30000, retention_ms = 7LL * 24 * 3600 * 1000;
+    long long ack_wait_ms = 30000, retention_ms = 7LL * 24 * 3600 * 1000, hold_alert_ms = 0;
     int rc = CLI_OK, opt;
     jsd_store *store = NULL;
     jsd_conn *conn = NULL;
@@ -671,6 +696,16 @@ int cmd_consume(int argc, char **argv)
         case O_WRITE_EACH:
             write_each = true;
             break;
+        case O_HOLD_ALERT: {
+            int64_t v = 0;
+            if (!cli_parse_duration_ms(optarg, &v) || v == 0) {
+                cli_err("consume", "--hold-alert takes a duration such as 30s, 5m");
+                rc = CLI_USAGE;
+                goto out;
+            }
+            hold_alert_ms = v;
+            break;
+        }
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -729,6 +764,7 @@ int cmd_consume(int argc, char **argv)
     co.dlq_subject = dlq;
     co.max_deliver = (int)max_deliver;
     co.inbox_retention_ms = retention_ms;
+    co.hold_alert_ms = hold_alert_ms; /* 0: the default */
     /* Everything that can be checked before the durable exists is, so that a
      * configuration that cannot run creates nothing. */
     jsd_status st = jsd_consumer_check(conn, &co, &err);
@@ -799,11 +835,13 @@ int cmd_consume(int argc, char **argv)
             (unsigned long long)s.fetched, (unsigned long long)s.committed,
             (unsigned long long)s.duplicates, (unsigned long long)s.retried,
             (unsigned long long)s.poisoned, (unsigned long long)s.parked);
-    if (s.store_outages || s.dlq_deferred || s.poison_unpublished)
+    if (s.store_outages || s.contention || s.dlq_deferred || s.poison_unpublished)
         cli_say("consume", "warn",
-                "%llu store outages waited out, %llu dead letters deferred, "
+                "%llu store outages waited out, %llu contention failures of --sql "
+                "(%llu retried at once), %llu dead letters deferred, "
                 "%llu poison records not yet in the dead-letter stream",
-                (unsigned long long)s.store_outages, (unsigned long long)s.dlq_deferred,
+                (unsigned long long)s.store_outages, (unsigned long long)s.contention,
+                (unsigned long long)s.contention_retries, (unsigned long long)s.dlq_deferred,
                 (unsigned long long)s.poison_unpublished);
     if (st != JSD_OK) {
         cli_err("consume", "%s", jsd_consumer_errmsg(cons));

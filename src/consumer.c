@@ -174,6 +174,17 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
             jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_consumer_held_deliveries",
                                  "deliveries held (kept alive, unapplied) while the store is out",
                                  NULL, NULL, NULL, 0, &c->m_held, NULL);
+            for (int k = 0; k < CONT__COUNT; k++)
+                jsd_metrics_register(
+                    reg, JSD_METRIC_COUNTER, "jsd_consumer_handler_contention_total",
+                    "handler statements that failed on contention (serialization, "
+                    "deadlock, lock or statement timeout, busy, connection): "
+                    "retried or held, no delivery attempt spent",
+                    "kind", jsd__contention_kinds[k], NULL, 0, &c->m_contention[k], NULL);
+            jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_consumer_hold_overdue",
+                                 "1 while the consumer's batch has been held longer than its "
+                                 "hold alert",
+                                 NULL, NULL, NULL, 0, &c->m_overdue, NULL);
             jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_poison_unpublished",
                                  "poison records stored but not yet in the dead-letter stream",
                                  NULL, NULL, NULL, 0, &c->m_dlq_unpublished, NULL);
@@ -192,6 +203,8 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
     c->fetch_wait_ms = o->fetch_wait_ms > 0 ? o->fetch_wait_ms : 500;
     c->ack_timeout_ms = o->ack_timeout_ms > 0 ? o->ack_timeout_ms : 5000;
     c->retry_delay_ms = o->retry_delay_ms > 0 ? o->retry_delay_ms : 1000;
+    c->hold_alert_ms = o->hold_alert_ms != 0 ? o->hold_alert_ms : JSD__HOLD_ALERT_MS;
+    c->cont_kind = CONT_NONE;
     c->stream = jsd__strdup(o->stream);
     c->durable = jsd__strdup(o->durable);
     {

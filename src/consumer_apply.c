@@ -6,8 +6,10 @@
  * answered from the inbox, parked past the threshold, poison on a bad
  * envelope, or the handler's disposition; the poison records are written in
  * the same transaction. A store outage holds the batch (kept alive, retried
- * with a backoff) instead of failing it; a commit that fails otherwise NAKs
- * it.
+ * with a backoff) instead of failing it, and so does contention met by the
+ * handler's own statements (a serialization failure or deadlock applies it
+ * again at once first; DESIGN "handler contention" below); a commit that
+ * fails otherwise NAKs it.
  *
  * DESIGN (the fast pass). Most batches are all fresh deliveries whose
  * handlers commit; for them the fast pass costs one inbox statement per
@@ -33,13 +35,13 @@
  * handler given a batch of one, is reused there (the handler is not called
  * again for it); a batch handler's answers for a larger batch are not (one
  * failing row may have failed the whole statement), so the careful pass asks
- * it again, one delivery at a time. A handler's store outage (its native
- * handle broken, or a new SQLite error code) returns the outage at once, as
- * before. Why it is safe: the fast pass decides nothing the careful pass
- * would decide differently (it commits only deliveries with no inbox row by
- * seq or msg id, within the threshold, with good envelopes, whose handlers
- * committed), and it decides it inside the same transaction, so nothing is
- * ACKed before the COMMIT and a crash anywhere before it leaves no trace.
+ * it again, one delivery at a time. A handler's store outage or contention
+ * (its native handle broken, a new SQLite error code, a SQLSTATE it
+ * recorded) returns at once, as before. Why it is safe: the fast pass decides nothing the careful
+ * pass would decide differently (it commits only deliveries with no inbox row by seq or msg id,
+ * within the threshold, with good envelopes, whose handlers committed), and it decides it inside
+ * the same transaction, so nothing is ACKed before the COMMIT and a crash anywhere before it leaves
+ * no trace.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -265,21 +267,92 @@ static jsd_status record_dead(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, int 
     return st;
 }
 
-/* A store outage seen through the handler's own SQL: the native handle's
- * state after a handler that did not commit. sqlite_before is the SQLite
- * connection's error code before the call, so an old code is not taken for
- * a new failure. JSD_OK when the failure is the handler's own. */
+/* DESIGN (handler contention). A handler that does not commit may have
+ * failed because of the store, not because of its message: the store is
+ * gone, or its statements lost a race with another session (issue 42, item
+ * 4: a `consume --sql` whose sink table another session held locked spent
+ * every delivery on "lock timeout" and parked 20 messages). Such a failure
+ * spends no delivery attempt, as the library's own statements' do not:
+ *   - 40001 (serialization failure), 40P01 (deadlock): the transaction lost
+ *     a race that running it again wins; the batch is rolled back and
+ *     applied again at once (RETRY_AT_ONCE times, then held as below);
+ *   - 55P03 (lock not available, lock_timeout), 57014 (statement timeout,
+ *     query canceled), SQLite BUSY/LOCKED, and a lost connection (08xxx,
+ *     57P01..03, PQstatus bad): the batch is held, as through a store
+ *     outage (kept alive with +WPI, applied again with a backoff), and past
+ *     hold_alert_ms the consumer says so (error log, stats, gauge, /readyz).
+ * Each is logged at warn and counted by kind
+ * (jsd_consumer_handler_contention_total).
+ * How the consumer learns the cause: the native handle's state after the
+ * call. On SQLite the connection's error code (sqlite3_errcode), compared
+ * with the one before the call so that an old code is not taken for a new
+ * failure. On PostgreSQL a lost connection shows in PQstatus, but the
+ * SQLSTATE of a failed statement is only in its PGresult, which only
+ * whoever ran the statement holds (an aborted transaction, PQTRANS_INERROR,
+ * says that a statement failed, not why). So the handler records it in the
+ * transaction with jsd_tx_note_sqlstate (`consume --sql` does for each of
+ * its statements), cleared before each handler call; a handler that does
+ * not record it keeps its failures its own, as before. Rejected: reading
+ * the SQLSTATE out of the disposition's reason (free text, any wording), and
+ * PQsetErrorVerbosity on the handler's connection (it changes the
+ * application's own messages). */
+const char *const jsd__contention_kinds[CONT__COUNT] = {
+    "serialization", "deadlock", "lock_timeout", "statement_timeout",
+    "connection",    "busy",     "locked"};
+
+#define RETRY_AT_ONCE 3
+
 static int sqlite_code(jsd_tx *tx)
 {
     sqlite3 *db = jsd_tx_sqlite(tx);
     return db ? sqlite3_errcode(db) : SQLITE_OK;
 }
 
-static jsd_status handler_saw_outage(jsd_tx *tx, int sqlite_before)
+/* The handler's call is about to be made: forget an earlier failure's code. */
+static int handler_before(jsd_tx *tx)
+{
+    jsd__tx_app_sqlstate_clear(tx);
+    return sqlite_code(tx);
+}
+
+/* Record one contention failure: its kind and cause, counted. */
+static jsd_status contention(jsd_consumer *c, int kind, jsd_status st, const char *code,
+                             const char *reason)
+{
+    c->cont_kind = kind;
+    jsd__snprintf(c->cont_why, sizeof(c->cont_why), "handler contention, %s (%s): %s",
+                  jsd__contention_kinds[kind], code,
+                  reason && *reason ? reason : "no reason given");
+    STAT_ADD(c, contention, 1);
+    jsd_counter_inc(c->m_contention[kind]);
+    return st;
+}
+
+/* A failure of the handler's own SQL that is the store's (see DESIGN):
+ * its status (an outage status: the batch is retried or held), or JSD_OK
+ * when the failure is the handler's own. reason is the handler's. */
+static jsd_status handler_saw_outage(jsd_consumer *c, jsd_tx *tx, int sqlite_before,
+                                     const char *reason)
 {
     PGconn *pg = jsd_tx_pg(tx);
-    if (pg)
-        return PQstatus(pg) == CONNECTION_BAD ? JSD_ERR_CONNECT : JSD_OK;
+    if (pg) {
+        const char *ss = jsd__tx_app_sqlstate(tx);
+        char code[24];
+        jsd__snprintf(code, sizeof(code), "SQLSTATE %s", *ss ? ss : "none");
+        if (PQstatus(pg) == CONNECTION_BAD || !strncmp(ss, "08", 2) || !strcmp(ss, "57P01") ||
+            !strcmp(ss, "57P02") || !strcmp(ss, "57P03"))
+            return contention(c, CONT_CONNECTION, JSD_ERR_CONNECT, *ss ? code : "connection lost",
+                              reason);
+        if (!strcmp(ss, "40001"))
+            return contention(c, CONT_SERIALIZATION, JSD_ERR_BUSY, code, reason);
+        if (!strcmp(ss, "40P01"))
+            return contention(c, CONT_DEADLOCK, JSD_ERR_BUSY, code, reason);
+        if (!strcmp(ss, "55P03"))
+            return contention(c, CONT_LOCK_TIMEOUT, JSD_ERR_BUSY, code, reason);
+        if (!strcmp(ss, "57014"))
+            return contention(c, CONT_STMT_TIMEOUT, JSD_ERR_TIMEOUT, code, reason);
+        return JSD_OK;
+    }
     if (jsd_store_backend_of(jsd__tx_store(tx)) == JSD_STORE_POSTGRES)
         return JSD_ERR_CONNECT; /* the transaction's BEGIN, sent now, failed */
     int now = sqlite_code(tx);
@@ -293,8 +366,9 @@ static jsd_status handler_saw_outage(jsd_tx *tx, int sqlite_before)
     case SQLITE_READONLY:
         return JSD_ERR_READONLY;
     case SQLITE_BUSY:
+        return contention(c, CONT_BUSY, JSD_ERR_BUSY, "SQLITE_BUSY", reason);
     case SQLITE_LOCKED:
-        return JSD_ERR_BUSY;
+        return contention(c, CONT_LOCKED, JSD_ERR_BUSY, "SQLITE_LOCKED", reason);
     default:
         return JSD_OK;
     }
@@ -418,15 +492,17 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
     } else {
         if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
             return st;
-        int before = sqlite_code(tx);
+        int before = handler_before(tx);
         int64_t t0 = jsd__mono_us();
         disp = call_one(h, tx, d);
         int64_t took = jsd__mono_us() - t0;
         STAT_ADD(c, handler_us, (uint64_t)took);
         jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
-        /* A handler that failed because the store is out did not fail:
-         * the batch is held instead (no attempt spent, never parked). */
-        if (disp.kind != JSD_DISPOSITION_COMMIT && (st = handler_saw_outage(tx, before)) != JSD_OK)
+        /* A handler that failed because of the store (out, or contention)
+         * did not fail: the batch is retried or held instead (no attempt
+         * spent, never parked). */
+        if (disp.kind != JSD_DISPOSITION_COMMIT &&
+            (st = handler_saw_outage(c, tx, before, disp.reason)) != JSD_OK)
             return st;
     }
 
@@ -640,14 +716,14 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
             f->dp[i] = &c->d[i];
             f->out[i] = jsd_disposition_commit();
         }
-        int before = sqlite_code(tx);
+        int before = handler_before(tx);
         int64_t t0 = jsd__mono_us();
         h->batch(tx, f->dp, n, f->out, h->user);
         handler_time(c, t0);
         for (size_t i = 0; i < n; i++) {
             if (f->out[i].kind == JSD_DISPOSITION_COMMIT)
                 continue;
-            if ((st = handler_saw_outage(tx, before)) != JSD_OK)
+            if ((st = handler_saw_outage(c, tx, before, f->out[i].reason)) != JSD_OK)
                 return st;
             /* A batch of one is not asked again; in a larger batch the
              * answer may be its neighbours' doing: each is asked alone. */
@@ -659,13 +735,13 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
     } else {
         for (size_t i = 0; i < n; i++) {
             keep_alive(c, wpi_at);
-            int before = sqlite_code(tx);
+            int before = handler_before(tx);
             int64_t t0 = jsd__mono_us();
             jsd_disposition disp = h->one(tx, &c->d[i], h->user);
             handler_time(c, t0);
             if (disp.kind == JSD_DISPOSITION_COMMIT)
                 continue;
-            if ((st = handler_saw_outage(tx, before)) != JSD_OK)
+            if ((st = handler_saw_outage(c, tx, before, disp.reason)) != JSD_OK)
                 return st;
             keep_given(&c->d[i], &disp);
             *abort = true;
@@ -690,6 +766,7 @@ static jsd_status apply_batch(jsd_consumer *c, const jsd__handler *h, int64_t *w
     jsd_tx *tx = NULL;
     bool abort = false;
 
+    c->cont_kind = CONT_NONE;
     for (size_t i = 0; i < c->nd; i++) {
         c->d[i].state = D_NONE;
         c->d[i].fresh = c->d[i].dup = c->d[i].given = false;
@@ -724,21 +801,71 @@ static jsd_status apply_batch(jsd_consumer *c, const jsd__handler *h, int64_t *w
     return st != JSD_OK ? st : JSD_ERR_STORE;
 }
 
+/* Why the batch is held: the handler's contention, or the store's error. */
+static const char *hold_cause(jsd_consumer *c)
+{
+    return c->cont_kind != CONT_NONE ? c->cont_why : jsd_store_errmsg(c->store);
+}
+
+/* The consumer's error for a batch not applied: the hold's cause. */
+static void hold_err(jsd_consumer *c, jsd_status st)
+{
+    if (c->cont_kind != CONT_NONE)
+        jsd__cerr(c, st, "%s", c->cont_why);
+    else
+        jsd__err_copy(&c->err, jsd_store_error(c->store));
+}
+
+/* A contention hold: the store answers, a lock (or a timeout) does not. */
+static bool contended(const jsd_consumer *c)
+{
+    return c->cont_kind != CONT_NONE && c->cont_kind != CONT_CONNECTION;
+}
+
+/* The hold is over (applied, stopped, or handed to the failed-commit path). */
+static void hold_end(jsd_consumer *c)
+{
+    c->holding = false;
+    c->hold_alerted = false;
+    pthread_mutex_lock(&c->mu);
+    c->stats.held = 0;
+    c->stats.held_contention = 0;
+    c->stats.hold_overdue = 0;
+    pthread_mutex_unlock(&c->mu);
+    jsd_gauge_set(c->m_held, 0);
+    jsd_gauge_set(c->m_overdue, 0);
+}
+
+/* Past hold_alert_ms the hold is an alert, said once: an error line, the
+ * stats' hold_overdue and its gauge (cmd_consume's /readyz says 503). */
+static void hold_alert(jsd_consumer *c)
+{
+    int64_t held_ms = jsd__mono_ms() - c->hold_since_ms;
+    if (c->hold_alerted || c->hold_alert_ms <= 0 || held_ms < c->hold_alert_ms)
+        return;
+    c->hold_alerted = true;
+    STAT_SET(c, hold_overdue, 1);
+    jsd_gauge_set(c->m_overdue, 1);
+    JSD_ERROR("consumer",
+              "%s/%s: %zu deliveries held for %" PRId64 " ms, past the hold alert (%" PRId64
+              " ms): %s; nothing is lost (they are kept alive and retried), but nothing is "
+              "applied until it clears",
+              c->stream, c->durable, c->nd, held_ms, c->hold_alert_ms, hold_cause(c));
+}
+
 /* A drain during a store outage: leave the held deliveries unacked. */
 static jsd_status hold_stop(jsd_consumer *c, jsd_status why)
 {
     size_t n = c->nd;
     char cause[JSD__ERROR_TEXT_MAX + 1];
-    jsd__strlcpy(cause, jsd_store_errmsg(c->store), sizeof(cause));
+    jsd__strlcpy(cause, hold_cause(c), sizeof(cause));
     JSD_WARN("consumer",
              "%s/%s: stopped during a store outage: %zu held deliveries left unacked; the "
              "server redelivers them after the ack wait (%" PRId64 " ms), one delivery each",
              c->stream, c->durable, n, c->ack_wait_ms);
     jsd__batch_release(c); /* neither ACK nor NAK */
     c->held_at_stop += n;
-    c->holding = false;
-    STAT_SET(c, held, 0);
-    jsd_gauge_set(c->m_held, 0);
+    hold_end(c);
     jsd__cerr(
         c, why,
         "stopped while %zu deliveries were held by a store outage (%s); they were left unacked "
@@ -749,25 +876,30 @@ static jsd_status hold_stop(jsd_consumer *c, jsd_status why)
     return JSD_ERR_STOPPED;
 }
 
-/* Hold the batch in hand through a store outage: keep every delivery alive
- * (+WPI, which does not count a delivery), wait with a capped backoff, and
- * apply it again from the start in a fresh transaction until the store takes
- * it. JSD_OK once committed; JSD_ERR_STOPPED on drain. */
+/* Hold the batch in hand through a store outage or the handler's contention:
+ * keep every delivery alive (+WPI, which does not count a delivery), wait
+ * with a capped backoff, and apply it again from the start in a fresh
+ * transaction until the store takes it. JSD_OK once committed;
+ * JSD_ERR_STOPPED on drain. */
 static jsd_status hold_and_apply(jsd_consumer *c, const jsd__handler *h, int64_t *wpi_at,
                                  jsd_status why)
 {
     int64_t backoff = 100;
     if (!c->holding) {
         c->holding = true;
+        c->hold_alerted = false;
         c->hold_since_ms = jsd__mono_ms();
         STAT_ADD(c, store_outages, 1);
         jsd_counter_inc(c->m_outages);
         JSD_WARN("consumer",
-                 "%s/%s: store outage (%s): holding %zu deliveries, kept alive every %" PRId64
-                 " ms and retried until the store answers; no delivery attempt is spent",
-                 c->stream, c->durable, jsd_store_errmsg(c->store), c->nd, c->keepalive_ms);
+                 "%s/%s: store %s (%s): holding %zu deliveries, kept alive every %" PRId64
+                 " ms and retried until %s; no delivery attempt is spent",
+                 c->stream, c->durable, contended(c) ? "contention" : "outage", hold_cause(c),
+                 c->nd, c->keepalive_ms,
+                 contended(c) ? "the statements go through" : "the store answers");
     }
     STAT_SET(c, held, c->nd);
+    STAT_SET(c, held_contention, contended(c) ? 1 : 0);
     jsd_gauge_set(c->m_held, (double)c->nd);
     for (;;) {
         int64_t until = jsd__mono_ms() + backoff;
@@ -775,6 +907,7 @@ static jsd_status hold_and_apply(jsd_consumer *c, const jsd__handler *h, int64_t
             if (atomic_load(&c->draining))
                 return hold_stop(c, why);
             keep_alive(c, wpi_at);
+            hold_alert(c);
             jsd__ack_collect(c->ack, false);
             jsd__sleep_ms(JSD_MIN(50, JSD_MAX(1, until - jsd__mono_ms())));
         }
@@ -786,21 +919,19 @@ static jsd_status hold_and_apply(jsd_consumer *c, const jsd__handler *h, int64_t
         if (!jsd__store_outage(st)) {
             /* The store answers again, and refuses something in the batch:
              * the ordinary failed-commit path takes it from here. */
-            c->holding = false;
-            STAT_SET(c, held, 0);
-            jsd_gauge_set(c->m_held, 0);
+            hold_end(c);
             return st;
         }
         why = st;
-        jsd__err_copy(&c->err, jsd_store_error(c->store));
+        hold_err(c, st);
+        STAT_SET(c, held_contention, contended(c) ? 1 : 0);
+        hold_alert(c);
     }
     JSD_WARN("consumer",
              "%s/%s: the store answers again after %" PRId64 " ms; %zu held deliveries "
              "applied",
              c->stream, c->durable, jsd__mono_ms() - c->hold_since_ms, c->nd);
-    c->holding = false;
-    STAT_SET(c, held, 0);
-    jsd_gauge_set(c->m_held, 0);
+    hold_end(c);
     return JSD_OK;
 }
 
@@ -809,8 +940,23 @@ jsd_status jsd__apply(jsd_consumer *c, const jsd__handler *h, bool *committed)
     *committed = false;
     int64_t wpi_at = jsd__mono_ms();
     jsd_status st = apply_batch(c, h, &wpi_at);
+    /* A serialization failure or deadlock in the handler's statements: the
+     * transaction lost a race, its messages did not fail. Applied again at
+     * once, a few times; then held like any other contention. */
+    for (int k = 1;
+         st != JSD_OK && (c->cont_kind == CONT_SERIALIZATION || c->cont_kind == CONT_DEADLOCK) &&
+         k <= RETRY_AT_ONCE;
+         k++) {
+        STAT_ADD(c, contention_retries, 1);
+        JSD_WARN("consumer",
+                 "%s/%s: %s; the batch of %zu is applied again at once (%d of %d); no delivery "
+                 "attempt is spent",
+                 c->stream, c->durable, c->cont_why, c->nd, k, RETRY_AT_ONCE);
+        keep_alive(c, &wpi_at);
+        st = apply_batch(c, h, &wpi_at);
+    }
     if (st != JSD_OK && jsd__store_outage(st)) {
-        jsd__err_copy(&c->err, jsd_store_error(c->store));
+        hold_err(c, st);
         st = hold_and_apply(c, h, &wpi_at, st);
         if (st == JSD_ERR_STOPPED)
             return st;

@@ -33,6 +33,7 @@ void jsd_consumer_opts_init(jsd_consumer_opts *o)
     o->ack_timeout_ms = 5000;
     o->retry_delay_ms = 1000;
     o->inbox_retention_ms = 7LL * 24 * 3600 * 1000;
+    o->hold_alert_ms = JSD__HOLD_ALERT_MS;
 }
 
 jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *durable,

@@ -122,6 +122,26 @@ typedef struct jsd__handler {
 
 #define LASTERR_SLOTS 64
 
+/* The default of jsd_consumer_opts.hold_alert_ms: 5 minutes. */
+#define JSD__HOLD_ALERT_MS (5LL * 60 * 1000)
+
+/* Handler contention (consumer_apply.c): why a handler's own statements
+ * failed when the cause is the store's, not the message's. The first two
+ * apply the batch again at once; the others hold it. Their names are the
+ * `kind` label of jsd_consumer_handler_contention_total. */
+enum {
+    CONT_NONE = -1,
+    CONT_SERIALIZATION, /* 40001 */
+    CONT_DEADLOCK,      /* 40P01 */
+    CONT_LOCK_TIMEOUT,  /* 55P03 */
+    CONT_STMT_TIMEOUT,  /* 57014 */
+    CONT_CONNECTION,    /* 08xxx, 57P01..03, or the connection gone */
+    CONT_BUSY,          /* SQLITE_BUSY */
+    CONT_LOCKED,        /* SQLITE_LOCKED */
+    CONT__COUNT
+};
+extern const char *const jsd__contention_kinds[CONT__COUNT];
+
 typedef struct jsd__ack jsd__ack;
 
 struct jsd_consumer {
@@ -146,6 +166,14 @@ struct jsd_consumer {
     int64_t hold_since_ms;
     size_t held_at_stop; /* deliveries left unacked by a drain during an outage */
     jsd_metric *m_outages, *m_held;
+    /* Handler contention: what the last failed attempt met (CONT_NONE when
+     * it was no contention), with its cause for the log and the error; a
+     * hold past hold_alert_ms is alerted once (hold_alerted). */
+    int cont_kind;
+    char cont_why[JSD__ERROR_TEXT_MAX + 1];
+    int64_t hold_alert_ms; /* <= 0: never */
+    bool hold_alerted;
+    jsd_metric *m_contention[CONT__COUNT], *m_overdue;
 
     /* Poison records whose death envelope is not yet in the dead-letter
      * stream are republished from the store (jsd__bury_sweep). */

@@ -196,6 +196,14 @@ typedef struct jsd_consumer_opts {
     /* Where deliveries by result, handler durations and dead letters are
      * counted (borrowed; NULL: jsd_metrics_default()). */
     jsd_metrics *metrics;
+
+    /* A batch held (a store outage, or the handler's statements meeting
+     * contention: a lock or statement timeout, SQLite BUSY) for longer than
+     * this is an alert: logged at error once, hold_overdue set in the stats
+     * and the jsd_consumer_hold_overdue gauge, until the batch is applied
+     * (the hold goes on: nothing is lost). 0: the default, 5 minutes;
+     * negative: never. */
+    int64_t hold_alert_ms;
 } jsd_consumer_opts;
 
 JSD_EXTERN void jsd_consumer_opts_init(jsd_consumer_opts *o);
@@ -237,7 +245,11 @@ JSD_EXTERN const jsd_error *jsd_consumer_error(const jsd_consumer *c);
  * a fresh transaction with a capped backoff until the store answers; it
  * returns only then, or with JSD_ERR_STOPPED on begin_drain (the held
  * deliveries are left unacked: the server redelivers them after the ack
- * wait, one delivery each).
+ * wait, one delivery each). Nor is contention met by the handler's own
+ * statements (see jsd_tx_note_sqlstate): a serialization failure or deadlock
+ * applies the batch again at once, a lock or statement timeout, a lost
+ * connection or SQLite BUSY/LOCKED holds it as above; a hold longer than
+ * hold_alert_ms is logged at error and flagged (stats.hold_overdue).
  */
 JSD_EXTERN jsd_status jsd_consumer_poll(jsd_consumer *c, jsd_handler h, void *user, int *n);
 
@@ -296,6 +308,19 @@ typedef struct jsd_consumer_stats {
     uint64_t dlq_deferred;
     uint64_t dlq_republished;    /* published later from the store */
     uint64_t poison_unpublished; /* this durable's poison records not yet published (last sweep) */
+    /* Handler contention: the handler's own statements failed for a reason
+     * that is the store's, not the message's (a serialization failure or
+     * deadlock, a lock or statement timeout, SQLite BUSY/LOCKED, a lost
+     * connection; see jsd_tx_note_sqlstate). No delivery attempt is spent
+     * on it: a serialization failure or deadlock applies the batch again at
+     * once, the others hold it like a store outage. */
+    uint64_t contention;         /* such failures */
+    uint64_t contention_retries; /* batches applied again at once (40001, 40P01) */
+    /* 1 while the batch is held because of contention (the store answers,
+     * a lock does not), 0 otherwise. */
+    uint64_t held_contention;
+    /* 1 while the hold in progress has lasted longer than hold_alert_ms. */
+    uint64_t hold_overdue;
 } jsd_consumer_stats;
 
 /* Thread-safe snapshot. */

@@ -172,6 +172,18 @@ JSD_EXTERN jsd_status jsd_tx_begin(jsd_tx **out, jsd_store *s);
  * that fails (the connection is lost; jsd_store_errmsg says so). */
 JSD_EXTERN struct sqlite3 *jsd_tx_sqlite(jsd_tx *tx);
 JSD_EXTERN struct pg_conn *jsd_tx_pg(jsd_tx *tx);
+/* Record why a statement the application ran on jsd_tx_pg()'s connection
+ * failed: its SQLSTATE (PQresultErrorField(res, PG_DIAG_SQLSTATE); NULL or
+ * "" records nothing). Only whoever ran a statement holds its result, so
+ * the library cannot read it otherwise; the durable consumer reads it after
+ * a handler that did not commit, and a failure that is the store's, not the
+ * message's, spends no delivery: 40001 (serialization) and 40P01 (deadlock)
+ * apply the batch again at once; 55P03 (lock not available), 57014
+ * (statement timeout, canceled) and 08xxx (connection) hold it like a store
+ * outage (docs/CONSUMER.md, "Handler contention"). The last one recorded
+ * counts; jsd_tx_begin clears it. On SQLite nothing is needed (the
+ * consumer reads sqlite3_errcode) and this does nothing. */
+JSD_EXTERN void jsd_tx_note_sqlstate(jsd_tx *tx, const char *sqlstate);
 /* Add an outbox effect to the transaction. Emitting the same (owner, id)
  * twice is JSD_ERR_EXISTS, and the transaction stays usable. Limits (the
  * constants above; JSD_ERR_LIMIT when crossed, JSD_ERR_INVALID for malformed

@@ -146,6 +146,7 @@ struct jsd_tx {
     bool active;
     bool emitted;
     bool savepoint;
+    char app_sqlstate[6]; /* jsd_tx_note_sqlstate: the application's last failure */
 };
 
 struct jsd_store {

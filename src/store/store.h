@@ -297,6 +297,10 @@ jsd_status jsd__store_wait_wakeup(jsd_store *s, int timeout_ms, bool *woken);
 
 /* The store a transaction belongs to (for its last error). */
 jsd_store *jsd__tx_store(jsd_tx *tx);
+/* The SQLSTATE the application recorded with jsd_tx_note_sqlstate ("" when
+ * none), and forgetting it (the consumer does before each handler call). */
+const char *jsd__tx_app_sqlstate(const jsd_tx *tx);
+void jsd__tx_app_sqlstate_clear(jsd_tx *tx);
 
 /*
  * One savepoint level inside a transaction, used by the ingress to commit a

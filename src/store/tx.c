@@ -58,6 +58,7 @@ jsd_status jsd_tx_begin(jsd_tx **out, jsd_store *s)
     s->tx.active = true;
     s->tx.emitted = false;
     s->tx.savepoint = false;
+    s->tx.app_sqlstate[0] = '\0';
     *out = &s->tx;
     return JSD_OK;
 }
@@ -79,6 +80,24 @@ struct pg_conn *jsd_tx_pg(jsd_tx *tx)
 jsd_store *jsd__tx_store(jsd_tx *tx)
 {
     return tx ? tx->store : NULL;
+}
+
+void jsd_tx_note_sqlstate(jsd_tx *tx, const char *sqlstate)
+{
+    if (!tx || !tx->active || !sqlstate || !*sqlstate)
+        return;
+    jsd__strlcpy(tx->app_sqlstate, sqlstate, sizeof(tx->app_sqlstate));
+}
+
+const char *jsd__tx_app_sqlstate(const jsd_tx *tx)
+{
+    return tx ? tx->app_sqlstate : "";
+}
+
+void jsd__tx_app_sqlstate_clear(jsd_tx *tx)
+{
+    if (tx)
+        tx->app_sqlstate[0] = '\0';
 }
 
 /* Validate one effect and fill row (pointing into e, and into enc for the
