@@ -11,6 +11,7 @@
  * chunk, not per message); on SQLite they run one after the other.
  */
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -479,6 +480,17 @@ static void usage(FILE *f)
             "                           = --max-deliver + 1 (the whole configuration,\n"
             "                           dead-letter stream included, is checked first)\n"
             "  --filter SUBJ            filter subject for a created durable\n"
+            "  --topology FILE          the topology file `jsdurable provision` reads: a\n"
+            "                           missing durable is created with its entry's settings\n"
+            "                           (filter, ack wait, max_deliver, backoff,\n"
+            "                           max_ack_pending, inactive threshold; a durable the\n"
+            "                           file does not declare is an error). A durable lost\n"
+            "                           after it was used (its inbox holds rows) is re-created\n"
+            "                           only with it, at its inbox's high-water mark + 1, at\n"
+            "                           start or when deleted while consume runs; without it\n"
+            "                           consume stops at start (exit 78), and while running\n"
+            "                           logs an error (once a minute) and /readyz says 503\n"
+            "                           until the durable is restored\n"
             "  --sql STATEMENT          one SQL statement run per message (PostgreSQL: the\n"
             "                           batch's statements in one libpq pipeline)\n"
             "  --accept-type TYPE       accepted Jsd-Type header (repeatable; default: any)\n"
@@ -542,8 +554,51 @@ enum {
     O_ALLOW,
     O_WRITE_EACH,
     O_HOLD_ALERT,
+    O_TOPOLOGY,
     O_HELP
 };
+
+/* The durable's settings from the topology file's entry for (stream,
+ * durable), into dc (whose filter then points into *topo). */
+static int topology_durable(const char *path, const char *stream, const char *durable,
+                            jsd_topology **topo, jsd_durable_config *dc)
+{
+    jsd_error err;
+    jsd_error_clear(&err);
+    jsd_status st = jsd_topology_load(topo, path, &err);
+    if (st != JSD_OK) {
+        cli_err("consume", "--topology: %s", err.msg);
+        return st == JSD_ERR_IO ? CLI_IOERR : CLI_CONFIG;
+    }
+    for (size_t i = 0; i < jsd_topology_consumer_count(*topo); i++) {
+        const jsd_topology_consumer *tc = jsd_topology_consumer_at(*topo, i);
+        if (strcmp(tc->stream, stream) != 0 || strcmp(tc->durable, durable) != 0)
+            continue;
+        if (tc->n_backoff > JSD_BACKOFF_MAX || tc->max_deliver > INT32_MAX ||
+            tc->max_ack_pending > INT32_MAX) {
+            cli_err("consume",
+                    "--topology %s: durable \"%s\" has %zu backoff steps (consume takes at most "
+                    "%d) or a max_deliver or max_ack_pending out of range",
+                    path, durable, tc->n_backoff, JSD_BACKOFF_MAX);
+            return CLI_CONFIG;
+        }
+        jsd_durable_config_init(dc);
+        dc->filter_subject = tc->filter_subject;
+        dc->ack_wait_ms = tc->ack_wait_ms;
+        dc->max_deliver = (int)tc->max_deliver;
+        dc->n_backoff = (int)tc->n_backoff;
+        for (size_t b = 0; b < tc->n_backoff; b++)
+            dc->backoff_ms[b] = tc->backoff_ms[b];
+        dc->max_ack_pending = (int)tc->max_ack_pending;
+        dc->inactive_threshold_ms = tc->inactive_threshold_ms;
+        return CLI_OK;
+    }
+    cli_err("consume",
+            "--topology %s declares no durable \"%s\" on stream \"%s\"; add it to the file (and "
+            "run `jsdurable provision`) or drop --topology",
+            path, durable, stream);
+    return CLI_CONFIG;
+}
 
 /* /readyz: NATS is checked by the server itself; this adds the store. A
  * store that does not answer is unready at once; the --sql statement held
@@ -553,6 +608,11 @@ static bool consume_ready(void *user, char *why, size_t cap)
 {
     jsd_consumer_stats st;
     jsd_consumer_stats_get(user, &st);
+    if (st.durable_missing) {
+        snprintf(why, cap,
+                 "durable: missing on the server (restore it with `jsdurable provision`)");
+        return false;
+    }
     if (st.held == 0)
         return true;
     if (st.hold_overdue) {
@@ -587,12 +647,13 @@ int cmd_consume(int argc, char **argv)
         {"allow-unsafe", required_argument, NULL, O_ALLOW},
         {"write-each", no_argument, NULL, O_WRITE_EACH},
         {"hold-alert", required_argument, NULL, O_HOLD_ALERT},
+        {"topology", required_argument, NULL, O_TOPOLOGY},
         {"help", no_argument, NULL, O_HELP},
         CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0}};
     cli_conn cc;
     const char *store_flag = NULL, *stream = NULL, *durable = NULL, *filter = NULL, *sql = NULL;
-    const char *dlq = NULL, *metrics = NULL, *monitor = NULL, *allow = NULL;
+    const char *dlq = NULL, *metrics = NULL, *monitor = NULL, *allow = NULL, *topo_path = NULL;
     const char **types = NULL;
     size_t n_types = 0;
     bool json = false, until_idle = false, write_each = false;
@@ -603,6 +664,8 @@ int cmd_consume(int argc, char **argv)
     jsd_conn *conn = NULL;
     jsd_consumer *cons = NULL;
     jsd_metrics_server *msrv = NULL;
+    jsd_topology *topo = NULL;
+    bool ack_wait_set = false;
     sink k;
     memset(&k, 0, sizeof(k));
 
@@ -681,9 +744,10 @@ int cmd_consume(int argc, char **argv)
                 rc = CLI_USAGE;
                 goto out;
             }
-            if (opt == O_ACKWAIT)
+            if (opt == O_ACKWAIT) {
                 ack_wait_ms = v;
-            else
+                ack_wait_set = true;
+            } else
                 retention_ms = v;
             break;
         }
@@ -706,6 +770,9 @@ int cmd_consume(int argc, char **argv)
             hold_alert_ms = v;
             break;
         }
+        case O_TOPOLOGY:
+            topo_path = optarg;
+            break;
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -729,6 +796,19 @@ int cmd_consume(int argc, char **argv)
         goto out;
     }
     if ((rc = cli_doctor_allow_check("consume", allow)) != 0)
+        goto out;
+    if (topo_path && (filter || ack_wait_set)) {
+        cli_err("consume", "--topology gives the durable's settings: drop --filter and --ack-wait");
+        rc = CLI_USAGE;
+        goto out;
+    }
+    jsd_durable_config dc;
+    jsd_durable_config_init(&dc);
+    dc.filter_subject = filter;
+    dc.ack_wait_ms = ack_wait_ms;
+    if (max_deliver > 0)
+        dc.max_deliver = (int)max_deliver + 1;
+    if (topo_path && (rc = topology_durable(topo_path, stream, durable, &topo, &dc)) != 0)
         goto out;
     if ((rc = cli_conn_finish(&cc, "consume")) != 0)
         goto out;
@@ -765,6 +845,7 @@ int cmd_consume(int argc, char **argv)
     co.max_deliver = (int)max_deliver;
     co.inbox_retention_ms = retention_ms;
     co.hold_alert_ms = hold_alert_ms; /* 0: the default */
+    co.restore = topo ? &dc : NULL;
     /* Everything that can be checked before the durable exists is, so that a
      * configuration that cannot run creates nothing. */
     jsd_status st = jsd_consumer_check(conn, &co, &err);
@@ -789,22 +870,21 @@ int cmd_consume(int argc, char **argv)
     if ((rc = cli_doctor_gate("consume", store, conn, &dop, allow)) != 0)
         goto out;
 
-    jsd_durable_config dc;
-    jsd_durable_config_init(&dc);
-    dc.filter_subject = filter;
-    dc.ack_wait_ms = ack_wait_ms;
-    if (max_deliver > 0)
-        dc.max_deliver = (int)max_deliver + 1;
+    /* A durable lost after use (its inbox holds rows) is re-created only
+     * from the topology, after the inbox's high-water mark. */
     bool created = false;
-    st = jsd_consumer_ensure(conn, stream, durable, &dc, &created, &err);
+    uint64_t start_seq = 0;
+    st = jsd_consumer_ensure_inbox(conn, store, stream, durable, &dc, topo ? &dc : NULL, &created,
+                                   &start_seq, &err);
     if (st != JSD_OK) {
         cli_err("consume", "%s", err.msg);
         rc = cli_exit_for(st);
         goto out;
     }
     if (created)
-        cli_say("consume", "info", "created durable %s on stream %s", durable, stream);
-    ddu.ack_wait_ms = created ? ack_wait_ms : 0; /* what was asked for, when known */
+        cli_say("consume", "info", "created durable %s on stream %s%s", durable, stream,
+                topo ? " from the topology" : "");
+    ddu.ack_wait_ms = created ? dc.ack_wait_ms : 0; /* what was asked for, when known */
     dop.checks = JSD_DOCTOR_CHECK_DURABLES;
     if ((rc = cli_doctor_gate("consume", store, conn, &dop, allow)) != 0)
         goto out;
@@ -858,6 +938,7 @@ int cmd_consume(int argc, char **argv)
 out:
     jsd_metrics_server_destroy(msrv);
     jsd_consumer_destroy(cons);
+    jsd_topology_destroy(topo);
     sqlite3_finalize(k.stmt);
     free(k.pg_sql);
     free(types);

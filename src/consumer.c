@@ -216,6 +216,17 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
         st = jsd__err(err, JSD_ERR_NOMEM, "consumer create: out of memory");
         goto fail;
     }
+    if (o->restore) {
+        c->has_restore = true;
+        c->restore = *o->restore;
+        c->restore.start_seq = 0;
+        if (o->restore->filter_subject &&
+            !(c->restore_filter = jsd__strdup(o->restore->filter_subject))) {
+            st = jsd__err(err, JSD_ERR_NOMEM, "consumer create: out of memory");
+            goto fail;
+        }
+        c->restore.filter_subject = c->restore_filter;
+    }
     if (!jsd__subject_valid_exact(c->dlq_subject, err)) {
         st = JSD_ERR_CONFIG;
         if (err)
@@ -285,6 +296,7 @@ void jsd_consumer_destroy(jsd_consumer *c)
     jsd__free(c->stream);
     jsd__free(c->durable);
     jsd__free(c->dlq_subject);
+    jsd__free(c->restore_filter);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->fmu);
     pthread_cond_destroy(&c->fcv);
@@ -480,7 +492,9 @@ static jsd_status run_with(jsd_consumer *c, const jsd__handler *h, bool until_id
                                  "on a new connection",
                                  c->stream, c->durable);
             }
-            JSD_WARN("consumer", "%s/%s: %s; retrying", c->stream, c->durable, c->err.msg);
+            /* A durable deleted under us is said at once, not as a retry. */
+            if (!jsd__durable_lost(c))
+                JSD_WARN("consumer", "%s/%s: %s; retrying", c->stream, c->durable, c->err.msg);
             jsd__sleep_ms(backoff);
             backoff = JSD_MIN(backoff * 2, 2000);
             continue;
@@ -488,8 +502,9 @@ static jsd_status run_with(jsd_consumer *c, const jsd__handler *h, bool until_id
         backoff = 50;
         if (got == 0 && until_idle) {
             uint64_t pending = 1, in_flight = 1;
-            if (jsd_consumer_backlog(c, &pending, &in_flight) == JSD_OK && pending == 0 &&
-                in_flight == 0) {
+            if (jsd_consumer_backlog(c, &pending, &in_flight) != JSD_OK) {
+                jsd__durable_lost(c);
+            } else if (pending == 0 && in_flight == 0) {
                 /* Idle, but not done while dead letters wait in the store. */
                 jsd__bury_sweep(c, true);
                 jsd_consumer_stats s;

@@ -117,6 +117,10 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
     jsd__topo_consumer_config(&cc, &tc, backoff_ns);
+    if (cfg->start_seq > 0) {
+        cc.DeliverPolicy = js_DeliverByStartSequence;
+        cc.OptStartSeq = cfg->start_seq;
+    }
     s = js_AddConsumer(&ci, js, stream, &cc, NULL, &jerr);
     if (s != NATS_OK) {
         char what[300];
@@ -128,6 +132,142 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
     if (created)
         *created = true;
     return JSD_OK;
+}
+
+/* Whether the durable exists: JSD_OK with *exists, or the error of the
+ * lookup. */
+static jsd_status durable_exists(jsCtx *js, const char *stream, const char *durable, bool *exists,
+                                 jsd_error *err)
+{
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetConsumerInfo(&ci, js, stream, durable, NULL, &jerr);
+    jsConsumerInfo_Destroy(ci);
+    *exists = s == NATS_OK;
+    if (s == NATS_OK || s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)
+        return JSD_OK;
+    return jsd__err_nats(err, s, jerr, "consumer info");
+}
+
+jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const char *stream,
+                                     const char *durable, const jsd_durable_config *cfg,
+                                     const jsd_durable_config *restore, bool *created,
+                                     uint64_t *start_seq, jsd_error *err)
+{
+    jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
+    bool exists = false;
+    uint64_t high = 0;
+
+    if (created)
+        *created = false;
+    if (start_seq)
+        *start_seq = 0;
+    if (!js || !store)
+        return jsd__err(err, JSD_ERR_INVALID, "consumer ensure: no connection or store");
+    if (!jsd__stream_name_valid(stream, err) || !jsd__stream_name_valid(durable, err))
+        return JSD_ERR_INVALID;
+    jsd_status st = durable_exists(js, stream, durable, &exists, err);
+    if (st != JSD_OK)
+        return st;
+    if (exists)
+        return jsd_consumer_ensure(conn, stream, durable, cfg, created, err);
+    if ((st = jsd_store_inbox_high_water(store, stream, durable, &high)) != JSD_OK)
+        return jsd__err(err, st, "durable \"%s\" is missing; reading its inbox: %s", durable,
+                        jsd_store_errmsg(store));
+    if (high == 0) /* a first start: nothing was applied from it */
+        return jsd_consumer_ensure(conn, stream, durable, cfg, created, err);
+    if (!restore)
+        return jsd__err(err, JSD_ERR_CONFIG,
+                        "durable \"%s\" on stream \"%s\" is missing, but its inbox holds "
+                        "deliveries up to stream sequence %" PRIu64
+                        ": it existed and was lost; created again from defaults it would not be "
+                        "the durable that was provisioned and would start from the stream's "
+                        "start; restore it with `jsdurable provision`, or give its settings "
+                        "(consume --topology FILE) to re-create it after sequence %" PRIu64,
+                        durable, stream, high, high);
+    jsd_durable_config at = *restore;
+    at.start_seq = high + 1;
+    bool made = false;
+    if ((st = jsd_consumer_ensure(conn, stream, durable, &at, &made, err)) != JSD_OK)
+        return st;
+    if (made)
+        JSD_WARN("consumer",
+                 "durable %s was missing; re-created from the topology at stream sequence %" PRIu64
+                 ", after the last one its inbox holds (%" PRIu64 ")",
+                 durable, high + 1, high);
+    if (created)
+        *created = made;
+    if (start_seq && made)
+        *start_seq = high + 1;
+    return JSD_OK;
+}
+
+/* DESIGN (a durable lost under a running consumer). A fetch that fails is
+ * followed by a look at the durable: when the server no longer has it, the
+ * consumer says so at once (an error in the log, durable_missing in the
+ * stats for /readyz) and, with the provisioned settings (opts.restore),
+ * re-creates it after its inbox's high-water mark: every delivery at or
+ * below it was applied and recorded, every one above it was not ACKed, so
+ * nothing is lost and nothing the inbox holds is delivered again. The
+ * subscription stays bound: a pull request names the durable, not its
+ * incarnation. Without restore the error is repeated once a minute. */
+#define MISSING_REPEAT_MS 60000
+
+bool jsd__durable_lost(jsd_consumer *c)
+{
+    bool exists = true;
+    jsd_error e;
+    jsd_error_clear(&e);
+    if (durable_exists(c->js, c->stream, c->durable, &exists, &e) != JSD_OK || exists) {
+        if (exists && c->missing) {
+            c->missing = false;
+            STAT_SET(c, durable_missing, 0);
+            JSD_INFO("consumer", "%s/%s: the durable exists again", c->stream, c->durable);
+        }
+        return false;
+    }
+    int64_t now = jsd__mono_ms();
+    if (!c->missing) {
+        c->missing = true;
+        c->missing_since_ms = now;
+        c->missing_said_ms = now;
+        STAT_SET(c, durable_missing, 1);
+        JSD_ERROR("consumer",
+                  "%s/%s: durable \"%s\" does not exist on stream \"%s\" (deleted? %s); %s",
+                  c->stream, c->durable, c->durable, c->stream, c->err.msg,
+                  c->has_restore ? "re-creating it from the topology after its inbox's "
+                                   "high-water mark"
+                                 : "nothing is consumed and /readyz fails until it is restored "
+                                   "(`jsdurable provision`, or consume --topology FILE)");
+    } else if (!c->has_restore && now - c->missing_said_ms >= MISSING_REPEAT_MS) {
+        c->missing_said_ms = now;
+        JSD_ERROR("consumer",
+                  "%s/%s: durable \"%s\" still does not exist on stream \"%s\" (for %" PRId64
+                  " s); restore it with `jsdurable provision`",
+                  c->stream, c->durable, c->durable, c->stream, (now - c->missing_since_ms) / 1000);
+    }
+    if (!c->has_restore)
+        return true;
+    bool made = false;
+    uint64_t at = 0;
+    jsd_status st = jsd_consumer_ensure_inbox(c->conn, c->store, c->stream, c->durable, &c->restore,
+                                              &c->restore, &made, &at, &e);
+    if (st == JSD_OK) {
+        c->missing = false;
+        pthread_mutex_lock(&c->mu);
+        c->stats.durable_missing = 0;
+        c->stats.durables_restored++;
+        pthread_mutex_unlock(&c->mu);
+        if (!made || at == 0)
+            JSD_WARN("consumer", "%s/%s: durable \"%s\" exists again%s", c->stream, c->durable,
+                     c->durable,
+                     made ? " (created from the stream's start: its inbox is empty)" : "");
+    } else if (now - c->missing_said_ms >= MISSING_REPEAT_MS || c->missing_since_ms == now) {
+        c->missing_said_ms = now;
+        JSD_ERROR("consumer", "%s/%s: re-creating the durable failed: %s", c->stream, c->durable,
+                  e.msg);
+    }
+    return true;
 }
 
 /* The longest time a delivery can take to come back for the last time:

@@ -181,6 +181,13 @@ struct jsd_consumer {
     jsd_metric *m_dlq_unpublished, *m_dlq_deferred;
     jsd_metric *m_reused; /* deliveries whose stream sequence named another message */
 
+    /* The durable found missing (jsd__durable_lost), and the settings to
+     * re-create it with (opts.restore; its filter is restore_filter). */
+    bool missing, has_restore;
+    int64_t missing_since_ms, missing_said_ms;
+    jsd_durable_config restore;
+    char *restore_filter;
+
     natsSubscription *sub;
     jsd__ack *ack; /* the ACK pipeline (consumer_ack.c) */
 
@@ -244,6 +251,10 @@ void jsd__consumer_default_dlq_subject(const jsd_consumer_opts *o, char *out, si
 int64_t jsd__durable_redelivery_horizon_ms(const jsConsumerConfig *cc);
 int64_t jsd__durable_effective_ack_wait_ms(const jsConsumerConfig *cc);
 jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *o);
+/* After a failed fetch: true when the durable does not exist on the server
+ * (logged at error, durable_missing set; re-created with c->restore when
+ * there is one), false when it does or the lookup failed. */
+bool jsd__durable_lost(jsd_consumer *c);
 
 /* consumer_fetch.c: the fetcher thread pulls one batch ahead. start/stop
  * run it (start again after a stop restarts it); drain gives back the

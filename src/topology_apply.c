@@ -356,7 +356,12 @@ static jsd_status diff_consumer(jsd_conn *conn, plan_item *it, const topo_consum
         jsd__snprintf(immut + n, sizeof(immut) - n, "%sack policy (server %s, file explicit)",
                       n ? "; " : "", cfg->AckPolicy == js_AckNone ? "none" : "all");
     }
-    if (cfg->DeliverPolicy != js_DeliverAll) {
+    /* A durable that consume re-created after its inbox's high-water mark
+     * (by start sequence) is the file's durable: all of what it had not
+     * applied is delivered. */
+    bool deliver_ok =
+        cfg->DeliverPolicy == js_DeliverAll || cfg->DeliverPolicy == js_DeliverByStartSequence;
+    if (!deliver_ok) {
         n = strlen(immut);
         jsd__snprintf(immut + n, sizeof(immut) - n, "%sdeliver (server is not \"all\", file all)",
                       n ? "; " : "");
@@ -378,7 +383,7 @@ static jsd_status diff_consumer(jsd_conn *conn, plan_item *it, const topo_consum
                         "jsdurable never deletes a consumer to re-create it (its delivery state "
                         "would be lost). Remove it by hand or change the file to match",
                         it->name, c->path, immut);
-    if (cfg->DeliverPolicy != js_DeliverAll)
+    if (!deliver_ok)
         diff_word(it, "deliver", "not all", "all");
     diff_word(it, "filter_subject", sf, ff);
     if (c->pub.description)
@@ -419,7 +424,10 @@ void jsd__topo_consumer_config(jsConsumerConfig *cfg, const jsd_topology_consume
     cfg->Durable = c->durable;
     if (c->description)
         cfg->Description = c->description;
-    cfg->DeliverPolicy = js_DeliverAll;
+    /* An update keeps a start sequence (a durable re-created after its
+     * inbox's high-water mark): JetStream cannot change it in place. */
+    if (cfg->DeliverPolicy != js_DeliverByStartSequence)
+        cfg->DeliverPolicy = js_DeliverAll;
     cfg->AckPolicy = js_AckExplicit;
     cfg->FilterSubject = c->filter_subject;
     cfg->AckWait = c->ack_wait_ms * NS_PER_MS;

@@ -39,7 +39,8 @@ struct jsd_topology {
 };
 
 /* The durable consumer a topology declares, as nats.c's configuration: fills
- * Durable, Description (when set), DeliverPolicy (all), AckPolicy (explicit),
+ * Durable, Description (when set), DeliverPolicy (all, unless cfg holds by
+ * start sequence: a re-created durable's, kept), AckPolicy (explicit),
  * FilterSubject, AckWait, MaxDeliver, MaxAckPending, InactiveThreshold and
  * BackOff over a cfg the caller made with jsConsumerConfig_Init (or read from
  * the server, for an update: other fields are left as they are). bo_ns holds

@@ -150,6 +150,10 @@ typedef struct jsd_durable_config {
     int n_backoff;
     int max_ack_pending;
     int64_t inactive_threshold_ms; /* 0: never */
+    /* 0 (the default): deliver the stream from its first message. N: from
+     * stream sequence N (deliver policy by_start_sequence), as a durable
+     * re-created after its inbox's high-water mark N - 1 is. */
+    uint64_t start_seq;
 } jsd_durable_config;
 
 JSD_EXTERN void jsd_durable_config_init(jsd_durable_config *c);
@@ -160,6 +164,26 @@ JSD_EXTERN void jsd_durable_config_init(jsd_durable_config *c);
 JSD_EXTERN jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *durable,
                                           const jsd_durable_config *cfg, bool *created,
                                           jsd_error *err);
+
+/*
+ * jsd_consumer_ensure, knowing what the durable's inbox in store holds. An
+ * existing durable is left as it is (checked against cfg as ensure does). A
+ * missing one whose inbox holds nothing (a first start) is created with cfg
+ * (NULL: the defaults) from the stream's start. A missing one whose inbox
+ * holds rows existed before and was lost (deleted, or its stream or server
+ * re-created): it is re-created only with `restore`, the settings it was
+ * provisioned with (the topology's), at its inbox's high-water mark + 1
+ * (start_seq), so that what the inbox holds is not delivered again, and a
+ * warning is logged; with restore NULL it is JSD_ERR_CONFIG, naming the fix
+ * (`jsdurable provision`). *created (may be NULL) says whether it was
+ * created, *start_seq (may be NULL) the sequence it starts at (0: the
+ * stream's start, or not created). Uses the store outside any transaction.
+ */
+JSD_EXTERN jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store,
+                                                const char *stream, const char *durable,
+                                                const jsd_durable_config *cfg,
+                                                const jsd_durable_config *restore, bool *created,
+                                                uint64_t *start_seq, jsd_error *err);
 
 typedef struct jsd_consumer_opts {
     const char *stream;  /* required */
@@ -204,6 +228,15 @@ typedef struct jsd_consumer_opts {
      * (the hold goes on: nothing is lost). 0: the default, 5 minutes;
      * negative: never. */
     int64_t hold_alert_ms;
+
+    /* The durable's provisioned settings (the topology's), copied. When the
+     * durable is found missing while the consumer runs (deleted under it),
+     * an error is logged and durable_missing set in the stats at once; with
+     * restore the durable is re-created with these settings at its inbox's
+     * high-water mark + 1 (jsd_consumer_ensure_inbox), without it the
+     * consumer keeps retrying and repeats the error once a minute. NULL:
+     * none. */
+    const jsd_durable_config *restore;
 } jsd_consumer_opts;
 
 JSD_EXTERN void jsd_consumer_opts_init(jsd_consumer_opts *o);
@@ -321,6 +354,10 @@ typedef struct jsd_consumer_stats {
     uint64_t held_contention;
     /* 1 while the hold in progress has lasted longer than hold_alert_ms. */
     uint64_t hold_overdue;
+    /* 1 while the durable is missing on the server (deleted under the
+     * consumer; see jsd_consumer_opts.restore), 0 otherwise. */
+    uint64_t durable_missing;
+    uint64_t durables_restored; /* times it was re-created by this consumer */
 } jsd_consumer_stats;
 
 /* Thread-safe snapshot. */

@@ -271,6 +271,13 @@ JSD_EXTERN jsd_status jsd_store_inbox_aged(jsd_store *s, int64_t older_than_ms,
                                            jsd_inbox_aged **out, size_t *n);
 JSD_EXTERN void jsd_inbox_aged_free(jsd_inbox_aged *a, size_t n);
 
+/* The inbox's high-water mark of (stream, durable): the highest stream
+ * sequence its rows hold (rows retired to a negative sequence left out), 0
+ * when it holds none. A durable re-created after it was lost resumes after
+ * it (jsd_consumer_ensure_inbox). Outside any transaction. */
+JSD_EXTERN jsd_status jsd_store_inbox_high_water(jsd_store *s, const char *stream,
+                                                 const char *durable, uint64_t *seq);
+
 /* One bounded transaction removing at most batch inbox rows of (stream,
  * durable) older than older_than_ms whose stream sequence is at or below
  * max_seq: give the durable's ack floor (JetStream consumer info,

@@ -119,6 +119,9 @@ typedef struct jsd__store_ops {
     jsd_status (*gc_step)(jsd_store *s, int64_t cutoff, int batch, bool inbox, int64_t *removed);
     /* (stream, consumer) groups of inbox rows with created_at < cutoff. */
     jsd_status (*inbox_aged)(jsd_store *s, int64_t cutoff, jsd_inbox_aged **out, size_t *n);
+    /* The highest stream sequence of (stream, consumer)'s inbox rows, retired
+     * (negative) ones left out; 0 when there is none. */
+    jsd_status (*inbox_high)(jsd_store *s, const char *stream, const char *consumer, uint64_t *seq);
     /* At most batch inbox rows of (stream, consumer) with created_at <
      * cutoff and stream_seq <= max_seq, in one transaction. */
     jsd_status (*gc_inbox)(jsd_store *s, const char *stream, const char *consumer, int64_t cutoff,

@@ -60,6 +60,7 @@ enum {
     P_POISON_UNPUB,
     P_GC,
     P_INBOX_AGED,
+    P_INBOX_HIGH,
     P_GC_IN_DURABLE,
     P_STATS,
     P_BACKLOG,
@@ -366,6 +367,9 @@ static const char *const sql_text[P__COUNT] = {
     /* clang-format on */
     [P_INBOX_AGED] = "SELECT stream, consumer, count(*) FROM @jsd_inbox WHERE created_at < $1 "
                      "GROUP BY stream, consumer ORDER BY stream, consumer",
+    /* by the primary key's prefix; retired rows (negative) do not count */
+    [P_INBOX_HIGH] = "SELECT coalesce(max(stream_seq), 0) FROM @jsd_inbox WHERE stream = $1 AND "
+                     "consumer = $2 AND stream_seq > 0",
     /* by the primary key's prefix: the durable's rows up to its ack floor */
     [P_GC_IN_DURABLE] = "DELETE FROM @jsd_inbox WHERE (stream, consumer, stream_seq) IN ("
                         "SELECT stream, consumer, stream_seq FROM @jsd_inbox WHERE stream = $1 "
@@ -2309,6 +2313,25 @@ static jsd_status pg_gc_step(jsd_store *s, int64_t cutoff, int batch, bool inbox
     return JSD_OK;
 }
 
+static jsd_status pg_inbox_high(jsd_store *s, const char *stream, const char *consumer,
+                                uint64_t *seq)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    PGresult *r = pexec(s, P_INBOX_HIGH, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK,
+                        "reading the inbox high-water mark");
+    if (!r)
+        return s->err.status;
+    int64_t v = PQntuples(r) == 1 ? get_i64(r, 0, 0) : 0;
+    PQclear(r);
+    *seq = v > 0 ? (uint64_t)v : 0;
+    return JSD_OK;
+}
+
 static jsd_status pg_inbox_aged(jsd_store *s, int64_t cutoff, jsd_inbox_aged **out, size_t *n)
 {
     jsd_status rc = ready(s);
@@ -2637,6 +2660,7 @@ static const jsd__store_ops pg_ops = {
     .poison_read = pg_poison_read,
     .gc_step = pg_gc_step,
     .inbox_aged = pg_inbox_aged,
+    .inbox_high = pg_inbox_high,
     .gc_inbox = pg_gc_inbox,
     .stats = pg_stats,
     /* the outbox tools */

@@ -93,6 +93,7 @@ enum {
     S_GC_OUT,
     S_GC_IN,
     S_INBOX_AGED,
+    S_INBOX_HIGH,
     S_GC_IN_DURABLE,
     S_STATS_PENDING,
     S_STATS_DEAD,
@@ -297,6 +298,9 @@ static const char *const sql_text[S__COUNT] = {
                 "WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
     [S_INBOX_AGED] = "SELECT stream, consumer, count(*) FROM jsd_inbox WHERE created_at < ?1 "
                      "GROUP BY stream, consumer ORDER BY stream, consumer",
+    /* by the primary key's prefix; retired rows (negative) do not count */
+    [S_INBOX_HIGH] = "SELECT coalesce(max(stream_seq), 0) FROM jsd_inbox WHERE stream = ?1 AND "
+                     "consumer = ?2 AND stream_seq > 0",
     /* by the primary key's prefix: the durable's rows up to its ack floor */
     [S_GC_IN_DURABLE] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
                         "WHERE stream = ?1 AND consumer = ?2 AND stream_seq <= ?3 "
@@ -2589,6 +2593,23 @@ static jsd_status sq_inbox_aged(jsd_store *s, int64_t cutoff, jsd_inbox_aged **o
     return JSD_OK;
 }
 
+static jsd_status sq_inbox_high(jsd_store *s, const char *stream, const char *consumer,
+                                uint64_t *seq)
+{
+    sqlite3_stmt *st = stmt(s, S_INBOX_HIGH);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_text(st, 1, stream, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, consumer, -1, SQLITE_STATIC);
+    int x = sqlite3_step(st);
+    int64_t v = x == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    done(st);
+    if (x != SQLITE_ROW)
+        return sq_fail(s, x, "reading the inbox high-water mark");
+    *seq = v > 0 ? (uint64_t)v : 0;
+    return JSD_OK;
+}
+
 static jsd_status sq_gc_inbox(jsd_store *s, const char *stream, const char *consumer,
                               int64_t cutoff, int64_t max_seq, int batch, int64_t *removed)
 {
@@ -3019,6 +3040,7 @@ static const jsd__store_ops sqlite_ops = {
     .poison_read = sq_poison_read,
     .gc_step = sq_gc_step,
     .inbox_aged = sq_inbox_aged,
+    .inbox_high = sq_inbox_high,
     .gc_inbox = sq_gc_inbox,
     .stats = sq_stats,
     /* the outbox tools */

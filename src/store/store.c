@@ -567,6 +567,18 @@ jsd_status jsd_store_inbox_aged(jsd_store *s, int64_t older_than_ms, jsd_inbox_a
     return s->ops->inbox_aged(s, jsd__now_ms() - older_than_ms, out, n);
 }
 
+jsd_status jsd_store_inbox_high_water(jsd_store *s, const char *stream, const char *durable,
+                                      uint64_t *seq)
+{
+    if (!s || !seq)
+        return JSD_ERR_INVALID;
+    *seq = 0;
+    if (!stream || !durable)
+        return jsd__store_err(s, JSD_ERR_INVALID,
+                              "inbox high-water mark: a stream and a durable are needed");
+    return s->ops->inbox_high(s, stream, durable, seq);
+}
+
 void jsd_inbox_aged_free(jsd_inbox_aged *a, size_t n)
 {
     if (!a)
