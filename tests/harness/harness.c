@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -268,6 +271,48 @@ bool jsd_test_version_at_least(const char *version, int major, int minor)
     if (!version || sscanf(version, "%d.%d", &ma, &mi) != 2)
         return false;
     return ma > major || (ma == major && mi >= minor);
+}
+
+int jsd_test_metrics_port(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    int port = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, "(port ");
+        if (p && strstr(line, "metrics on"))
+            port = (int)strtol(p + 6, NULL, 10);
+    }
+    if (f)
+        fclose(f);
+    return port;
+}
+
+const char *jsd_test_http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    static char body[131072];
+    size_t used = 0;
+    ssize_t n;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    char req[256];
+    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    if (rl < 0 || (size_t)rl >= sizeof(req) || write(fd, req, (size_t)rl) != (ssize_t)rl) {
+        close(fd);
+        return NULL;
+    }
+    while (used + 1 < sizeof(body) && (n = read(fd, body + used, sizeof(body) - 1 - used)) > 0)
+        used += (size_t)n;
+    body[used] = '\0';
+    close(fd);
+    return body;
 }
 
 int jsd_test_count(const char *text, const char *needle)

@@ -211,6 +211,15 @@ void jsd_test_skip_because(const char *fmt, ...) __attribute__((format(printf, 1
  * (false for NULL or an unreadable version). */
 bool jsd_test_version_at_least(const char *version, int major, int minor);
 
+/* The metrics port a spawned jsdurable process logged ("metrics on ...
+ * (port N)") in the file at path; 0 until it is written. */
+int jsd_test_metrics_port(const char *path);
+
+/* GET path from 127.0.0.1:port over HTTP/1.0: the whole response (status
+ * line, headers, body; at most 128 KiB) in a buffer of the harness's, valid
+ * until the next call, or NULL when the connection fails. */
+const char *jsd_test_http_get(int port, const char *path);
+
 /* How many times needle occurs in text (non-overlapping). */
 int jsd_test_count(const char *text, const char *needle);
 

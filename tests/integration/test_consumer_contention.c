@@ -83,54 +83,10 @@ static pid_t spawn_consume(const cenv *e, const char *store_url, const char *hol
     return jsd_test_spawn(argv, log, true, NULL);
 }
 
-/* The metrics port from the "metrics on ... (port N)" line; 0 until written. */
-static int metrics_port(const char *log)
-{
-    FILE *f = fopen(log, "r");
-    char line[2048];
-    int port = 0;
-    while (f && fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "(port ");
-        if (p && strstr(line, "metrics on"))
-            port = (int)strtol(p + 6, NULL, 10);
-    }
-    if (f)
-        fclose(f);
-    return port;
-}
-
-/* GET path: the response (headers and body), or NULL. */
-static const char *get(int port, const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    static char body[131072];
-    size_t used = 0;
-    ssize_t n;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    char req[256];
-    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
-    if (write(fd, req, (size_t)rl) != (ssize_t)rl) {
-        close(fd);
-        return NULL;
-    }
-    while (used + 1 < sizeof(body) && (n = read(fd, body + used, sizeof(body) - 1 - used)) > 0)
-        used += (size_t)n;
-    body[used] = '\0';
-    close(fd);
-    return body;
-}
-
 /* A series of GET /metrics ("name" or "name{kind=\"x\"}"), or -1. */
 static double metric(int port, const char *series)
 {
-    const char *body = get(port, "/metrics");
+    const char *body = jsd_test_http_get(port, "/metrics");
     if (!body)
         return -1;
     char key[160];
@@ -141,7 +97,7 @@ static double metric(int port, const char *series)
 
 static bool readyz_says(int port, const char *status, const char *text)
 {
-    const char *r = get(port, "/readyz");
+    const char *r = jsd_test_http_get(port, "/readyz");
     return r && strstr(r, status) && (!text || strstr(r, text));
 }
 
@@ -216,8 +172,8 @@ static void lock_timeout_held(void **state)
     lock_timeout_url(&e, 200, url, sizeof(url));
     snprintf(log, sizeof(log), "%s/consume-lock.log", jsd_test_dir());
     pid_t pid = spawn_consume(&e, url, NULL, log);
-    ASSERT_WAIT(metrics_port(log) > 0, 20000);
-    int port = metrics_port(log);
+    ASSERT_WAIT(jsd_test_metrics_port(log) > 0, 20000);
+    int port = jsd_test_metrics_port(log);
     /* Past the statement's prepare: the consumer is bound and ready. */
     ASSERT_WAIT(jsd_test_file_contains(log, "bound to durable"), 20000);
     ASSERT_WAIT(readyz_says(port, " 200 ", NULL), 10000);
@@ -366,8 +322,8 @@ static void hold_alert_readyz(void **state)
     lock_timeout_url(&e, 200, url, sizeof(url));
     snprintf(log, sizeof(log), "%s/consume-alert.log", jsd_test_dir());
     pid_t pid = spawn_consume(&e, url, "1s", log);
-    ASSERT_WAIT(metrics_port(log) > 0, 20000);
-    int port = metrics_port(log);
+    ASSERT_WAIT(jsd_test_metrics_port(log) > 0, 20000);
+    int port = jsd_test_metrics_port(log);
     ASSERT_WAIT(jsd_test_file_contains(log, "bound to durable"), 20000);
     ASSERT_WAIT(readyz_says(port, " 200 ", NULL), 10000);
 

@@ -231,52 +231,9 @@ static pid_t spawn_consume(const cenv *e, const char *topology, const char *log)
     return jsd_test_spawn(argv, log, true, NULL);
 }
 
-/* The metrics port from the "metrics on ... (port N)" line; 0 until written. */
-static int metrics_port(const char *log)
-{
-    FILE *f = fopen(log, "r");
-    char line[2048];
-    int port = 0;
-    while (f && fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "(port ");
-        if (p && strstr(line, "metrics on"))
-            port = (int)strtol(p + 6, NULL, 10);
-    }
-    if (f)
-        fclose(f);
-    return port;
-}
-
-/* GET /readyz: the response, or NULL. */
-static const char *readyz(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    static char body[8192];
-    size_t used = 0;
-    ssize_t n;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    static const char req[] = "GET /readyz HTTP/1.0\r\n\r\n";
-    if (write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
-        close(fd);
-        return NULL;
-    }
-    while (used + 1 < sizeof(body) && (n = read(fd, body + used, sizeof(body) - 1 - used)) > 0)
-        used += (size_t)n;
-    body[used] = '\0';
-    close(fd);
-    return body;
-}
-
 static bool readyz_says(int port, const char *status, const char *text)
 {
-    const char *r = readyz(port);
+    const char *r = jsd_test_http_get(port, "/readyz");
     return r && strstr(r, status) && (!text || strstr(r, text));
 }
 
@@ -299,8 +256,8 @@ static int running_with_five(cenv *e, const char *topology, const char *log, pid
 {
     sink_table(e);
     *pid = spawn_consume(e, topology, log);
-    ASSERT_WAIT(metrics_port(log) > 0, 20000);
-    int port = metrics_port(log);
+    ASSERT_WAIT(jsd_test_metrics_port(log) > 0, 20000);
+    int port = jsd_test_metrics_port(log);
     ASSERT_WAIT(jsd_test_file_contains(log, "bound to durable"), 20000);
     ASSERT_WAIT(readyz_says(port, " 200 ", NULL), 10000);
     cenv_publish(e, 1, 5, NULL);

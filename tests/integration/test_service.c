@@ -134,57 +134,10 @@ static pid_t start_relay(const char *store, const char *url, const char *log)
     return jsd_test_spawn(argv, log, true, NULL);
 }
 
-/* The relay's metrics port, from its "metrics on ... (port N)" line; 0 until
- * it is written. */
-static int metrics_port(const char *log)
-{
-    FILE *f = fopen(log, "r");
-    char line[1024];
-    int port = 0;
-    while (f && fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "(port ");
-        if (p && strstr(line, "metrics on"))
-            port = (int)strtol(p + 6, NULL, 10);
-    }
-    if (f)
-        fclose(f);
-    return port;
-}
-
-static const char *get(int port, const char *path);
-
 /* GET /metrics: the response (headers and body), or NULL. */
 static const char *scrape(int port)
 {
-    return get(port, "/metrics");
-}
-
-/* GET path: the response (headers and body), or NULL. */
-static const char *get(int port, const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    static char body[65536];
-    size_t used = 0;
-    ssize_t n;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    char req[256];
-    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
-    if (write(fd, req, (size_t)rl) != (ssize_t)rl) {
-        close(fd);
-        return NULL;
-    }
-    while (used + 1 < sizeof(body) && (n = read(fd, body + used, sizeof(body) - 1 - used)) > 0)
-        used += (size_t)n;
-    body[used] = '\0';
-    close(fd);
-    return body;
+    return jsd_test_http_get(port, "/metrics");
 }
 
 /* The value of an unlabelled series in GET /metrics, or -1. */
@@ -285,8 +238,8 @@ static void relay_metrics_commit_to_puback(void **state)
     snprintf(store, sizeof(store), "sqlite:%s/a.db", jsd_test_dir());
     snprintf(log, sizeof(log), "%s/relay.log", jsd_test_dir());
     pid_t pid = start_relay(store, fx.url, log);
-    ASSERT_WAIT(metrics_port(log) > 0, 15000);
-    int port = metrics_port(log);
+    ASSERT_WAIT(jsd_test_metrics_port(log) > 0, 15000);
+    int port = jsd_test_metrics_port(log);
     enqueue(store, "m", 12);
     ASSERT_WAIT(metric(port, "jsd_relay_published_total") == 12, 10000);
     ASSERT_TRUE(metric(port, "jsd_relay_commit_to_puback_seconds_count") == 12);
@@ -373,7 +326,7 @@ static void relay_stops_in_bound(bool pause)
     /* The relay has claimed the new effects (paused broker: published, in
      * flight) or knows the broker is gone. */
     if (pause) {
-        int port = metrics_port(log);
+        int port = jsd_test_metrics_port(log);
         ASSERT_TRUE(port > 0);
         ASSERT_WAIT(metric(port, "jsd_relay_in_flight") > 0, 10000);
     } else
@@ -490,7 +443,7 @@ static void consume_sigterm_broker_stopped(void **state)
 
 static bool readyz_says(int port, const char *status, const char *text)
 {
-    const char *r = get(port, "/readyz");
+    const char *r = jsd_test_http_get(port, "/readyz");
     return r && strstr(r, status) && (!text || strstr(r, text));
 }
 
@@ -505,8 +458,8 @@ static void relay_readyz_follows_the_store(void **state)
     ASSERT_EQ(jsd_fx_pg_database_on(pg.url, store, sizeof(store)), 0);
     snprintf(log, sizeof(log), "%s/readyz-relay.log", jsd_test_dir());
     pid_t pid = start_relay(store, jsd_fx_shared_nats_url(), log);
-    ASSERT_WAIT(metrics_port(log) > 0, 15000);
-    int port = metrics_port(log);
+    ASSERT_WAIT(jsd_test_metrics_port(log) > 0, 15000);
+    int port = jsd_test_metrics_port(log);
     ASSERT_WAIT(readyz_says(port, " 200 ", "ready"), 10000);
     ASSERT_EQ(jsd_fx_pg_stop(&pg), 0);
     ASSERT_WAIT(readyz_says(port, " 503 ", "store: not answering"), 15000);
