@@ -4,7 +4,11 @@
  * back end, raw nats.c publishing and observation, and SQL helpers that work
  * on SQLite and PostgreSQL alike.
  */
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 
 #include "consumer_env.h"
 
@@ -270,4 +274,23 @@ jsd_consumer *cenv_consumer(cenv *e, jsd_consumer_opts *o)
     if (st != JSD_OK)
         fail_msg("jsd_consumer_create: %s: %s", jsd_status_name(st), err.msg);
     return c;
+}
+
+bool cenv_readyz_says(int port, const char *status, const char *text)
+{
+    const char *r = jsd_test_http_get(port, "/readyz");
+    return r && strstr(r, status) && (!text || strstr(r, text));
+}
+
+void cenv_stop_consume(pid_t pid, const char *log, char *out, size_t cap)
+{
+    kill(pid, SIGTERM);
+    int st = jsd_test_child_wait(pid);
+    FILE *f = fopen(log, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("consume ended with status 0x%x:\n%s", st, out);
 }

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <libpq-fe.h>
 #include <nats/nats.h>
@@ -77,6 +78,13 @@ void cenv_raw_pull(cenv *e, const char *inbox, const char *body);
 /* A consumer on e's stream and durable (o may be NULL: defaults); o's stream,
  * durable and inbox retention are set here, fetch_wait_ms defaults to 200. */
 jsd_consumer *cenv_consumer(cenv *e, jsd_consumer_opts *o);
+
+/* GET /readyz of a process's metrics port answers with status (" 200 ",
+ * " 503 ") and, when text is given, contains text. */
+bool cenv_readyz_says(int port, const char *status, const char *text);
+/* SIGTERM a spawned `jsdurable consume` and wait: its log (the file at log)
+ * into out (cap bytes); fails the test unless it exited 0. */
+void cenv_stop_consume(pid_t pid, const char *log, char *out, size_t cap);
 
 /* The sqlite_ and pg_ cmocka cases of a suite function fn(bool pg). */
 #define BOTH(fn)                                                                                   \

@@ -95,27 +95,6 @@ static double metric(int port, const char *series)
     return p ? strtod(p + strlen(key), NULL) : -1;
 }
 
-static bool readyz_says(int port, const char *status, const char *text)
-{
-    const char *r = jsd_test_http_get(port, "/readyz");
-    return r && strstr(r, status) && (!text || strstr(r, text));
-}
-
-/* SIGTERM, and the exit status (fails the test unless it exits 0); the log
- * in out. */
-static void stop_consume(pid_t pid, const char *log)
-{
-    kill(pid, SIGTERM);
-    int st = jsd_test_child_wait(pid);
-    FILE *f = fopen(log, "r");
-    size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
-    out[n] = '\0';
-    if (f)
-        fclose(f);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("consume ended with status 0x%x:\n%s", st, out);
-}
-
 static long long scalar(cenv *e, const char *sql)
 {
     return cenv_store_scalar(e->store, sql);
@@ -176,7 +155,7 @@ static void lock_timeout_held(void **state)
     int port = jsd_test_metrics_port(log);
     /* Past the statement's prepare: the consumer is bound and ready. */
     ASSERT_WAIT(jsd_test_file_contains(log, "bound to durable"), 20000);
-    ASSERT_WAIT(readyz_says(port, " 200 ", NULL), 10000);
+    ASSERT_WAIT(cenv_readyz_says(port, " 200 ", NULL), 10000);
 
     lock_sink(&e, &l);
     cenv_publish(&e, 1, 20, NULL);
@@ -193,13 +172,13 @@ static void lock_timeout_held(void **state)
         log, "store contention (handler contention, lock_timeout (SQLSTATE 55P03)"));
     ASSERT_TRUE(jsd_test_file_contains(log, "no delivery attempt is spent"));
     /* Contention below the hold alert (5 minutes by default) is not unreadiness. */
-    ASSERT_TRUE(readyz_says(port, " 200 ", NULL));
+    ASSERT_TRUE(cenv_readyz_says(port, " 200 ", NULL));
 
     unlock_sink(&l);
     check_applied_once(&e, 20);
     ASSERT_WAIT(metric(port, "jsd_consumer_held_deliveries") == 0, 5000);
     ASSERT_EQ(metric(port, "jsd_consumer_hold_overdue"), 0);
-    stop_consume(pid, log);
+    cenv_stop_consume(pid, log, out, sizeof(out));
     ASSERT_CONTAINS(out, "the store answers again after");
     ASSERT_CONTAINS(out, "20 committed, 0 duplicates, 0 retried, 0 poisoned, 0 parked");
     ASSERT_NOT_CONTAINS(out, "parked, dead-lettered");
@@ -325,21 +304,21 @@ static void hold_alert_readyz(void **state)
     ASSERT_WAIT(jsd_test_metrics_port(log) > 0, 20000);
     int port = jsd_test_metrics_port(log);
     ASSERT_WAIT(jsd_test_file_contains(log, "bound to durable"), 20000);
-    ASSERT_WAIT(readyz_says(port, " 200 ", NULL), 10000);
+    ASSERT_WAIT(cenv_readyz_says(port, " 200 ", NULL), 10000);
 
     lock_sink(&e, &l);
     cenv_publish(&e, 1, 20, NULL);
-    ASSERT_WAIT(readyz_says(port, " 503 ", "held past the hold alert (contention)"), 15000);
+    ASSERT_WAIT(cenv_readyz_says(port, " 503 ", "held past the hold alert (contention)"), 15000);
     ASSERT_EQ(metric(port, "jsd_consumer_hold_overdue"), 1);
     ASSERT_TRUE(jsd_test_file_contains(log, "past the hold alert (1000 ms)"));
     ASSERT_TRUE(jsd_test_file_contains(log, "nothing is lost"));
     ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 0);
 
     unlock_sink(&l);
-    ASSERT_WAIT(readyz_says(port, " 200 ", NULL), 30000);
+    ASSERT_WAIT(cenv_readyz_says(port, " 200 ", NULL), 30000);
     check_applied_once(&e, 20);
     ASSERT_EQ(metric(port, "jsd_consumer_hold_overdue"), 0);
-    stop_consume(pid, log);
+    cenv_stop_consume(pid, log, out, sizeof(out));
     ASSERT_CONTAINS(out, "0 retried, 0 poisoned, 0 parked");
     cenv_down(&e);
 }

@@ -231,26 +231,6 @@ static pid_t spawn_consume(const cenv *e, const char *topology, const char *log)
     return jsd_test_spawn(argv, log, true, NULL);
 }
 
-static bool readyz_says(int port, const char *status, const char *text)
-{
-    const char *r = jsd_test_http_get(port, "/readyz");
-    return r && strstr(r, status) && (!text || strstr(r, text));
-}
-
-/* SIGTERM; it must exit 0. The log in out. */
-static void stop_consume(pid_t pid, const char *log)
-{
-    kill(pid, SIGTERM);
-    int st = jsd_test_child_wait(pid);
-    FILE *f = fopen(log, "r");
-    size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
-    out[n] = '\0';
-    if (f)
-        fclose(f);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("consume ended with status 0x%x:\n%s", st, out);
-}
-
 /* A consume process with 5 messages applied; its metrics port. */
 static int running_with_five(cenv *e, const char *topology, const char *log, pid_t *pid)
 {
@@ -259,7 +239,7 @@ static int running_with_five(cenv *e, const char *topology, const char *log, pid
     ASSERT_WAIT(jsd_test_metrics_port(log) > 0, 20000);
     int port = jsd_test_metrics_port(log);
     ASSERT_WAIT(jsd_test_file_contains(log, "bound to durable"), 20000);
-    ASSERT_WAIT(readyz_says(port, " 200 ", NULL), 10000);
+    ASSERT_WAIT(cenv_readyz_says(port, " 200 ", NULL), 10000);
     cenv_publish(e, 1, 5, NULL);
     ASSERT_WAIT(sink_rows(e) == 5, 20000);
     ASSERT_WAIT(cenv_settled(e), 10000);
@@ -278,7 +258,7 @@ static void deleted_while_running(bool pg)
     delete_durable(&e);
     ASSERT_WAIT(jsd_test_file_contains(log, "does not exist on stream"), 15000);
     ASSERT_TRUE(jsd_test_file_contains(log, "ERROR"));
-    ASSERT_WAIT(readyz_says(port, " 503 ", "durable: missing"), 10000);
+    ASSERT_WAIT(cenv_readyz_says(port, " 503 ", "durable: missing"), 10000);
     /* Said once, not once per retry (the repeat is a minute away). */
     ASSERT_EQ(jsd_test_file_lines(log, "does not exist on stream"), 1);
     ASSERT_TRUE(!durable_exists(&e));
@@ -287,10 +267,10 @@ static void deleted_while_running(bool pg)
      * stream's start): ready again, and nothing applied twice. */
     cenv_durable(&e, 30000, 6, 1024, NULL, 0);
     cenv_publish(&e, 6, 3, NULL);
-    ASSERT_WAIT(readyz_says(port, " 200 ", NULL), 15000);
+    ASSERT_WAIT(cenv_readyz_says(port, " 200 ", NULL), 15000);
     ASSERT_WAIT(sink_rows(&e) == 8, 20000);
     ASSERT_TRUE(jsd_test_file_contains(log, "the durable exists again"));
-    stop_consume(pid, log);
+    cenv_stop_consume(pid, log, out, sizeof(out));
     ASSERT_CONTAINS(out, "8 committed, 5 duplicates");
     applied_once(&e, 8);
     cenv_down(&e);
@@ -314,10 +294,10 @@ static void restored_while_running(bool pg)
     check_restored(&e, 6);
     ASSERT_WAIT(sink_rows(&e) == 10, 20000);
     ASSERT_WAIT(cenv_settled(&e), 10000);
-    ASSERT_TRUE(readyz_says(port, " 200 ", NULL));
+    ASSERT_TRUE(cenv_readyz_says(port, " 200 ", NULL));
     cenv_publish(&e, 11, 2, NULL);
     ASSERT_WAIT(sink_rows(&e) == 12, 20000);
-    stop_consume(pid, log);
+    cenv_stop_consume(pid, log, out, sizeof(out));
     ASSERT_CONTAINS(out, "12 committed, 0 duplicates");
     applied_once(&e, 12);
     cenv_down(&e);
