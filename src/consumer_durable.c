@@ -136,12 +136,15 @@ jsd_status jsd_consumer_ensure(jsd_conn *conn, const char *stream, const char *d
 
 /* Whether the durable exists: JSD_OK with *exists, or the error of the
  * lookup. */
-static jsd_status durable_exists(jsCtx *js, const char *stream, const char *durable, bool *exists,
-                                 jsd_error *err)
+static jsd_status durable_exists(jsCtx *js, const char *stream, const char *durable, int wait_ms,
+                                 bool *exists, jsd_error *err)
 {
     jsConsumerInfo *ci = NULL;
     jsErrCode jerr = 0;
-    natsStatus s = js_GetConsumerInfo(&ci, js, stream, durable, NULL, &jerr);
+    jsOptions o;
+    jsOptions_Init(&o);
+    o.Wait = wait_ms; /* 0: the context's own */
+    natsStatus s = js_GetConsumerInfo(&ci, js, stream, durable, &o, &jerr);
     jsConsumerInfo_Destroy(ci);
     *exists = s == NATS_OK;
     if (s == NATS_OK || s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr)
@@ -166,7 +169,7 @@ jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const cha
         return jsd__err(err, JSD_ERR_INVALID, "consumer ensure: no connection or store");
     if (!jsd__stream_name_valid(stream, err) || !jsd__stream_name_valid(durable, err))
         return JSD_ERR_INVALID;
-    jsd_status st = durable_exists(js, stream, durable, &exists, err);
+    jsd_status st = durable_exists(js, stream, durable, 0, &exists, err);
     if (st != JSD_OK)
         return st;
     if (exists)
@@ -215,10 +218,18 @@ jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const cha
 
 bool jsd__durable_lost(jsd_consumer *c)
 {
+    /* A broker that is away is an outage, not a lost durable. A fetch fails
+     * as a connection drops, before nats.c reports it disconnected, and a
+     * look then waits out its request timeout: it is short (1 s), so a
+     * graceful stop keeps its bound (test_service's
+     * consume_sigterm_broker_stopped: 5 s with the context's timeout). */
+    if (!c->nc || natsConnection_Status(c->nc) != NATS_CONN_STATUS_CONNECTED ||
+        atomic_load(&c->draining))
+        return false;
     bool exists = true;
     jsd_error e;
     jsd_error_clear(&e);
-    if (durable_exists(c->js, c->stream, c->durable, &exists, &e) != JSD_OK || exists) {
+    if (durable_exists(c->js, c->stream, c->durable, 1000, &exists, &e) != JSD_OK || exists) {
         if (exists && c->missing) {
             c->missing = false;
             STAT_SET(c, durable_missing, 0);
