@@ -545,6 +545,11 @@ static double ingress(const char *store_url, int run, bool pg, enum mode mode)
     return rate;
 }
 
+/* BENCH_INGRESS_SUFFIX ends every figure's name (bench/run.sh: ".durable" on
+ * the server with `sync_interval: always`, where the PostgreSQL .sql form is
+ * left out). */
+static const char *suffix = "";
+
 /* A ceiling's median of RUNS in each form, printed as NAME, NAME.coalesced
  * and NAME.best; returns the best. */
 static double ceiling(const char *name, double (*run)(int, bool))
@@ -556,8 +561,8 @@ static double ceiling(const char *name, double (*run)(int, bool))
         m[form] = bench_median(v, RUNS);
     }
     double best = m[0] > m[1] ? m[0] : m[1];
-    printf("%s %.0f msg/s\n%s.coalesced %.0f msg/s\n%s.best %.0f msg/s\n", name, m[0], name, m[1],
-           name, best);
+    printf("%s%s %.0f msg/s\n%s.coalesced%s %.0f msg/s\n%s.best%s %.0f msg/s\n", name, suffix, m[0],
+           name, suffix, m[1], name, suffix, best);
     fflush(stdout);
     return best;
 }
@@ -572,6 +577,8 @@ int main(int argc, char **argv)
     if (n && strtol(n, NULL, 10) > 0)
         n_msgs = (int)strtol(n, NULL, 10);
     const char *pg_url = getenv("JSD_BENCH_PG_URL");
+    if (getenv("BENCH_INGRESS_SUFFIX"))
+        suffix = getenv("BENCH_INGRESS_SUFFIX");
 
     natsOptions *no = NULL;
     check(natsOptions_Create(&no), "options");
@@ -603,25 +610,27 @@ int main(int argc, char **argv)
         sq[r] = ingress(url, r, false, PER_MESSAGE);
     }
     double sq_m = bench_median(sq, RUNS);
-    printf("ingress.sqlite %.0f msg/s\n", sq_m);
-    printf("ingress.sqlite.ratio %.2f x\n", sq_m / rawc_m);
-    printf("ingress.sqlite.ratio_plain %.2f x\n", sq_m / raw_m);
+    printf("ingress.sqlite%s %.0f msg/s\n", suffix, sq_m);
+    printf("ingress.sqlite.ratio%s %.2f x\n", suffix, sq_m / rawc_m);
+    printf("ingress.sqlite.ratio_plain%s %.2f x\n", suffix, sq_m / raw_m);
     fflush(stdout);
     if (pg_url && *pg_url) {
         for (int r = 0; r < RUNS; r++)
             pgv[r] = ingress(pg_url, r, true, PG_UNNEST);
         double pg_m = bench_median(pgv, RUNS);
-        printf("ingress.postgres %.0f msg/s\n", pg_m);
-        printf("ingress.postgres.ratio %.2f x\n", pg_m / rawc_m);
-        printf("ingress.postgres.ratio_plain %.2f x\n", pg_m / raw_m);
+        printf("ingress.postgres%s %.0f msg/s\n", suffix, pg_m);
+        printf("ingress.postgres.ratio%s %.2f x\n", suffix, pg_m / rawc_m);
+        printf("ingress.postgres.ratio_plain%s %.2f x\n", suffix, pg_m / raw_m);
         fflush(stdout);
+    }
+    if (pg_url && *pg_url && !*suffix) {
         for (int r = 0; r < RUNS; r++)
             pgv[r] = ingress(pg_url, r, true, PG_PIPELINE);
-        pg_m = bench_median(pgv, RUNS);
+        double pg_m = bench_median(pgv, RUNS);
         printf("ingress.postgres.sql %.0f msg/s\n", pg_m);
         printf("ingress.postgres.sql.ratio %.2f x\n", pg_m / rawc_m);
         printf("ingress.postgres.sql.ratio_plain %.2f x\n", pg_m / raw_m);
-    } else {
+    } else if (!pg_url || !*pg_url) {
         fprintf(stderr, "bench_ingress: no $JSD_BENCH_PG_URL: PostgreSQL figures skipped\n");
     }
     char cmd[600];

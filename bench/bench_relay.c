@@ -25,6 +25,12 @@
  *   relay.naive V msg/s        the same relay with batch 1 and 1 in flight:
  *                              claim, one publish waited for, one receipt
  *                              commit per effect (SQLite, 5k effects)
+ *   relay.sqlite.keyed V msg/s relay.sqlite with every effect keyed (one of
+ *                              BENCH_RELAY_KEYS=1024 keys, round robin); only
+ *                              when BENCH_RELAY_ONLY names "keyed"
+ * BENCH_RELAY_SUFFIX ends every name (bench/run.sh: ".durable" on the server
+ * with `sync_interval: always`, whose streams BENCH_RELAY_ATOMIC=1 makes with
+ * allow_atomic); BENCH_RELAY_ONLY chooses figures (a comma-separated list).
  * Each run checks that the stream holds exactly one message per effect and
  * the store a receipt for each, so a fast but lossy run cannot report a
  * figure. BENCH_RELAY_MESSAGES overrides 100000. Notes go to stderr.
@@ -52,6 +58,21 @@
 
 static const char *nats_url;
 static char tmpdir[512];
+/* BENCH_RELAY_SUFFIX (".durable" from bench/run.sh on the server with
+ * `sync_interval: always`) ends every figure's name; BENCH_RELAY_ATOMIC=1
+ * makes the streams with allow_atomic (so a relay may publish in atomic
+ * batches); BENCH_RELAY_KEYS=K (with BENCH_RELAY_ONLY=keyed) gives every
+ * effect one of K ordering keys, round robin. */
+static const char *suffix = "";
+static int atomic_streams, n_keys;
+
+static void stream_make(const char *name, const char *subject)
+{
+    if (atomic_streams)
+        bench_stream_make_atomic(name, subject);
+    else
+        bench_stream_make(name, subject);
+}
 
 /* ---- stores ------------------------------------------------------------------------ */
 
@@ -64,13 +85,15 @@ static void enqueue(jsd_store *s, const char *prefix, const char *subject, int n
         if (jsd_tx_begin(&tx, s) != JSD_OK)
             bench_die("begin: %s", jsd_store_errmsg(s));
         for (int k = 0; k < per_tx && i < n; k++, i++) {
-            char id[32];
+            char id[32], key[32];
             snprintf(id, sizeof(id), "%s%d", prefix, i);
+            snprintf(key, sizeof(key), "k%d", n_keys > 0 ? i % n_keys : 0);
             jsd_effect e = {.owner = "bench",
                             .id = id,
                             .subject = subject,
                             .payload = payload,
-                            .len = sizeof(payload)};
+                            .len = sizeof(payload),
+                            .order_key = n_keys > 0 ? key : NULL};
             if (jsd_tx_emit(tx, &e) != JSD_OK)
                 bench_die("emit: %s", jsd_store_errmsg(s));
         }
@@ -103,7 +126,7 @@ static double throughput_run(const char *store_url, int n, int batch, int in_fli
     char stream[64], subject[64];
     snprintf(stream, sizeof(stream), "BENCH_RELAY_%ld_%d", (long)getpid(), run_no);
     snprintf(subject, sizeof(subject), "bench.relay.%ld.%d", (long)getpid(), run_no++);
-    bench_stream_make(stream, subject);
+    stream_make(stream, subject);
 
     jsd_store *app = bench_store_open(store_url);
     enqueue(app, "e", subject, n, 1000);
@@ -193,27 +216,31 @@ static int env_int(const char *name, int dflt)
 static void print_servers(const char *label, double *srv, double *pg, double *busy)
 {
     if (busy[0] >= 0)
-        printf("%s.machine_busy %.0f %%\n", label, bench_median(busy, RUNS));
+        printf("%s.machine_busy%s %.0f %%\n", label, suffix, bench_median(busy, RUNS));
     if (srv[0] >= 0)
-        printf("%s.server.cpu %.2f us/msg\n", label, bench_median(srv, RUNS));
+        printf("%s.server.cpu%s %.2f us/msg\n", label, suffix, bench_median(srv, RUNS));
     if (pg && pg[0] >= 0)
-        printf("%s.pg.cpu %.2f us/msg\n", label, bench_median(pg, RUNS));
+        printf("%s.pg.cpu%s %.2f us/msg\n", label, suffix, bench_median(pg, RUNS));
 }
 
-static void bench_throughput_sqlite(int n)
+/* tail ends the figure's name after the suffix: "relay.sqlite.durable.keyed" */
+static void bench_throughput_sqlite(int n, const char *tail)
 {
+    char label[64];
+    snprintf(label, sizeof(label), "relay.sqlite%s", tail);
     double v[RUNS], c[RUNS], srv[RUNS], busy[RUNS];
     for (int i = 0; i < RUNS; i++) {
         char url[700];
         sqlite_url(url, sizeof(url));
-        v[i] = throughput_run(url, n, env_int("BENCH_RELAY_BATCH", 256), 1024, "relay.sqlite");
+        v[i] = throughput_run(url, n, env_int("BENCH_RELAY_BATCH", 256), 1024, label);
         c[i] = last_cpu_us_per_effect;
         srv[i] = last_server_us_per_effect;
         busy[i] = last_busy_pct;
     }
-    printf("relay.sqlite %.0f msg/s\n", bench_median(v, RUNS));
-    printf("relay.sqlite.cpu %.2f us/msg\n", bench_median(c, RUNS));
-    print_servers("relay.sqlite", srv, NULL, busy);
+    printf("relay.sqlite%s%s %.0f msg/s\n", suffix, tail, bench_median(v, RUNS));
+    printf("relay.sqlite.cpu%s%s %.2f us/msg\n", suffix, tail, bench_median(c, RUNS));
+    if (!*tail)
+        print_servers(label, srv, NULL, busy);
     fflush(stdout);
 }
 
@@ -230,8 +257,8 @@ static void bench_throughput_pg(const char *base, int n)
         busy[i] = last_busy_pct;
         bench_pg_drop(base, name);
     }
-    printf("relay.postgres %.0f msg/s\n", bench_median(v, RUNS));
-    printf("relay.postgres.cpu %.2f us/msg\n", bench_median(c, RUNS));
+    printf("relay.postgres%s %.0f msg/s\n", suffix, bench_median(v, RUNS));
+    printf("relay.postgres.cpu%s %.2f us/msg\n", suffix, bench_median(c, RUNS));
     print_servers("relay.postgres", srv, pg, busy);
     fflush(stdout);
 }
@@ -241,7 +268,7 @@ static void bench_naive(int n)
     char url[700];
     sqlite_url(url, sizeof(url));
     double v = throughput_run(url, n, 1, 1, "relay.naive");
-    printf("relay.naive %.0f msg/s\n", v);
+    printf("relay.naive%s %.0f msg/s\n", suffix, v);
     fflush(stdout);
 }
 
@@ -333,7 +360,7 @@ static void bench_latency(const char *name, const char *url, int producers)
     char stream[64], subject[64];
     snprintf(stream, sizeof(stream), "BENCH_RELAY_LAT_%ld", (long)getpid());
     snprintf(subject, sizeof(subject), "bench.relay.lat.%ld", (long)getpid());
-    bench_stream_make(stream, subject);
+    stream_make(stream, subject);
 
     /* The store file exists (schema made) before the child opens it; the
      * child is forked before the relay's threads start and commits only once
@@ -427,8 +454,8 @@ static void bench_latency(const char *name, const char *url, int producers)
             "bench_relay: %s run: %d effects at %.0f/s, commit->PubAck min %.3f max %.3f ms\n",
             name, n, (double)n / ((double)achieved / 1e6), (double)d[0] / 1000.0,
             (double)d[n - 1] / 1000.0);
-    printf("%s.p50_ms %.3f ms\n", name, (double)d[n / 2] / 1000.0);
-    printf("%s.p99_ms %.3f ms\n", name, (double)d[(size_t)n * 99 / 100] / 1000.0);
+    printf("%s.p50_ms%s %.3f ms\n", name, suffix, (double)d[n / 2] / 1000.0);
+    printf("%s.p99_ms%s %.3f ms\n", name, suffix, (double)d[(size_t)n * 99 / 100] / 1000.0);
     fflush(stdout);
     free(d);
     jsd_relay_destroy(r);
@@ -440,6 +467,18 @@ static void bench_latency(const char *name, const char *url, int producers)
     free(l.acked_us);
 }
 
+/* Is what in the comma-separated list (NULL: everything)? */
+static int wanted(const char *list, const char *what)
+{
+    if (!list)
+        return 1;
+    size_t n = strlen(what);
+    for (const char *p = list; (p = strstr(p, what)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bench_prog = "bench_relay";
@@ -447,8 +486,13 @@ int main(int argc, char **argv)
     if (!nats_url || !*nats_url)
         bench_die("%s", "usage: bench_relay NATS_URL (or set JSD_BENCH_NATS_URL)");
     const char *pg = getenv("JSD_BENCH_PG_URL");
-    /* sqlite|postgres|latency|xproc|pg-latency|naive */
+    /* a comma-separated list of sqlite,postgres,keyed,latency,xproc,pg-latency,naive;
+     * unset: all but keyed */
     const char *only = getenv("BENCH_RELAY_ONLY");
+    const char *sfx = getenv("BENCH_RELAY_SUFFIX");
+    if (sfx)
+        suffix = sfx;
+    atomic_streams = getenv("BENCH_RELAY_ATOMIC") && !strcmp(getenv("BENCH_RELAY_ATOMIC"), "1");
     int n = 100000;
     const char *ns = getenv("BENCH_RELAY_MESSAGES");
     if (ns && *ns) {
@@ -465,9 +509,14 @@ int main(int argc, char **argv)
     jsd_log_configure(JSD_LOG_ERROR, JSD_LOG_TEXT, NULL, NULL);
     bench_nats_up(nats_url);
 
-    if (!only || !strcmp(only, "sqlite"))
-        bench_throughput_sqlite(n);
-    if (!only || !strcmp(only, "postgres")) {
+    if (wanted(only, "sqlite"))
+        bench_throughput_sqlite(n, "");
+    if (only && wanted(only, "keyed")) {
+        n_keys = env_int("BENCH_RELAY_KEYS", 1024);
+        bench_throughput_sqlite(n, ".keyed");
+        n_keys = 0;
+    }
+    if (wanted(only, "postgres")) {
         if (pg && *pg)
             bench_throughput_pg(pg, n);
         else
@@ -475,15 +524,15 @@ int main(int argc, char **argv)
                             "(bench/run.sh sets it with JSD_BENCH_PG=1)\n");
     }
     char url[700];
-    if (!only || !strcmp(only, "latency")) {
+    if (wanted(only, "latency")) {
         sqlite_url(url, sizeof(url));
         bench_latency("relay.latency", url, 0);
     }
-    if (!only || !strcmp(only, "xproc")) {
+    if (wanted(only, "xproc")) {
         sqlite_url(url, sizeof(url));
         bench_latency("relay.latency.xproc", url, 1);
     }
-    if (!only || !strcmp(only, "pg-latency")) {
+    if (wanted(only, "pg-latency")) {
         if (pg && *pg) {
             char name[80];
             pg_fresh(pg, url, sizeof(url), name, sizeof(name));
@@ -494,7 +543,7 @@ int main(int argc, char **argv)
                             "not set\n");
         }
     }
-    if (!only || !strcmp(only, "naive"))
+    if (wanted(only, "naive"))
         bench_naive(n < 5000 ? n : 5000);
 
     char cmd[700];

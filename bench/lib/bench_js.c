@@ -175,6 +175,31 @@ void bench_stream_make(const char *name, const char *subject)
     jsStreamInfo_Destroy(si);
 }
 
+void bench_stream_make_atomic(const char *name, const char *subject)
+{
+    /* nats.c 3.4.1 knows no allow_atomic: the stream is created over the
+     * server's own API, as the library's topology does (src/streams.c) */
+    char api[200], body[400];
+    natsMsg *reply = NULL;
+    jsErrCode jerr = 0;
+    js_DeleteStream(bench_js, name, NULL, &jerr);
+    snprintf(api, sizeof(api), "$JS.API.STREAM.CREATE.%s", name);
+    const char *r = getenv("BENCH_REPLICAS");
+    int replicas = r && atoi(r) >= 1 && atoi(r) <= 5 ? atoi(r) : 1;
+    int n = snprintf(body, sizeof(body),
+                     "{\"name\":\"%s\",\"subjects\":[\"%s\"],\"storage\":\"file\","
+                     "\"num_replicas\":%d,\"duplicate_window\":120000000000,"
+                     "\"allow_atomic\":true}",
+                     name, subject, replicas);
+    natsStatus s = natsConnection_Request(&reply, bench_nc, api, body, n, 10000);
+    if (s != NATS_OK)
+        bench_die("create atomic stream: %s", natsStatus_GetText(s));
+    const char *d = natsMsg_GetData(reply);
+    if (!d || strstr(d, "\"error\"") || !strstr(d, "\"allow_atomic\":true"))
+        bench_die("create atomic stream: the server said %s", d ? d : "nothing");
+    natsMsg_Destroy(reply);
+}
+
 uint64_t bench_stream_msgs(const char *name)
 {
     jsStreamInfo *si = NULL;

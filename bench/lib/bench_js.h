@@ -48,6 +48,9 @@ void bench_die(const char *fmt, const char *detail);
 void bench_nats_up(const char *url);
 /* A fresh file-storage stream capturing subject (2 min duplicate window). */
 void bench_stream_make(const char *name, const char *subject);
+/* The same with allow_atomic (nats-server 2.12+; dies when refused) and
+ * $BENCH_REPLICAS replicas (default 1). */
+void bench_stream_make_atomic(const char *name, const char *subject);
 uint64_t bench_stream_msgs(const char *name);
 void bench_stream_drop(const char *name);
 
