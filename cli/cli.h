@@ -130,6 +130,11 @@ int cli_log_apply(void);
 int cli_log_default(jsd_log_level level);
 /* Handle one connection/logging flag; returns 0, or an exit code on error. */
 int cli_conn_flag(cli_conn *c, int opt, const char *arg);
+/* getopt_long(argc, argv, shortopts, longopts, NULL) without its prefix
+ * matching: on the first call every "--name" must be a whole long option's
+ * name, else the command stops (exit CLI_USAGE) with "unknown option --name;
+ * did you mean --other?", never echoing the value (it may be a secret). */
+int cli_getopt(int argc, char *const argv[], const char *shortopts, const struct option *longopts);
 /* Apply the fallbacks after the flags: JSD_* variables, then the nats CLI's
  * NATS_* variables, then its context (see cli_context.c); CLI_USAGE when no
  * URL is given anywhere, CLI_CONFIG for a context that cannot be used. */

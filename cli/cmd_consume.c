@@ -671,7 +671,7 @@ int cmd_consume(int argc, char **argv)
 
     cli_conn_init(&cc);
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         if (opt >= CLI_CONN_OPT_BASE) {
             if ((rc = cli_conn_flag(&cc, opt, optarg)) != 0)
                 goto out;

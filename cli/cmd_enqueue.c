@@ -355,7 +355,7 @@ int cmd_enqueue(int argc, char **argv)
     int rc = CLI_OK, opt;
     memset(&e, 0, sizeof(e));
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         switch (opt) {
         case 's':
             store_flag = optarg;

@@ -302,7 +302,7 @@ int cmd_gc(int argc, char **argv)
     long batch = 1000;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         switch (opt) {
         case 's':
             store_flag = optarg;

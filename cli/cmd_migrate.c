@@ -42,7 +42,7 @@ int cmd_migrate(int argc, char **argv)
     bool as_json = false;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         switch (opt) {
         case 's':
             store_flag = optarg;

@@ -260,7 +260,7 @@ int cmd_outbox(int argc, char **argv)
         argv++;
     }
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         switch (opt) {
         case O_STORE:
             store_flag = optarg;

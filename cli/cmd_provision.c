@@ -117,7 +117,7 @@ int cmd_provision(int argc, char **argv)
     jsd_topology_apply_opts_init(&ao);
     jsd_error_clear(&err);
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         switch (opt) {
         case 'f':
             file = optarg;

@@ -173,7 +173,7 @@ int cmd_publish(int argc, char **argv)
     jsd_publisher_opts_init(&po);
     po.admission = 1;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         long v;
         switch (opt) {
         case OPT_STREAM:

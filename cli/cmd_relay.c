@@ -157,7 +157,7 @@ int cmd_relay(int argc, char **argv)
 
     optind = 1;
     int opt;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         bool ok = true;
         switch (opt) {
         case OPT_STORE:

@@ -36,7 +36,7 @@ int cmd_schema(int argc, char **argv)
     const char *schema = NULL;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         switch (opt) {
         case 'p':
             print = true;

@@ -151,7 +151,7 @@ int cmd_status(int argc, char **argv)
     cli_conn_init(&cc);
     cc.opts.startup_budget_ms = 2000;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         switch (opt) {
         case 's':
             store_flag = optarg;

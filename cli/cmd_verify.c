@@ -174,7 +174,7 @@ int cmd_verify(int argc, char **argv)
     jsd_verify_opts_init(&vo);
     jsd_error_clear(&err);
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "h", longopts)) != -1) {
         switch (opt) {
         case O_STORE:
             store_flag = optarg;

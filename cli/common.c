@@ -88,6 +88,98 @@ static bool parse_ms_int(const char *arg, int *out)
     return true;
 }
 
+/* ---- options ------------------------------------------------------------------------ */
+
+/* Levenshtein distance of a[0..na) and b[0..nb), both short option names. */
+static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t row[64];
+    if (na >= 63 || nb >= 63)
+        return 99;
+    for (size_t j = 0; j <= nb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* The known option nearest to name[0..n): a prefix of one, or within a third
+ * of its length in edits; NULL when none is near. */
+static const char *nearest_option(const char *name, size_t n, const struct option *longopts)
+{
+    const char *best = NULL;
+    size_t best_d = n / 3 + 1;
+    for (const struct option *o = longopts; o->name; o++) {
+        size_t len = strlen(o->name);
+        size_t d = len > n && !strncmp(o->name, name, n) ? 1 : edit_distance(name, n, o->name, len);
+        if (d < best_d || (d == best_d && best && len < strlen(best))) {
+            best_d = d;
+            best = o->name;
+        }
+    }
+    return best;
+}
+
+/* Every "--name" in argv must be a long option's whole name: getopt_long's
+ * prefix matching would take `--token SECRET` for --token-file and then
+ * print the secret as a file name it cannot read. An unknown name is said
+ * without its value (which may be a secret), with the nearest known one. */
+static bool long_names_exact(int argc, char *const argv[], const struct option *longopts)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--"))
+            return true;
+        if (strncmp(a, "--", 2) != 0)
+            continue;
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t n = eq ? (size_t)(eq - name) : strlen(name);
+        const struct option *hit = NULL;
+        for (const struct option *o = longopts; o->name && !hit; o++)
+            if (strlen(o->name) == n && !strncmp(o->name, name, n))
+                hit = o;
+        if (!hit) {
+            const char *near = nearest_option(name, n, longopts);
+            char shown[48];
+            /* the name only, cut and printable: never the value */
+            size_t k = 0;
+            for (; k < n && k + 1 < sizeof(shown); k++)
+                shown[k] = (name[k] > 0x20 && name[k] < 0x7f) ? name[k] : '?';
+            shown[k] = '\0';
+            if (near)
+                cli_err(argv[0], "unknown option --%s%s; did you mean --%s? (see --help)", shown,
+                        k < n ? "..." : "", near);
+            else
+                cli_err(argv[0], "unknown option --%s%s (see --help)", shown, k < n ? "..." : "");
+            return false;
+        }
+        if (hit->has_arg == required_argument && !eq)
+            i++; /* its value, which may itself begin with "--" */
+    }
+    return true;
+}
+
+int cli_getopt(int argc, char *const argv[], const char *shortopts, const struct option *longopts)
+{
+    if (optind <= 1 && !long_names_exact(argc, argv, longopts)) {
+        fflush(stdout);
+        exit(CLI_USAGE);
+    }
+    return getopt_long(argc, argv, shortopts, longopts, NULL);
+}
+
 int cli_conn_flag(cli_conn *c, int opt, const char *arg)
 {
     switch (opt - CLI_CONN_OPT_BASE) {
@@ -99,7 +191,9 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
         wipe_free(c->secret_token);
         c->secret_token = cli_read_secret_file(arg);
         if (!c->secret_token) {
-            cli_err("", "cannot read token file %s", arg);
+            /* not the name given: a token typed in its place would be shown */
+            cli_err("", "cannot read the file given to --token-file (the name is not shown: it "
+                        "may be the token itself)");
             return CLI_USAGE;
         }
         return 0;
@@ -110,7 +204,8 @@ int cli_conn_flag(cli_conn *c, int opt, const char *arg)
         wipe_free(c->secret_password);
         c->secret_password = cli_read_secret_file(arg);
         if (!c->secret_password) {
-            cli_err("", "cannot read password file %s", arg);
+            cli_err("", "cannot read the file given to --password-file (the name is not shown: "
+                        "it may be the password itself)");
             return CLI_USAGE;
         }
         return 0;
