@@ -1,7 +1,8 @@
 /*
  * jsdurable status — the store's counts for operators and scripts: outbox
- * backlog (and how much of it is due, and how long the oldest due effect has
- * waited), published and dead-lettered effects, inbox rows, poison records.
+ * backlog (and how much of it is due, and how long the oldest effect past its
+ * not_before has waited, retries included), published and dead-lettered effects, inbox rows, poison
+ * records.
  *
  * Text by default, one JSON object with --json. With a NATS server (--nats or
  * $JSD_NATS_URL) it adds the NATS side: each stream's depth, its durable
@@ -24,7 +25,8 @@ static void usage(FILE *f)
             "  --stream NAME   only this stream (repeatable; default: every stream)\n"
             "  --json          one JSON object instead of text\n\n"
             "Counts: backlog (unpublished, not dead-lettered effects), due (of those, due\n"
-            "now), oldest_due_age_ms (how long the oldest due effect has waited), published\n"
+            "now), oldest_due_age_ms (how long the oldest effect past its not_before has\n"
+            "waited, retries included), published\n"
             "(effects with a receipt, until gc removes them), dead_lettered (attempt budget\n"
             "spent or permanent failure), inbox_rows, poison_records, poison_unpublished (of\n"
             "those, not yet published to the dead-letter stream). Relay: failing\n"
@@ -266,7 +268,7 @@ int cmd_status(int argc, char **argv)
     } else {
         if (s) {
             printf("store            %s (%s)\n", jsd_store_url(s), backend_name(s));
-            printf("outbox backlog   %lld (due %lld, oldest due waited %lld ms)\n",
+            printf("outbox backlog   %lld (due %lld, oldest waited %lld ms)\n",
                    (long long)x.backlog, (long long)x.due, (long long)x.oldest_due_age_ms);
             printf("published        %lld\n", (long long)x.published);
             printf("dead-lettered    %lld (first-attempt duplicates %lld)\n",

@@ -286,7 +286,13 @@ static jsd_status register_std(jsd_metrics *m, jsd_error *err)
         "Outbox effects committed but not yet published (dead-lettered ones excluded).",
         outbox_backlog)
     REG(JSD_METRIC_GAUGE, "jsd_outbox_oldest_unpublished_age_seconds",
-        "Age of the oldest due, unpublished outbox effect; 0 when none.", outbox_oldest_age)
+        "Age of the oldest unpublished outbox effect whose not_before has passed (one waiting "
+        "for a retry included); 0 when none.",
+        outbox_oldest_age)
+    REG(JSD_METRIC_GAUGE, "jsd_outbox_failing",
+        "Unpublished outbox effects that failed at least once and wait for a retry (not "
+        "dead-lettered).",
+        outbox_failing)
     for (int r = 0; r < JSD__RESULT_COUNT; r++)
         if ((st = jsd_metrics_register(m, JSD_METRIC_COUNTER, "jsd_deliveries_total",
                                        "Deliveries the consumer settled, by result.", "result",
@@ -315,6 +321,7 @@ static jsd_status register_std(jsd_metrics *m, jsd_error *err)
                  {"jsd_relay_errors_total", JSD__FEED_RELAY},
                  {"jsd_outbox_backlog", JSD__FEED_RELAY},
                  {"jsd_outbox_oldest_unpublished_age_seconds", JSD__FEED_RELAY},
+                 {"jsd_outbox_failing", JSD__FEED_RELAY},
                  {"jsd_deliveries_total", JSD__FEED_CONSUMER},
                  {"jsd_handler_duration_seconds", JSD__FEED_CONSUMER},
                  {"jsd_dead_letters_total", JSD__FEED_CONSUMER}};

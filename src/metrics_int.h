@@ -29,6 +29,7 @@ typedef struct jsd_metrics_std {
     jsd_metric *relay_errors;      /* jsd_relay_errors_total (failed publish attempts) */
     jsd_metric *outbox_backlog;    /* jsd_outbox_backlog (gauge: unpublished effects) */
     jsd_metric *outbox_oldest_age; /* jsd_outbox_oldest_unpublished_age_seconds (gauge) */
+    jsd_metric *outbox_failing;    /* jsd_outbox_failing (gauge: failed at least once) */
     jsd_metric *deliveries[JSD__RESULT_COUNT]; /* jsd_deliveries_total{result} */
     jsd_metric *handler_duration;              /* jsd_handler_duration_seconds (histogram) */
     jsd_metric *dead_letters;                  /* jsd_dead_letters_total */

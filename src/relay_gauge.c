@@ -1,6 +1,6 @@
 /*
  * relay_gauge — the relay's backlog gauges (jsd_outbox_backlog,
- * jsd_outbox_oldest_unpublished_age_seconds), refreshed every
+ * jsd_outbox_oldest_unpublished_age_seconds, jsd_outbox_failing), refreshed every
  * JSD__GAUGES_EVERY_MS (longer when counting is slow, below) on a thread
  * and a store connection of their own.
  *
@@ -41,6 +41,10 @@ int64_t jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t 
         pthread_mutex_lock(mu);
     int64_t t0 = jsd__mono_ms();
     jsd_status s = jsd__store_backlog(st, jsd__now_ms(), &stats);
+    jsd__outbox_trouble trouble = {0};
+    /* the failing count reads the attempted rows' partial indexes only */
+    if (s == JSD_OK)
+        s = jsd__store_outbox_trouble(st, &trouble);
     int64_t took = jsd__mono_ms() - t0;
     if (s != JSD_OK)
         jsd__relay_store_trouble_on(r, st, "backlog for metrics");
@@ -49,6 +53,7 @@ int64_t jsd__relay_backlog_refresh(jsd_relay *r, jsd_store *st, pthread_mutex_t 
     if (s == JSD_OK) {
         jsd_gauge_set(r->mstd->outbox_backlog, (double)stats.backlog);
         jsd_gauge_set(r->mstd->outbox_oldest_age, (double)stats.oldest_due_age_ms / 1000.0);
+        jsd_gauge_set(r->mstd->outbox_failing, (double)trouble.failing);
     }
     return t0 + jsd__relay_gauge_interval_ms(took);
 }

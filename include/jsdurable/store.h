@@ -224,11 +224,13 @@ JSD_EXTERN jsd_status jsd_effect_msg_id(const char *ns, const char *owner, const
 
 /* ---- status and retention -------------------------------------------------- */
 typedef struct jsd_store_stats {
-    int64_t backlog;           /* unpublished, not dead-lettered effects */
-    int64_t due;               /* of those, due now */
-    int64_t oldest_due_age_ms; /* age of the oldest due effect, 0 if none */
-    int64_t published;         /* effects with a receipt */
-    int64_t dead_lettered;     /* effects whose attempt budget was spent */
+    int64_t backlog; /* unpublished, not dead-lettered effects */
+    int64_t due;     /* of those, due now */
+    /* age of the oldest unpublished effect whose not_before has passed (one
+     * waiting out a retry delay included), 0 if none */
+    int64_t oldest_due_age_ms;
+    int64_t published;     /* effects with a receipt */
+    int64_t dead_lettered; /* effects whose attempt budget was spent */
     int64_t inbox_rows;
     int64_t poison_records;
     int64_t poison_unpublished; /* of those, not (yet) in the dead-letter stream */

@@ -115,11 +115,11 @@ enum {
  * scans the whole table, published rows included. */
 #define BACKLOG_PART(key)                                                                          \
     "SELECT count(*) AS n, count(*) FILTER (WHERE next_attempt_at <= $1) AS d, "                   \
-    "min(not_before) FILTER (WHERE next_attempt_at <= $1) AS m FROM @jsd_outbox "                  \
+    "min(not_before) FILTER (WHERE not_before <= $1) AS m FROM @jsd_outbox "                       \
     "WHERE order_key " key " AND " PENDING
 #define BACKLOG_OF(where)                                                                          \
     "SELECT count(*) AS n, count(*) FILTER (WHERE next_attempt_at <= $1) AS d, "                   \
-    "min(not_before) FILTER (WHERE next_attempt_at <= $1) AS m FROM @jsd_outbox c WHERE " where
+    "min(not_before) FILTER (WHERE not_before <= $1) AS m FROM @jsd_outbox c WHERE " where
 /* Ready rows: from the floor up, less the runs recorded there (below it
  * every ready row is covered by one). */
 #define FROM_FLOOR(c) c "id >= (SELECT floor FROM @jsd_outbox_floor) AND NOT " COVERED(c "id")

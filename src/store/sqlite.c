@@ -146,13 +146,13 @@ enum {
  * partial pending index (see S_TROUBLE). */
 #define STATS_PENDING_PART(key)                                                                    \
     "SELECT count(*) AS n, coalesce(sum(max(next_attempt_at, not_before) <= ?1), 0) AS d, "        \
-    "min(CASE WHEN max(next_attempt_at, not_before) <= ?1 THEN not_before END) AS m "              \
+    "min(CASE WHEN not_before <= ?1 THEN not_before END) AS m "                                    \
     "FROM jsd_outbox "                                                                             \
     "WHERE order_key " key " AND " PENDING
 
 #define STATS_PENDING_REST                                                                         \
     "SELECT count(*) AS n, coalesce(sum(max(next_attempt_at, not_before) <= ?1), 0) AS d, "        \
-    "min(CASE WHEN max(next_attempt_at, not_before) <= ?1 THEN not_before END) AS m "              \
+    "min(CASE WHEN not_before <= ?1 THEN not_before END) AS m "                                    \
     "FROM jsd_outbox INDEXED BY jsd_outbox_rest WHERE " REST
 
 static const char *const sql_text[S__COUNT] = {

@@ -296,6 +296,54 @@ static void backlog_gauge_while_running(rt_backend kind)
     env_down(&e);
 }
 
+/* An effect that keeps failing while others are published (a subject no
+ * stream captures) shows in jsd_outbox_failing and ages in
+ * jsd_outbox_oldest_unpublished_age_seconds while it waits out its retry
+ * delay: before, such a row was not "due", the age stayed 0 and no alert
+ * could see it. */
+static void failing_effect_gauges(rt_backend kind)
+{
+    rt_env e;
+    env_up(&e, kind, NULL);
+    jsd_store *app = rt_open(&e.st);
+    jsd_metrics *mx = NULL;
+    ASSERT_OK(jsd_metrics_create(&mx, NULL));
+    rt_relay t;
+    jsd_relay_opts o = fast_opts();
+    o.metrics = mx;
+    o.backoff_base_ms = 60000; /* the failed row waits a minute for its retry */
+    o.backoff_cap_ms = 60000;
+    o.publish_deadline_ms = 20000;
+    rt_relay_make(&t, &e.st, e.nats_url, &o);
+    rt_relay_start(&t, false);
+    char lost[80];
+    snprintf(lost, sizeof(lost), "%s", jsd_test_unique("nostream.failing."));
+    rt_enqueue_opts bad = {.id_prefix = "bad", .n = 1, .subject = lost};
+    rt_enqueue(app, &bad);
+    rt_enqueue_opts good = {.id_prefix = "good", .n = 5, .subject = e.subject};
+    rt_enqueue(app, &good);
+    ASSERT_WAIT(rt_published(&e.st) == 5, 15000);
+    ASSERT_WAIT(gauge(mx, "jsd_outbox_failing") == 1, 15000);
+    ASSERT_WAIT(gauge(mx, "jsd_outbox_oldest_unpublished_age_seconds") >= 1, 15000);
+    rt_relay_finish(&t);
+    ASSERT_EQ(gauge(mx, "jsd_outbox_backlog"), 1);
+    jsd_metrics_destroy(mx);
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+static void failing_effect_gauges_sqlite(void **state)
+{
+    (void)state;
+    failing_effect_gauges(RT_SQLITE);
+}
+
+static void failing_effect_gauges_pg(void **state)
+{
+    (void)state;
+    failing_effect_gauges(RT_PG);
+}
+
 static void backlog_gauge_while_running_sqlite(void **state)
 {
     (void)state;
@@ -958,20 +1006,19 @@ static void cli_flags_and_until_idle(void **state)
     env_down(&e);
 }
 
-JSD_TEST_MAIN(cmocka_unit_test(publishes_every_effect_once_sqlite),
-              cmocka_unit_test(publishes_every_effect_once_pg),
-              cmocka_unit_test(publishes_every_effect_once_write_each),
-              cmocka_unit_test(headers_and_expected_stream), cmocka_unit_test(not_before_sqlite),
-              cmocka_unit_test(not_before_pg), cmocka_unit_test(backlog_gauge_while_running_sqlite),
-              cmocka_unit_test(backlog_gauge_while_running_pg),
-              cmocka_unit_test(dead_letter_budget_sqlite), cmocka_unit_test(dead_letter_budget_pg),
-              cmocka_unit_test(ordering_keys_sqlite), cmocka_unit_test(ordering_keys_pg),
-              cmocka_unit_test(failed_head_blocks_its_key_sqlite),
-              cmocka_unit_test(failed_head_blocks_its_key_pg),
-              cmocka_unit_test(wakeup_prompts_claim_sqlite),
-              cmocka_unit_test(wakeup_prompts_claim_pg), cmocka_unit_test(stop_settles_in_flight),
-              cmocka_unit_test(stalled_writer_holds_claims_back),
-              cmocka_unit_test(options_are_validated), cmocka_unit_test(broker_down_sqlite),
-              cmocka_unit_test(broker_down_pg), cmocka_unit_test(gone_connection_ends_the_run),
-              cmocka_unit_test(dropped_puback_sqlite), cmocka_unit_test(dropped_puback_pg),
-              cmocka_unit_test(cli_flags_and_until_idle))
+JSD_TEST_MAIN(
+    cmocka_unit_test(publishes_every_effect_once_sqlite),
+    cmocka_unit_test(publishes_every_effect_once_pg),
+    cmocka_unit_test(publishes_every_effect_once_write_each),
+    cmocka_unit_test(headers_and_expected_stream), cmocka_unit_test(not_before_sqlite),
+    cmocka_unit_test(not_before_pg), cmocka_unit_test(backlog_gauge_while_running_sqlite),
+    cmocka_unit_test(failing_effect_gauges_sqlite), cmocka_unit_test(failing_effect_gauges_pg),
+    cmocka_unit_test(backlog_gauge_while_running_pg), cmocka_unit_test(dead_letter_budget_sqlite),
+    cmocka_unit_test(dead_letter_budget_pg), cmocka_unit_test(ordering_keys_sqlite),
+    cmocka_unit_test(ordering_keys_pg), cmocka_unit_test(failed_head_blocks_its_key_sqlite),
+    cmocka_unit_test(failed_head_blocks_its_key_pg), cmocka_unit_test(wakeup_prompts_claim_sqlite),
+    cmocka_unit_test(wakeup_prompts_claim_pg), cmocka_unit_test(stop_settles_in_flight),
+    cmocka_unit_test(stalled_writer_holds_claims_back), cmocka_unit_test(options_are_validated),
+    cmocka_unit_test(broker_down_sqlite), cmocka_unit_test(broker_down_pg),
+    cmocka_unit_test(gone_connection_ends_the_run), cmocka_unit_test(dropped_puback_sqlite),
+    cmocka_unit_test(dropped_puback_pg), cmocka_unit_test(cli_flags_and_until_idle))

@@ -245,14 +245,14 @@ static void snapshot_lists_every_series(void **state)
     jsd_counter_add(s->deliveries[JSD_RESULT_RETRY], 4);
     size_t n = 0;
     ASSERT_STATUS(jsd_metrics_snapshot(m, NULL, 0, &n), JSD_ERR_LIMIT);
-    /* 5 relay/outbox + 5 results + histogram + dead letters + 2 connection */
-    ASSERT_EQ(n, 14);
-    jsd_metric_value v[14];
+    /* 6 relay/outbox + 5 results + histogram + dead letters + 2 connection */
+    ASSERT_EQ(n, 15);
+    jsd_metric_value v[15];
     size_t n2 = 0;
     ASSERT_STATUS(jsd_metrics_snapshot(m, v, 3, &n2), JSD_ERR_LIMIT);
-    ASSERT_EQ(n2, 14);
+    ASSERT_EQ(n2, 15);
     ASSERT_STREQ(v[0].name, "jsd_relay_published_total");
-    ASSERT_OK(jsd_metrics_snapshot(m, v, 14, &n2));
+    ASSERT_OK(jsd_metrics_snapshot(m, v, 15, &n2));
     int found = 0;
     for (size_t i = 0; i < n2; i++) {
         if (!strcmp(v[i].name, "jsd_relay_errors_total")) {
