@@ -84,6 +84,12 @@ enum {
     F_PROXY_CUT,
     F_PROXY_WITHHOLD,
     F_LEADER_KILL,
+    F_STREAM_RECREATE,
+    F_BROKER_ROLLBACK,
+    F_FOREIGN_PUBLISH,
+    F_HANDLER_LOCK,
+    F_GC_OUTAGE,
+    F_DURABLE_DELETE,
     F_N
 };
 
@@ -93,19 +99,45 @@ static const struct {
     int where;
     char store;
 } faults[F_N] = {
-    [F_RELAY_KILL] = {"relay-kill", 0, 0},         [F_RELAY_STOP] = {"relay-stop", 0, 0},
-    [F_CONSUMER_KILL] = {"consumer-kill", 0, 0},   [F_CONSUMER_STOP] = {"consumer-stop", 0, 0},
-    [F_BROKER_KILL] = {"broker-kill", 1, 0},       [F_BROKER_STOP] = {"broker-stop", 1, 0},
-    [F_PG_RESTART] = {"pg-restart", 0, 'p'},       [F_PG_OUTAGE] = {"pg-outage", 0, 'p'},
-    [F_DISK_FULL] = {"disk-full", 0, 's'},         [F_PROXY_CUT] = {"proxy-cut", 1, 0},
-    [F_PROXY_WITHHOLD] = {"proxy-withhold", 1, 0}, [F_LEADER_KILL] = {"leader-kill", 2, 0},
+    [F_RELAY_KILL] = {"relay-kill", 0, 0},
+    [F_RELAY_STOP] = {"relay-stop", 0, 0},
+    [F_CONSUMER_KILL] = {"consumer-kill", 0, 0},
+    [F_CONSUMER_STOP] = {"consumer-stop", 0, 0},
+    [F_BROKER_KILL] = {"broker-kill", 1, 0},
+    [F_BROKER_STOP] = {"broker-stop", 1, 0},
+    [F_PG_RESTART] = {"pg-restart", 0, 'p'},
+    [F_PG_OUTAGE] = {"pg-outage", 0, 'p'},
+    [F_DISK_FULL] = {"disk-full", 0, 's'},
+    [F_PROXY_CUT] = {"proxy-cut", 1, 0},
+    [F_PROXY_WITHHOLD] = {"proxy-withhold", 1, 0},
+    [F_LEADER_KILL] = {"leader-kill", 2, 0},
+    [F_STREAM_RECREATE] = {"stream-recreate", 0, 0},
+    [F_BROKER_ROLLBACK] = {"broker-rollback", 1, 0},
+    [F_FOREIGN_PUBLISH] = {"foreign-publish", 0, 0},
+    [F_HANDLER_LOCK] = {"handler-lock", 0, 0},
+    [F_GC_OUTAGE] = {"gc-outage", 0, 0},
+    [F_DURABLE_DELETE] = {"durable-delete", 0, 0},
 };
+
+/* Kinds that cannot share a run (see exclusive_kinds()): gc-outage removes
+ * inbox rows at or below the durable's ack floor and durable-delete re-creates
+ * the durable at the inbox's high-water mark, both trusting the broker to keep
+ * what it acknowledged; stream-recreate and broker-rollback take that away. */
+static bool kind_loses_broker_state(int k)
+{
+    return k == F_STREAM_RECREATE || k == F_BROKER_ROLLBACK;
+}
+static bool kind_trusts_broker_state(int k)
+{
+    return k == F_GC_OUTAGE || k == F_DURABLE_DELETE;
+}
 
 /* The kinds CI draws from: every kind (each case keeps those its store and
  * topology allow, see docs/CHAOS.md). */
 #define CI_KINDS                                                                                   \
     "relay-kill,relay-stop,consumer-kill,consumer-stop,broker-kill,broker-stop,pg-restart,"        \
-    "pg-outage,disk-full,proxy-cut,proxy-withhold,leader-kill"
+    "pg-outage,disk-full,proxy-cut,proxy-withhold,leader-kill,stream-recreate,broker-rollback,"    \
+    "foreign-publish,handler-lock,gc-outage,durable-delete"
 
 /* ---- a seeded PRNG (splitmix64) -------------------------------------------------------------- */
 
@@ -135,7 +167,7 @@ typedef struct chaos_cfg {
     bool pg, cluster;
     bool tamper; /* the checker's own test: falsify the history, expect each class */
     bool kind_on[F_N];
-    char kinds[256]; /* as given, for the reproduce line */
+    char kinds[512]; /* as given, for the reproduce line */
 } chaos_cfg;
 
 static long env_long(const char *name, long def, long lo, long hi)
@@ -151,9 +183,20 @@ static long env_long(const char *name, long def, long lo, long hi)
     return x;
 }
 
+static const char *all_kinds(void)
+{
+    static char all[512];
+    all[0] = '\0';
+    for (int k = 0; k < F_N; k++) {
+        size_t l = strlen(all);
+        snprintf(all + l, sizeof(all) - l, "%s%s", l ? "," : "", faults[k].name);
+    }
+    return all;
+}
+
 static void cfg_kinds(chaos_cfg *c, const char *list)
 {
-    char buf[256];
+    char buf[512];
     snprintf(c->kinds, sizeof(c->kinds), "%s", list);
     snprintf(buf, sizeof(buf), "%s", list);
     memset(c->kind_on, 0, sizeof(c->kind_on));
@@ -165,23 +208,9 @@ static void cfg_kinds(chaos_cfg *c, const char *list)
         while (k < F_N && strcmp(faults[k].name, t) != 0)
             k++;
         if (k == F_N)
-            fail_msg("CHAOS_KINDS: unknown fault kind \"%s\" (known: relay-kill relay-stop "
-                     "consumer-kill consumer-stop broker-kill broker-stop pg-restart pg-outage "
-                     "disk-full proxy-cut proxy-withhold leader-kill)",
-                     t);
+            fail_msg("CHAOS_KINDS: unknown fault kind \"%s\" (known: %s)", t, all_kinds());
         c->kind_on[k] = true;
     }
-}
-
-static const char *all_kinds(void)
-{
-    static char all[256];
-    all[0] = '\0';
-    for (int k = 0; k < F_N; k++) {
-        size_t l = strlen(all);
-        snprintf(all + l, sizeof(all) - l, "%s%s", l ? "," : "", faults[k].name);
-    }
-    return all;
 }
 
 /* ---- processes under test -------------------------------------------------------------------- */
@@ -205,6 +234,8 @@ typedef struct run {
     jsd_fx_pg pg[2]; /* [0] the producer's server, [1] the sink's */
     bool pg_down[2];
     char src_url[512], sink_url[512];
+    char cons_url[600];    /* the sink as the consumers reach it (PostgreSQL: a lock_timeout) */
+    char topo[PATH_MAX];   /* the topology file the consumers restore a lost durable from */
     char src_ns[80];       /* the producer store's message-id namespace */
     char daemon_nats[900]; /* URL(s) the daemons use (through the proxy if any) */
     char direct_nats[900]; /* URL(s) the checker uses */
@@ -221,7 +252,14 @@ typedef struct run {
     uint8_t *committed; /* per index: 1 when the producer saw its commit */
     int16_t *key_of;    /* per index: key number, -1 unordered */
     int rate;           /* messages per second */
-    int64_t deadline;   /* of the whole run (mono ms) */
+    /* foreign-publish: what a foreign publisher put into the stream */
+    struct foreign {
+        char payload[48];
+        bool poison; /* malformed id or headers: poison on its own, never applied */
+    } foreign[64];
+    int n_foreign;
+    int repairs;      /* stream-recreate, broker-rollback: verify --repair at drain too */
+    int64_t deadline; /* of the whole run (mono ms) */
 } run;
 
 static run *live; /* for the exit handler */
@@ -301,7 +339,7 @@ static void start_consumer(run *R, int i)
     const char *args[] = {jsd_fx_bin("jsdurable"),
                           "consume",
                           "--store",
-                          R->sink_url,
+                          R->cons_url,
                           "--nats",
                           R->daemon_nats,
                           "--stream",
@@ -312,6 +350,8 @@ static void start_consumer(run *R, int i)
                           "64",
                           "--sql",
                           sink_sql,
+                          "--topology",
+                          R->topo,
                           "--startup-budget-ms",
                           "30000",
                           "--log-level",
@@ -816,6 +856,128 @@ static void fill_disk(run *R, const char *path)
     (void)R;
 }
 
+static long long durable_backlog(const char *urls);
+
+/* Run a jsdurable command line (arguments already quoted); its exit status,
+ * its output (bounded) in out. */
+static int jsd_cli(const char *args, char *out, size_t cap)
+{
+    char cmd[4 * PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "'%s' %s", jsd_fx_bin("jsdurable"), args);
+    return jsd_test_run(cmd, out, cap);
+}
+
+/* `jsdurable verify --repair` on the producer store: the receipts of effects
+ * the stream lost are taken back and the relays publish them again. Returns
+ * how many were taken back (-1: verify could not run). */
+static long verify_repair(run *R, const char *why)
+{
+    char args[3 * PATH_MAX], out[4096];
+    /* every finding in verify.log; the summary lines here */
+    snprintf(args, sizeof(args),
+             "verify --store '%s' --nats '%s' --repair >> '%s/verify.log' 2>&1; rc=$?; "
+             "grep -E '^(checked|repaired) [0-9]' '%s/verify.log' | tail -n 2; exit $rc",
+             R->src_url, R->direct_nats, jsd_test_dir(), jsd_test_dir());
+    int rc = jsd_cli(args, out, sizeof(out));
+    const char *sum = strstr(out, "checked ");
+    const char *rep = strstr(out, "repaired ");
+    long n = rep ? strtol(rep + 9, NULL, 10) : (sum ? 0 : -1);
+    char line[200] = "";
+    if (sum)
+        snprintf(line, sizeof(line), "%.*s", (int)strcspn(sum, "\n"), sum);
+    SAY(R, "verify --repair (%s): exit %d; %s; repaired %ld", why, rc, sum ? line : "no summary",
+        n);
+    if (n < 0)
+        fprintf(stderr, "%s\n", out);
+    return n;
+}
+
+static void relays_kill(run *R)
+{
+    for (int i = 0; i < R->c.relays; i++) {
+        R->relay[i].held_down = true;
+        kill_wait(&R->relay[i], SIGKILL);
+    }
+}
+
+static void relays_start(run *R)
+{
+    for (int i = 0; i < R->c.relays; i++)
+        if (R->relay[i].pid <= 0)
+            start_relay(R, i);
+}
+
+static void consumers_signal(run *R, int sig)
+{
+    for (int i = 0; i < R->c.consumers; i++)
+        if (R->cons[i].pid > 0) {
+            kill(R->cons[i].pid, sig);
+            R->cons[i].stopped = sig == SIGSTOP;
+        }
+}
+
+/* foreign-publish: a publisher that is not the relay puts messages into the
+ * stream: some with a Nats-Msg-Id or headers past the project's limits
+ * (poison on their own), some with valid ids of their own (applied once). */
+static void foreign_publish(run *R, int nth, const char *tag)
+{
+    nconn n;
+    if (!nconn_open(&n, R->direct_nats)) {
+        SAY(R, "%s: cannot connect to the broker; skipped", tag);
+        return;
+    }
+    int valid = rng_range(&R->r, 1, 3), sent = 0, poison = 0;
+    for (int k = 0; k < 3 + valid && R->n_foreign < 64; k++) {
+        struct foreign *f = &R->foreign[R->n_foreign];
+        char id[400];
+        natsMsg *m = NULL;
+        f->poison = k < 3;
+        snprintf(f->payload, sizeof(f->payload), "foreign %d.%d %s", nth, k,
+                 f->poison ? "poison" : "valid");
+        if (k == 0) { /* 300 bytes: the server takes it, the inbox cannot */
+            int l = snprintf(id, sizeof(id), "foreign-%d-", nth);
+            memset(id + l, 'L', (size_t)(300 - l));
+            id[300] = '\0';
+        } else if (k == 1) {
+            snprintf(id, sizeof(id), "foreign-%d-ctl\x01-%d", nth, k);
+        } else {
+            snprintf(id, sizeof(id), "foreign-%d-%d-seed%" PRIu64, nth, k, R->c.seed);
+        }
+        natsStatus s =
+            natsMsg_Create(&m, "chaos.foreign", NULL, f->payload, (int)strlen(f->payload));
+        if (s == NATS_OK)
+            s = natsMsgHeader_Set(m, "Nats-Msg-Id", id);
+        if (s == NATS_OK && k == 2) { /* a tracestate over its 512-byte limit */
+            char ts[700];
+            memset(ts, 'a', 600);
+            memcpy(ts, "v=", 2);
+            ts[600] = '\0';
+            s = natsMsgHeader_Set(m, "tracestate", ts);
+        }
+        jsPubAck *pa = NULL;
+        jsErrCode jerr = 0;
+        if (s == NATS_OK)
+            s = js_PublishMsg(&pa, n.js, m, NULL, &jerr);
+        if (s == NATS_OK && pa && pa->Duplicate) {
+            SAY(R, "%s: \"%s\" taken for a duplicate by the stream", tag, f->payload);
+        } else if (s == NATS_OK) {
+            R->n_foreign++;
+            sent++;
+            poison += f->poison;
+        } else {
+            SAY(R, "%s: publish \"%s\": %s (%d)", tag, f->payload, natsStatus_GetText(s),
+                (int)jerr);
+        }
+        jsPubAck_Destroy(pa);
+        natsMsg_Destroy(m);
+    }
+    nconn_close(&n);
+    SAY(R,
+        "%s: %d foreign messages (%d past the limits: a 300-byte id, a control byte in the "
+        "id, a 600-byte tracestate)",
+        tag, sent, poison);
+}
+
 static void apply_fault(run *R, int kind, int nth)
 {
     int i, ms;
@@ -937,6 +1099,172 @@ static void apply_fault(run *R, int kind, int nth)
         jsd_fx_nats_restart(&R->cl.node[l]);
         break;
     }
+    case F_STREAM_RECREATE: {
+        /* The relays are killed (not stopped) and the consumers stopped
+         * around the deletion and the repair: a receipt written after the
+         * repair would name a sequence of the deleted stream that the new
+         * one reuses, which verify calls overwritten and does not take back;
+         * a consumer that saw the durable missing before it is provisioned
+         * again would restore it at its inbox's high-water mark, past the
+         * new stream's start (docs/CHAOS.md). */
+        nconn n;
+        ms = rng_range(&R->r, 0, 1500);
+        SAY(R,
+            "%s: relays killed, consumers stopped; delete, provision again, repair; resume "
+            "after %d ms",
+            tag, ms);
+        relays_kill(R);
+        consumers_signal(R, SIGSTOP);
+        if (!nconn_open(&n, R->direct_nats))
+            fail_msg("%s: cannot connect to %s", tag, R->direct_nats);
+        jsErrCode jerr = 0;
+        natsStatus s = js_DeleteStream(n.js, STREAM, NULL, &jerr);
+        if (s != NATS_OK)
+            fail_msg("%s: js_DeleteStream: %s (%d)", tag, natsStatus_GetText(s), (int)jerr);
+        add_stream(R, &n, STREAM, "chaos.>");
+        add_durable(&n);
+        nconn_close(&n);
+        R->repairs++;
+        verify_repair(R, tag);
+        hold(R, ms);
+        consumers_signal(R, SIGCONT);
+        relays_start(R);
+        break;
+    }
+    case F_BROKER_ROLLBACK: {
+        /* A copy of the server's store (stream, durable and dead-letter
+         * stream alike) taken while it is stopped; later the server is killed
+         * and started on the copy: every write acknowledged since is lost.
+         * The relays are killed before it, for the reason stream-recreate
+         * gives, and started after the repair. */
+        char cmd[4 * PATH_MAX + 64], out[2048];
+        ms = rng_range(&R->r, 1000, 5000);
+        SAY(R, "%s: store copied; restarted on the copy after %d ms, then repaired", tag, ms);
+        jsd_fx_nats_pause(&R->nats);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s/js.rollback' && cp -a '%s/js' '%s/js.rollback'",
+                 R->nats.dir, R->nats.dir, R->nats.dir);
+        int rc = jsd_test_run(cmd, out, sizeof(out));
+        jsd_fx_nats_resume(&R->nats);
+        if (rc != 0)
+            fail_msg("%s: copying the store: %s", tag, out);
+        hold(R, ms);
+        relays_kill(R);
+        jsd_fx_nats_kill(&R->nats);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s/js' && mv '%s/js.rollback' '%s/js'", R->nats.dir,
+                 R->nats.dir, R->nats.dir);
+        if (jsd_test_run(cmd, out, sizeof(out)) != 0)
+            fail_msg("%s: restoring the copy: %s", tag, out);
+        jsd_fx_nats_restart(&R->nats);
+        R->repairs++;
+        verify_repair(R, tag);
+        relays_start(R);
+        break;
+    }
+    case F_FOREIGN_PUBLISH: {
+        foreign_publish(R, nth, tag);
+        /* Settled before the next fault (a broker-rollback's copy then holds
+         * their dead letters): the valid ones applied, the others recorded
+         * as poison with their dead letter published; 30 s at most. */
+        int valid = 0, poison = 0;
+        for (int k = 0; k < R->n_foreign; k++)
+            R->foreign[k].poison ? poison++ : valid++;
+        char q1[200], q2[200];
+        snprintf(q1, sizeof(q1),
+                 "SELECT count(*) FROM chaos_sink WHERE CAST(payload AS TEXT) LIKE 'foreign %%'");
+        snprintf(q2, sizeof(q2), "SELECT count(*) FROM jsd_poison WHERE dlq_seq IS NOT NULL");
+        int64_t t0 = jsd_test_mono_ms(), end = t0 + 30000;
+        long long a = -1, b = -1;
+        while (jsd_test_mono_ms() < end &&
+               ((a = q_once(R->sink_url, q1)) < valid || (b = q_once(R->sink_url, q2)) < poison))
+            hold(R, 100);
+        SAY(R,
+            "%s: %lld foreign applied (of %d valid), %lld poison records dead-lettered (of %d) "
+            "after %.1f s",
+            tag, a, valid, b, poison, (double)(jsd_test_mono_ms() - t0) / 1000.0);
+        break;
+    }
+    case F_HANDLER_LOCK: {
+        /* Another session holds the sink's table: the consumers' statements
+         * meet lock_timeout (PostgreSQL, 55P03) or SQLITE_BUSY and hold the
+         * batch; nothing is dead-lettered. */
+        ms = rng_range(&R->r, 1000, 8000);
+        db d;
+        if (!db_open(&d, R->sink_url)) {
+            SAY(R, "%s: cannot open the sink; skipped", tag);
+            break;
+        }
+        SAY(R, "%s: %s for %d ms", tag,
+            R->c.pg ? "LOCK TABLE chaos_sink IN ACCESS EXCLUSIVE MODE" : "BEGIN IMMEDIATE", ms);
+        if (R->c.pg) {
+            db_exec(&d, "BEGIN");
+            db_exec(&d, "LOCK TABLE chaos_sink IN ACCESS EXCLUSIVE MODE");
+        } else {
+            db_exec(&d, "BEGIN IMMEDIATE");
+        }
+        hold(R, ms);
+        db_exec(&d, "COMMIT");
+        db_close(&d);
+        /* what the consumers met (their logs, warn level) */
+        char cmd[PATH_MAX + 128], out[256];
+        snprintf(cmd, sizeof(cmd),
+                 "cat '%s'/consume-*.log | grep -ciE 'lock timeout|lock_timeout|busy|locked|"
+                 "contention'",
+                 jsd_test_dir());
+        jsd_test_run(cmd, out, sizeof(out));
+        SAY(R, "%s: released; consumer log lines on contention so far: %ld", tag,
+            strtol(out, NULL, 10));
+        break;
+    }
+    case F_GC_OUTAGE: {
+        /* Every consumer stopped longer than the inbox retention while gc
+         * runs: the outage is made by ageing the inbox rows an hour (in place
+         * of waiting it), gc keeps what is above the durable's ack floor. */
+        char args[2048], out[4096];
+        ms = rng_range(&R->r, 500, 3000);
+        SAY(R,
+            "%s: consumers stopped (SIGTERM); inbox aged 1 h; gc --older-than 30m; restart "
+            "after %d ms",
+            tag, ms);
+        for (int k = 0; k < R->c.consumers; k++) {
+            R->cons[k].held_down = true;
+            kill_wait(&R->cons[k], SIGTERM);
+        }
+        db d;
+        if (db_open(&d, R->sink_url)) {
+            db_exec(&d, "UPDATE jsd_inbox SET created_at = created_at - 3600000");
+            db_close(&d);
+        }
+        snprintf(args, sizeof(args), "gc --store '%s' --nats '%s' --older-than 30m", R->sink_url,
+                 R->direct_nats);
+        int rc = jsd_cli(args, out, sizeof(out));
+        out[strcspn(out, "\n")] = '\0';
+        SAY(R, "%s: gc exit %d: %s", tag, rc, out);
+        hold(R, ms);
+        for (int k = 0; k < R->c.consumers; k++)
+            if (R->cons[k].pid <= 0)
+                start_consumer(R, k);
+        break;
+    }
+    case F_DURABLE_DELETE: {
+        /* The consumers (given --topology) re-create it at their inbox's
+         * high-water mark + 1. */
+        nconn n;
+        if (!nconn_open(&n, R->direct_nats)) {
+            SAY(R, "%s: cannot connect to the broker; skipped", tag);
+            break;
+        }
+        jsErrCode jerr = 0;
+        natsStatus s = js_DeleteConsumer(n.js, STREAM, DURABLE, NULL, &jerr);
+        nconn_close(&n);
+        SAY(R, "%s: %s", tag, s == NATS_OK ? "deleted" : natsStatus_GetText(s));
+        int64_t t0 = jsd_test_mono_ms(), end = t0 + 20000;
+        while (jsd_test_mono_ms() < end && durable_backlog(R->direct_nats) < 0)
+            hold(R, 100);
+        SAY(R, "%s: the durable %s after %.1f s", tag,
+            durable_backlog(R->direct_nats) < 0 ? "is still missing" : "exists again",
+            (double)(jsd_test_mono_ms() - t0) / 1000.0);
+        break;
+    }
     default:
         break;
     }
@@ -951,7 +1279,21 @@ typedef struct tally {
     int *last_in_key; /* per key: last index seen in stream order */
     char ex_unexp[4][96], ex_sink_unexp[4][96], ex_order[4][128];
     int n_ex_unexp, n_ex_sink_unexp, n_ex_order;
+    /* foreign-publish's messages, by their payload */
+    const struct foreign *fr;
+    int nf;
+    int f_stream[64], f_sink[64], f_poison[64], f_dlq[64];
+    int dlq_other; /* dead letters that are not an expected foreign poison */
 } tally;
+
+/* The foreign message with this payload (foreign-publish), -1 if none. */
+static int foreign_idx(const tally *t, const char *payload, size_t len)
+{
+    for (int k = 0; payload && k < t->nf; k++)
+        if (strlen(t->fr[k].payload) == len && !memcmp(t->fr[k].payload, payload, len))
+            return k;
+    return -1;
+}
 
 /* "c0000123" -> 123; -1 if it is not one of ours. */
 static int parse_idx(const char *s, int n)
@@ -996,6 +1338,11 @@ static void sink_row(void *u, int nc, const char *const *c)
     if (nc >= 1 && c[0])
         snprintf(id, sizeof(id), "%.8s", c[0]);
     int i = parse_idx(id, t->n);
+    int f = nc >= 1 && c[0] ? foreign_idx(t, c[0], strlen(c[0])) : -1;
+    if (f >= 0) {
+        t->f_sink[f]++;
+        return;
+    }
     if (i < 0) {
         if (t->n_ex_sink_unexp < 4)
             snprintf(t->ex_sink_unexp[t->n_ex_sink_unexp++], 96, "%.90s", c[0] ? c[0] : "(null)");
@@ -1049,7 +1396,10 @@ static bool read_stream(run *R, tally *t, uint64_t *stored, char *why, size_t ca
         int i = parse_idx(id, t->n);
         const char *mid = NULL;
         natsMsgHeader_Get(m, "Nats-Msg-Id", &mid);
-        if (i < 0) {
+        int f = foreign_idx(t, natsMsg_GetData(m), (size_t)dl);
+        if (f >= 0) {
+            t->f_stream[f]++; /* a foreign publisher's: expected, judged in the sink */
+        } else if (i < 0) {
             if (t->n_ex_unexp < 4)
                 snprintf(t->ex_unexp[t->n_ex_unexp++], 96, "seq %" PRIu64 " \"%.60s\"", seq, body);
             t->stream_unexpected++;
@@ -1080,14 +1430,47 @@ static bool read_stream(run *R, tally *t, uint64_t *stored, char *why, size_t ca
     return true;
 }
 
-static uint64_t stream_msgs(const char *urls, const char *name)
+static void poison_row(void *u, int nc, const char *const *c)
+{
+    tally *t = u;
+    int f = nc >= 1 && c[0] ? foreign_idx(t, c[0], strlen(c[0])) : -1;
+    if (f >= 0)
+        t->f_poison[f]++;
+}
+
+/* The consumers' dead-letter stream: each message an expected foreign poison
+ * (counted) or not (dlq_other). UINT64_MAX when it cannot be read. */
+static uint64_t read_dlq(run *R, tally *t)
 {
     nconn n;
-    if (!nconn_open(&n, urls))
+    if (!nconn_open(&n, R->direct_nats))
         return UINT64_MAX;
-    uint64_t v = jsd_fx_stream_msgs(n.nc, name);
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    if (js_GetStreamInfo(&si, n.js, DLQ_STREAM, NULL, &jerr) != NATS_OK) {
+        nconn_close(&n);
+        return UINT64_MAX;
+    }
+    uint64_t first = si->State.FirstSeq, last = si->State.LastSeq, stored = si->State.Msgs;
+    jsStreamInfo_Destroy(si);
+    for (uint64_t seq = first; stored && seq <= last; seq++) {
+        natsMsg *m = NULL;
+        natsStatus s;
+        int tries = 0;
+        while ((s = js_GetMsg(&m, n.js, DLQ_STREAM, seq, NULL, &jerr)) != NATS_OK &&
+               s != NATS_NOT_FOUND && ++tries < 20)
+            jsd_test_sleep_ms(100);
+        if (s != NATS_OK)
+            continue;
+        int f = foreign_idx(t, natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m));
+        if (f >= 0 && t->fr[f].poison)
+            t->f_dlq[f]++;
+        else
+            t->dlq_other++;
+        natsMsg_Destroy(m);
+    }
     nconn_close(&n);
-    return v;
+    return stored;
 }
 
 /* The durable's pending + ack pending; -1 when unknown. */
@@ -1140,7 +1523,7 @@ typedef struct verdict {
 static int check(run *R, verdict *out)
 {
     int n = R->c.messages;
-    tally t = {.n = n};
+    tally t = {.n = n, .fr = R->foreign, .nf = R->n_foreign};
     t.stream_count = calloc((size_t)n, sizeof(int));
     t.sink_count = calloc((size_t)n, sizeof(int));
     t.outbox = calloc((size_t)n, sizeof(int));
@@ -1165,13 +1548,31 @@ static int check(run *R, verdict *out)
         fail_msg("checker: cannot read the producer store: %s", why);
     bool ok_sink = db_open(&d, R->sink_url) && db_rows(&d, "SELECT payload, msg_id FROM chaos_sink",
                                                        sink_row, &t, why, sizeof(why));
+    if (ok_sink)
+        ok_sink = db_rows(&d,
+                          R->c.pg ? "SELECT convert_from(payload, 'UTF8') FROM jsd_poison"
+                                  : "SELECT CAST(payload AS TEXT) FROM jsd_poison",
+                          poison_row, &t, why, sizeof(why));
     db_close(&d);
     if (!ok_sink)
         fail_msg("checker: cannot read the sink: %s", why);
     uint64_t stored = 0;
     if (!read_stream(R, &t, &stored, why, sizeof(why)))
         fail_msg("checker: cannot read stream %s: %s", STREAM, why);
-    uint64_t dlq = stream_msgs(R->direct_nats, DLQ_STREAM);
+    uint64_t dlq = read_dlq(R, &t);
+    /* foreign-publish: a valid foreign message applied once; one past the
+     * limits never applied, one poison record and one dead letter */
+    int foreign_bad = 0, n_poison = 0;
+    for (int f = 0; f < t.nf; f++) {
+        bool ok = t.fr[f].poison ? t.f_sink[f] == 0 && t.f_poison[f] == 1 && t.f_dlq[f] == 1
+                                 : t.f_sink[f] == 1;
+        n_poison += t.fr[f].poison;
+        if (!ok && foreign_bad++ < 8)
+            fprintf(stderr,
+                    "  foreign \"%s\": %d in the stream, %d in the sink, %d poison records, %d "
+                    "dead letters\n",
+                    t.fr[f].payload, t.f_stream[f], t.f_sink[f], t.f_poison[f], t.f_dlq[f]);
+    }
     char durable[256] = "unknown";
     nconn dn;
     if (nconn_open(&dn, R->direct_nats)) {
@@ -1236,8 +1637,7 @@ static int check(run *R, verdict *out)
             }
     }
     int violations = t.stream_unexpected + t.sink_unexpected + t.order_violations +
-                     t.msgid_mismatch + atomic_load(&R->prod_anomalies) +
-                     (int)(dlq > 0 && dlq != UINT64_MAX);
+                     t.msgid_mismatch + atomic_load(&R->prod_anomalies) + t.dlq_other + foreign_bad;
     for (int k = 0; k < V_N; k++)
         violations += cnt[k];
 
@@ -1249,9 +1649,11 @@ static int check(run *R, verdict *out)
             "  producer: %d of %d committed (%lld failed attempts retried); outbox rows %d\n"
             "  stream %s: %" PRIu64 " messages; sink: %d applications of %d distinct ids; "
             "expected %d\n"
-            "  consumer dead letters (%s): %" PRIu64 "; durable %s: %s\n",
+            "  consumer dead letters (%s): %" PRIu64 "; durable %s: %s\n"
+            "  foreign messages: %d (%d past the limits)\n",
             atomic_load(&R->prod_committed), n, (long long)atomic_load(&R->prod_errors), in_outbox,
-            STREAM, stored, sink_rows, applied, expected, DLQ_STREAM, dlq, DURABLE, durable);
+            STREAM, stored, sink_rows, applied, expected, DLQ_STREAM, dlq, DURABLE, durable, t.nf,
+            n_poison);
     for (int k = 0; k < V_N; k++) {
         if (!cnt[k])
             continue;
@@ -1280,10 +1682,16 @@ static int check(run *R, verdict *out)
     if (atomic_load(&R->prod_anomalies))
         fprintf(stderr, "  VIOLATION half-committed producer transactions: %d\n",
                 atomic_load(&R->prod_anomalies));
-    if (dlq > 0 && dlq != UINT64_MAX)
+    if (dlq == UINT64_MAX)
+        fprintf(stderr, "  (the dead-letter stream %s could not be read)\n", DLQ_STREAM);
+    if (t.dlq_other)
+        fprintf(stderr, "  VIOLATION the consumers dead-lettered %d messages that are not poison\n",
+                t.dlq_other);
+    if (foreign_bad)
         fprintf(stderr,
-                "  VIOLATION the consumers dead-lettered %" PRIu64 " messages (none is poison)\n",
-                dlq);
+                "  VIOLATION foreign messages not applied once (valid) or not dead-lettered once "
+                "(past the limits): %d\n",
+                foreign_bad);
     fprintf(stderr, "  result: %s (%d violations)\n", violations ? "FAILED" : "passed", violations);
     fprintf(stderr,
             "  reproduce: make chaos CHAOS_SEED=%" PRIu64 " CHAOS_MESSAGES=%d CHAOS_FAULTS=%d "
@@ -1478,6 +1886,32 @@ static void setup_services(run *R)
         snprintf(R->src_url, sizeof(R->src_url), "sqlite:%s/producer.db", jsd_test_dir());
         snprintf(R->sink_url, sizeof(R->sink_url), "sqlite:%s/sink.db", R->mnt);
     }
+    /* The consumers meet handler-lock's lock with a lock timeout (55P03):
+     * held, never the message's failure. */
+    snprintf(R->cons_url, sizeof(R->cons_url), "%s", R->sink_url);
+    if (R->c.pg) {
+        size_t l = strlen(R->cons_url);
+        snprintf(R->cons_url + l, sizeof(R->cons_url) - l,
+                 "%soptions=-c%%20lock_timeout%%3D1000%%20-c%%20statement_timeout%%3D15000",
+                 strchr(R->sink_url, '?') ? "&" : "?");
+    }
+    /* The topology the consumers restore a lost durable from (durable-delete):
+     * the durable as add_durable() makes it. */
+    snprintf(R->topo, sizeof(R->topo), "%s/topology.json", jsd_test_dir());
+    FILE *tf = fopen(R->topo, "w");
+    if (!tf)
+        fail_msg("cannot write %s: %s", R->topo, strerror(errno));
+    fprintf(tf,
+            "{\"version\": 1,\n"
+            " \"streams\": [{\"name\": \"%s\", \"subjects\": [\"chaos.>\"], "
+            "\"duplicate_window\": \"10m\", \"replicas\": %d}],\n"
+            " \"dead_letter\": {\"name\": \"%s\", \"subjects\": [\"jsd.dlq.>\"], "
+            "\"duplicate_window\": \"10m\", \"replicas\": %d},\n"
+            " \"consumers\": [{\"stream\": \"%s\", \"durable\": \"%s\", \"deliver\": \"all\", "
+            "\"ack_wait\": \"%dms\", \"max_deliver\": %d, \"max_ack_pending\": 1024}]}\n",
+            STREAM, R->c.cluster ? 3 : 1, DLQ_STREAM, R->c.cluster ? 3 : 1, STREAM, DURABLE,
+            ACK_WAIT_MS, MAX_DELIVER);
+    fclose(tf);
     /* schemas: the library's, then the application's tables */
     jsd_store *s = NULL;
     jsd_error err;
@@ -1521,6 +1955,24 @@ static void chaos_run(chaos_cfg *c)
             (faults[k].store == 'p' && !c->pg) || (faults[k].store == 's' && c->pg))
             R->c.kind_on[k] = false;
     }
+    /* gc-outage and durable-delete trust the broker to keep what it
+     * acknowledged (the ack floor, the stream's sequences); stream-recreate
+     * and broker-rollback take that away: a run has one side or the other,
+     * by the seed's parity (odd: the broker's losses). */
+    bool loses = false, trusts = false;
+    for (int k = 0; k < F_N; k++) {
+        loses |= R->c.kind_on[k] && kind_loses_broker_state(k);
+        trusts |= R->c.kind_on[k] && kind_trusts_broker_state(k);
+    }
+    if (loses && trusts) {
+        bool keep_losses = (c->seed & 1) == 1;
+        for (int k = 0; k < F_N; k++)
+            if (keep_losses ? kind_trusts_broker_state(k) : kind_loses_broker_state(k))
+                R->c.kind_on[k] = false;
+        SAY(R, "%s left out of this run: they cannot share one (seed %s)",
+            keep_losses ? "gc-outage and durable-delete" : "stream-recreate and broker-rollback",
+            keep_losses ? "odd" : "even");
+    }
     live = R;
     static bool registered;
     if (!registered) {
@@ -1539,7 +1991,7 @@ static void chaos_run(chaos_cfg *c)
         c->cluster ? "3-node cluster" : "one server behind the fault proxy", c->relays,
         c->consumers);
     setup_services(R);
-    char on[256] = "";
+    char on[512] = "";
     for (int k = 0; k < F_N; k++)
         if (R->c.kind_on[k]) {
             size_t l = strlen(on);
@@ -1596,6 +2048,13 @@ static void chaos_run(chaos_cfg *c)
     int64_t since = jsd_test_mono_ms();
     while ((dr = drained(R, &last_applied, &since)) == 0 && jsd_test_mono_ms() < drain_end)
         hold(R, 250);
+    /* After the broker lost messages: a last repair, and a drain again if it
+     * took anything back. */
+    if (R->repairs > 0 && verify_repair(R, "drain") > 0) {
+        since = jsd_test_mono_ms();
+        while ((dr = drained(R, &last_applied, &since)) == 0 && jsd_test_mono_ms() < drain_end)
+            hold(R, 250);
+    }
     SAY(R, "%s",
         dr == 1    ? "drained"
         : dr == -1 ? "settled incomplete: nothing pending anywhere, sink not growing"
@@ -1693,7 +2152,7 @@ static void ci_cluster(void **state)
     (void)state;
     chaos_cfg c;
     ci_cfg(&c, 3, true, true, 2000, 5);
-    cfg_kinds(&c, "leader-kill,relay-kill,consumer-kill,pg-restart");
+    cfg_kinds(&c, "leader-kill,relay-kill,consumer-kill,pg-restart,stream-recreate");
     chaos_run(&c);
 }
 
