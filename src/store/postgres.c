@@ -52,6 +52,7 @@ enum {
     P_INBOX_GET_MSG,
     P_INBOX_INS,
     P_INBOX_INS_MANY,
+    P_INBOX_RETIRE_LOCK,
     P_INBOX_RETIRE,
     P_POISON_INS,
     P_POISON_MARK,
@@ -306,7 +307,12 @@ static const char *const sql_text[P__COUNT] = {
                     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
                     "ON CONFLICT (stream, consumer, stream_seq) DO NOTHING",
     /* jsd__tx_inbox_retire: a fresh negative sequence, below every row of
-     * the durable. */
+     * the durable. Two consumers of one durable retiring rows at once (a
+     * stream re-created, a server rolled back) would read the same min():
+     * retirements take turns under this lock, held to the end of the
+     * transaction, and the UPDATE (a statement of its own, so its snapshot
+     * is taken once the lock is held) sees the other's row. */
+    [P_INBOX_RETIRE_LOCK] = "SELECT pg_advisory_xact_lock('@jsd_inbox'::regclass::oid::int8)",
     [P_INBOX_RETIRE] = "UPDATE @jsd_inbox SET stream_seq = (SELECT LEAST(min(stream_seq), 0) - 1 "
                        "FROM @jsd_inbox WHERE stream = $1 AND consumer = $2) "
                        "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3",
@@ -2128,7 +2134,11 @@ static jsd_status pg_inbox_retire(jsd_store *s, const char *stream, const char *
     p_text(&p, consumer);
     p_i64(&p, (int64_t)seq);
     PGresult *r =
-        pexec(s, P_INBOX_RETIRE, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "inbox retire");
+        pexec(s, P_INBOX_RETIRE_LOCK, 0, NULL, NULL, NULL, PGRES_TUPLES_OK, "inbox retire (lock)");
+    if (!r)
+        return s->err.status;
+    PQclear(r);
+    r = pexec(s, P_INBOX_RETIRE, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "inbox retire");
     if (!r)
         return s->err.status;
     *moved = strcmp(PQcmdTuples(r), "0") != 0;

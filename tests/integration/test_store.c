@@ -2394,6 +2394,56 @@ static void pg_concurrent_duplicate_identity(void **state)
     jsd_store_close(a);
 }
 
+/* Two consumers sharing a durable retire inbox rows of reused sequences (the
+ * stream re-created, or its server rolled back) at the same time: each
+ * takes a fresh negative sequence, and the second waits for the first
+ * instead of drawing the same one. Before, both read the same min(stream_seq)
+ * - 1 and the second failed with 23505 (jsd_inbox_pkey), its batch NAKed at
+ * every delivery until max_deliver parked it (the chaos suite's ci_cluster,
+ * seed 3, stream-recreate). */
+static void pg_concurrent_inbox_retire(void **state)
+{
+    (void)state;
+    char url[512];
+    assert_int_equal(jsd_fx_pg_database(url, sizeof(url)), 0);
+    jsd_store *a = open_url(url);
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, a));
+    for (uint64_t seq = 1; seq <= 2; seq++)
+        ASSERT_OK(jsd__tx_inbox_insert(tx, "S", "c", seq, seq == 1 ? "m1" : "m2", 1, NULL, NULL));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_OK(jsd_tx_begin(&tx, a));
+    ASSERT_OK_E(jsd__tx_inbox_retire(tx, "S", "c", 1), jsd_store_errmsg(a));
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        jsd_store *b = NULL;
+        jsd_tx *tb;
+        if (jsd_store_open(&b, url, NULL) != JSD_OK || jsd_tx_begin(&tb, b) != JSD_OK)
+            _exit(3);
+        jsd_status rc = jsd__tx_inbox_retire(tb, "S", "c", 2);
+        fprintf(stderr, "child: retire: %s: %s\n", jsd_status_name(rc), jsd_store_errmsg(b));
+        if (rc != JSD_OK)
+            _exit(4);
+        rc = jsd_tx_commit(tb);
+        fprintf(stderr, "child: commit: %s: %s\n", jsd_status_name(rc), jsd_store_errmsg(b));
+        _exit(rc == JSD_OK ? 0 : 5);
+    }
+    PGconn *admin = PQconnectdb(url);
+    ASSERT_WAIT(pg_someone_waits_on_a_lock(admin), 30000);
+    ASSERT_OK(jsd_tx_commit(tx));
+    jsd_test_child_ok(pid, "the second consumer's retire");
+    /* both rows kept, each under a sequence of its own below 0 */
+    PGresult *r = PQexec(admin, "SELECT count(DISTINCT stream_seq), max(stream_seq) FROM jsd_inbox "
+                                "WHERE msg_id IN ('m1', 'm2')");
+    ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+    ASSERT_STREQ(PQgetvalue(r, 0, 0), "2");
+    assert_true(strtoll(PQgetvalue(r, 0, 1), NULL, 10) < 0);
+    PQclear(r);
+    PQfinish(admin);
+    jsd_store_close(a);
+}
+
 /* A PostgreSQL connection lost between operations is re-established by the
  * next operation; the one that met the loss reports JSD_ERR_CONNECT. Nothing
  * committed is lost. */
@@ -3428,6 +3478,7 @@ JSD_TEST_MAIN(
     cmocka_unit_test(pg_reconnects_after_connection_loss),
     cmocka_unit_test(pg_begin_goes_with_the_first_statement),
     cmocka_unit_test(pg_concurrent_duplicate_identity),
+    cmocka_unit_test(pg_concurrent_inbox_retire),
     cmocka_unit_test(pg_writer_handle_is_a_second_session),
     cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable),
     cmocka_unit_test(pg_receipts_as_runs_and_the_floor), BOTH(pending_lists_every_kind))
