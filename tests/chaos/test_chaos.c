@@ -166,6 +166,8 @@ typedef struct chaos_cfg {
     int messages, faults, relays, consumers, keys, drain_s;
     bool pg, cluster;
     bool tamper; /* the checker's own test: falsify the history, expect each class */
+    bool live;   /* CHAOS_LIVE_LOSS=1: stream-recreate and broker-rollback under running
+                    relays and consumers (docs/CHAOS.md: what that finds) */
     bool kind_on[F_N];
     char kinds[512]; /* as given, for the reproduce line */
 } chaos_cfg;
@@ -259,6 +261,7 @@ typedef struct run {
     } foreign[64];
     int n_foreign;
     int repairs;      /* stream-recreate, broker-rollback: verify --repair at drain too */
+    int unrestored;   /* durable-delete: the consumers did not restore it within 20 s */
     int64_t deadline; /* of the whole run (mono ms) */
 } run;
 
@@ -858,6 +861,16 @@ static void fill_disk(run *R, const char *path)
 
 static long long durable_backlog(const char *urls);
 
+/* A fault that could not be made: a failure in CI (CI=true), where every
+ * kind must run, else said and skipped. */
+static void fault_unavailable(run *R, const char *tag, const char *why)
+{
+    const char *ci = getenv("CI");
+    if (ci && !strcmp(ci, "true"))
+        fail_msg("%s cannot run: %s", tag, why);
+    SAY(R, "%s: %s; skipped", tag, why);
+}
+
 /* Run a jsdurable command line (arguments already quoted); its exit status,
  * its output (bounded) in out. */
 static int jsd_cli(const char *args, char *out, size_t cap)
@@ -918,12 +931,13 @@ static void consumers_signal(run *R, int sig)
 
 /* foreign-publish: a publisher that is not the relay puts messages into the
  * stream: some with a Nats-Msg-Id or headers past the project's limits
- * (poison on their own), some with valid ids of their own (applied once). */
+ * (poison on their own), some with valid ids of their own or none (applied
+ * once). */
 static void foreign_publish(run *R, int nth, const char *tag)
 {
     nconn n;
     if (!nconn_open(&n, R->direct_nats)) {
-        SAY(R, "%s: cannot connect to the broker; skipped", tag);
+        fault_unavailable(R, tag, "cannot connect to the broker");
         return;
     }
     int valid = rng_range(&R->r, 1, 3), sent = 0, poison = 0;
@@ -945,7 +959,7 @@ static void foreign_publish(run *R, int nth, const char *tag)
         }
         natsStatus s =
             natsMsg_Create(&m, "chaos.foreign", NULL, f->payload, (int)strlen(f->payload));
-        if (s == NATS_OK)
+        if (s == NATS_OK && k != 3) /* the first valid one has no id at all */
             s = natsMsgHeader_Set(m, "Nats-Msg-Id", id);
         if (s == NATS_OK && k == 2) { /* a tracestate over its 512-byte limit */
             char ts[700];
@@ -974,7 +988,7 @@ static void foreign_publish(run *R, int nth, const char *tag)
     nconn_close(&n);
     SAY(R,
         "%s: %d foreign messages (%d past the limits: a 300-byte id, a control byte in the "
-        "id, a 600-byte tracestate)",
+        "id, a 600-byte tracestate; one without an id)",
         tag, sent, poison);
 }
 
@@ -1109,12 +1123,12 @@ static void apply_fault(run *R, int kind, int nth)
          * new stream's start (docs/CHAOS.md). */
         nconn n;
         ms = rng_range(&R->r, 0, 1500);
-        SAY(R,
-            "%s: relays killed, consumers stopped; delete, provision again, repair; resume "
-            "after %d ms",
-            tag, ms);
-        relays_kill(R);
-        consumers_signal(R, SIGSTOP);
+        SAY(R, "%s: %s; delete, provision again, repair; resume after %d ms", tag,
+            R->c.live ? "everything running" : "relays killed, consumers stopped", ms);
+        if (!R->c.live) {
+            relays_kill(R);
+            consumers_signal(R, SIGSTOP);
+        }
         if (!nconn_open(&n, R->direct_nats))
             fail_msg("%s: cannot connect to %s", tag, R->direct_nats);
         jsErrCode jerr = 0;
@@ -1148,7 +1162,8 @@ static void apply_fault(run *R, int kind, int nth)
         if (rc != 0)
             fail_msg("%s: copying the store: %s", tag, out);
         hold(R, ms);
-        relays_kill(R);
+        if (!R->c.live)
+            relays_kill(R);
         jsd_fx_nats_kill(&R->nats);
         snprintf(cmd, sizeof(cmd), "rm -rf '%s/js' && mv '%s/js.rollback' '%s/js'", R->nats.dir,
                  R->nats.dir, R->nats.dir);
@@ -1188,31 +1203,54 @@ static void apply_fault(run *R, int kind, int nth)
          * meet lock_timeout (PostgreSQL, 55P03) or SQLITE_BUSY and hold the
          * batch; nothing is dead-lettered. */
         ms = rng_range(&R->r, 1000, 8000);
+        bool deadlock = R->c.pg && rng_range(&R->r, 0, 1) == 1;
         db d;
         if (!db_open(&d, R->sink_url)) {
-            SAY(R, "%s: cannot open the sink; skipped", tag);
+            fault_unavailable(R, tag, "cannot open the sink");
             break;
         }
         SAY(R, "%s: %s for %d ms", tag,
-            R->c.pg ? "LOCK TABLE chaos_sink IN ACCESS EXCLUSIVE MODE" : "BEGIN IMMEDIATE", ms);
-        if (R->c.pg) {
+            !R->c.pg   ? "BEGIN IMMEDIATE"
+            : deadlock ? "a deadlock: SHARE on chaos_sink, then on jsd_inbox"
+                       : "LOCK TABLE chaos_sink IN ACCESS EXCLUSIVE MODE",
+            ms);
+        if (deadlock) {
+            /* A consumer's transaction holds jsd_inbox (its inbox rows come
+             * first) and waits for chaos_sink, held here; this session then
+             * waits for jsd_inbox: a cycle. Its deadlock_timeout is long, so
+             * the consumer's server process (1 s, under its 2 s lock_timeout)
+             * finds it and the consumer's statement fails with 40P01. */
+            db_exec(&d, "SET deadlock_timeout = '60s'");
+            db_exec(&d, "BEGIN");
+            db_exec(&d, "LOCK TABLE chaos_sink IN SHARE MODE");
+            hold(R, 300);
+            PGresult *res = PQexec(d.pgc, "LOCK TABLE jsd_inbox IN SHARE MODE");
+            if (PQresultStatus(res) != PGRES_COMMAND_OK)
+                SAY(R, "%s: %s", tag, PQerrorMessage(d.pgc));
+            PQclear(res);
+        } else if (R->c.pg) {
             db_exec(&d, "BEGIN");
             db_exec(&d, "LOCK TABLE chaos_sink IN ACCESS EXCLUSIVE MODE");
         } else {
             db_exec(&d, "BEGIN IMMEDIATE");
         }
         hold(R, ms);
-        db_exec(&d, "COMMIT");
+        if (R->c.pg) {
+            PQclear(PQexec(d.pgc, "COMMIT")); /* after a failed statement: a rollback */
+        } else {
+            db_exec(&d, "COMMIT");
+        }
         db_close(&d);
         /* what the consumers met (their logs, warn level) */
         char cmd[PATH_MAX + 128], out[256];
         snprintf(cmd, sizeof(cmd),
                  "cat '%s'/consume-*.log | grep -ciE 'lock timeout|lock_timeout|busy|locked|"
-                 "contention'",
-                 jsd_test_dir());
+                 "deadlock|contention'; cat '%s'/consume-*.log | grep -ci 'deadlock detected'",
+                 jsd_test_dir(), jsd_test_dir());
         jsd_test_run(cmd, out, sizeof(out));
-        SAY(R, "%s: released; consumer log lines on contention so far: %ld", tag,
-            strtol(out, NULL, 10));
+        char *nl = strchr(out, '\n');
+        SAY(R, "%s: released; consumer log lines on contention so far: %ld (deadlocks: %ld)", tag,
+            strtol(out, NULL, 10), nl ? strtol(nl + 1, NULL, 10) : 0L);
         break;
     }
     case F_GC_OUTAGE: {
@@ -1250,7 +1288,7 @@ static void apply_fault(run *R, int kind, int nth)
          * high-water mark + 1. */
         nconn n;
         if (!nconn_open(&n, R->direct_nats)) {
-            SAY(R, "%s: cannot connect to the broker; skipped", tag);
+            fault_unavailable(R, tag, "cannot connect to the broker");
             break;
         }
         jsErrCode jerr = 0;
@@ -1260,8 +1298,9 @@ static void apply_fault(run *R, int kind, int nth)
         int64_t t0 = jsd_test_mono_ms(), end = t0 + 20000;
         while (jsd_test_mono_ms() < end && durable_backlog(R->direct_nats) < 0)
             hold(R, 100);
-        SAY(R, "%s: the durable %s after %.1f s", tag,
-            durable_backlog(R->direct_nats) < 0 ? "is still missing" : "exists again",
+        bool back = durable_backlog(R->direct_nats) >= 0;
+        R->unrestored += !back;
+        SAY(R, "%s: the durable %s after %.1f s", tag, back ? "exists again" : "is still missing",
             (double)(jsd_test_mono_ms() - t0) / 1000.0);
         break;
     }
@@ -1637,7 +1676,8 @@ static int check(run *R, verdict *out)
             }
     }
     int violations = t.stream_unexpected + t.sink_unexpected + t.order_violations +
-                     t.msgid_mismatch + atomic_load(&R->prod_anomalies) + t.dlq_other + foreign_bad;
+                     t.msgid_mismatch + atomic_load(&R->prod_anomalies) + t.dlq_other +
+                     foreign_bad + R->unrestored;
     for (int k = 0; k < V_N; k++)
         violations += cnt[k];
 
@@ -1687,6 +1727,11 @@ static int check(run *R, verdict *out)
     if (t.dlq_other)
         fprintf(stderr, "  VIOLATION the consumers dead-lettered %d messages that are not poison\n",
                 t.dlq_other);
+    if (R->unrestored)
+        fprintf(stderr,
+                "  VIOLATION the durable deleted under the consumers was not restored within 20 s: "
+                "%d times\n",
+                R->unrestored);
     if (foreign_bad)
         fprintf(stderr,
                 "  VIOLATION foreign messages not applied once (valid) or not dead-lettered once "
@@ -1696,9 +1741,9 @@ static int check(run *R, verdict *out)
     fprintf(stderr,
             "  reproduce: make chaos CHAOS_SEED=%" PRIu64 " CHAOS_MESSAGES=%d CHAOS_FAULTS=%d "
             "CHAOS_STORE=%s CHAOS_CLUSTER=%d CHAOS_RELAYS=%d CHAOS_CONSUMERS=%d "
-            "CHAOS_KINDS=%s\n\n",
+            "CHAOS_KINDS=%s%s\n\n",
             R->c.seed, n, R->c.faults, R->c.pg ? "pg" : "sqlite", R->c.cluster ? 1 : 0, R->c.relays,
-            R->c.consumers, R->c.kinds);
+            R->c.consumers, R->c.kinds, R->c.live ? " CHAOS_LIVE_LOSS=1" : "");
     if (out) {
         memset(out, 0, sizeof(*out));
         out->total = violations;
@@ -1886,13 +1931,13 @@ static void setup_services(run *R)
         snprintf(R->src_url, sizeof(R->src_url), "sqlite:%s/producer.db", jsd_test_dir());
         snprintf(R->sink_url, sizeof(R->sink_url), "sqlite:%s/sink.db", R->mnt);
     }
-    /* The consumers meet handler-lock's lock with a lock timeout (55P03):
-     * held, never the message's failure. */
+    /* The consumers meet handler-lock's lock with a lock timeout (55P03), or
+     * its deadlock (40P01): held, never the message's failure. */
     snprintf(R->cons_url, sizeof(R->cons_url), "%s", R->sink_url);
     if (R->c.pg) {
         size_t l = strlen(R->cons_url);
         snprintf(R->cons_url + l, sizeof(R->cons_url) - l,
-                 "%soptions=-c%%20lock_timeout%%3D1000%%20-c%%20statement_timeout%%3D15000",
+                 "%soptions=-c%%20lock_timeout%%3D2000%%20-c%%20statement_timeout%%3D15000",
                  strchr(R->sink_url, '?') ? "&" : "?");
     }
     /* The topology the consumers restore a lost durable from (durable-delete):
@@ -2198,6 +2243,7 @@ static void long_run(void **state)
     c.cluster = env_long("CHAOS_CLUSTER", 0, 0, 1) == 1;
     c.drain_s = (int)env_long("CHAOS_DRAIN_S", 600, 10, 86400);
     c.keys = 16;
+    c.live = env_long("CHAOS_LIVE_LOSS", 0, 0, 1) == 1;
     const char *st = getenv("CHAOS_STORE");
     if (!st || !*st || !strcmp(st, "random")) {
         rng r = {c.seed};
