@@ -20,7 +20,8 @@
  *             a table with no unique key, so a second application of a
  *             message is a second row the checker sees.
  *   faults    one at a time, at seeded moments, of seeded kinds and lengths
- *             (the list is faults[] below; CHAOS_KINDS selects some).
+ *             (the list is faults[] below, docs/CHAOS.md describes each;
+ *             CHAOS_KINDS selects some).
  *   checker   see check() below.
  *
  * Cases: ci_* are the CI-sized runs of `make check` (fixed seeds, plus
@@ -29,6 +30,8 @@
  *   CHAOS_SEED CHAOS_MESSAGES CHAOS_FAULTS CHAOS_STORE=sqlite|pg
  *   CHAOS_KINDS=kind,kind,... (default: every kind the variant supports)
  *   CHAOS_RELAYS CHAOS_CONSUMERS CHAOS_CLUSTER=0|1 CHAOS_DRAIN_S
+ *   CHAOS_LIVE_LOSS=0|1 (stream-recreate and broker-rollback under running
+ *   relays and consumers)
  * The seed fixes the schedule (which fault, when, for how long, on which
  * process) and the producer's batches and keys; the processes' own timing is
  * not deterministic, so a replay reproduces the schedule, not every
