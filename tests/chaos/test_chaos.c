@@ -1278,7 +1278,8 @@ static void apply_fault(run *R, int kind, int nth)
         snprintf(args, sizeof(args), "gc --store '%s' --nats '%s' --older-than 30m", R->sink_url,
                  R->direct_nats);
         int rc = jsd_cli(args, out, sizeof(out));
-        out[strcspn(out, "\n")] = '\0';
+        for (char *q = out; (q = strchr(q, '\n')) != NULL;) /* its removed and kept lines */
+            *q = q[1] ? ';' : '\0';
         SAY(R, "%s: gc exit %d: %s", tag, rc, out);
         hold(R, ms);
         for (int k = 0; k < R->c.consumers; k++)
