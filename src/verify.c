@@ -9,7 +9,7 @@
  * before anything is called missing (the stream's limits may have moved
  * since): below the first sequence, or older than max age, it expired;
  * otherwise it was acknowledged and then lost. --repair hands the missing
- * ones of each page to jsd__store_unpublish, the only write, which takes the
+ * and overwritten ones of each page to jsd__store_unpublish, the only write, which takes the
  * receipt back under a guard on the receipt itself, so the relay publishes
  * them again with their stored id.
  */
@@ -219,12 +219,24 @@ typedef struct vfind {
     bool repaired;
 } vfind;
 
+/* What --repair takes back: a receipt whose message is lost, whether its
+ * sequence is gone (missing) or holds another message (overwritten: the
+ * stream was re-created, or its server came back on an older copy of its
+ * store and the sequence was reused). Either way the effect's message is not
+ * where its receipt says, and only a republication brings it back; a copy
+ * the stream still holds elsewhere answers it as a duplicate inside the
+ * window, and the consumers' inbox knows the id beyond it. */
+static bool repairable(jsd_verify_verdict v)
+{
+    return v == JSD_VERIFY_MISSING || v == JSD_VERIFY_OVERWRITTEN;
+}
+
 static jsd_status repair(vrun *v, const jsd_outbox_entry *page, vfind *f, size_t nf)
 {
     jsd__unpublish u[JSD_OUTBOX_PAGE_MAX];
     size_t n = 0;
     for (size_t i = 0; i < nf; i++) {
-        if (f[i].verdict != JSD_VERIFY_MISSING)
+        if (!repairable(f[i].verdict))
             continue;
         const jsd_outbox_entry *e = &page[f[i].idx];
         u[n].row_id = e->row_id;
@@ -241,12 +253,12 @@ static jsd_status repair(vrun *v, const jsd_outbox_entry *page, vfind *f, size_t
         return jsd__err(v->err, s, "verify --repair: %s", jsd_store_errmsg(v->s));
     if (done == n) {
         for (size_t i = 0; i < nf; i++)
-            f[i].repaired = f[i].verdict == JSD_VERIFY_MISSING;
+            f[i].repaired = repairable(f[i].verdict);
         return JSD_OK;
     }
     /* A row changed meanwhile (a relay, gc): tell which ones were taken back. */
     for (size_t i = 0; i < nf; i++) {
-        if (f[i].verdict != JSD_VERIFY_MISSING)
+        if (!repairable(f[i].verdict))
             continue;
         jsd_outbox_entry *now = jsd__malloc(sizeof(*now));
         if (!now)

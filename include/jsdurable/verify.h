@@ -4,8 +4,10 @@
  * acknowledged it (stream, sequence); verify reads that message back with a
  * stored-message get and checks it carries the effect's Nats-Msg-Id. A
  * receipt whose message is gone while the stream still keeps that sequence
- * range is an acknowledged write the broker lost; --repair takes such
- * receipts back so the relay publishes the effects again with their
+ * range is an acknowledged write the broker lost, and one whose sequence
+ * holds another message was lost with a re-created stream or a broker that
+ * came back on an older store and reused the sequence; --repair takes both
+ * kinds of receipt back so the relay publishes the effects again with their
  * unchanged id. The functions are jsd_verify_*.
  */
 #ifndef JSDURABLE_VERIFY_H
@@ -49,7 +51,7 @@ typedef struct jsd_verify_finding {
     uint64_t stream_seq;
     int64_t published_at_ms;
     const char *found_msg_id; /* overwritten: the id the sequence holds ("" when none) */
-    /* --repair, missing only: the receipt was taken back (the relay publishes
+    /* --repair, missing and overwritten: the receipt was taken back (the relay publishes
      * the effect again with msg_id); false when the row changed meanwhile. */
     bool repaired;
     /* Repaired, but the stream may still remember msg_id in its duplicate

@@ -259,7 +259,7 @@ static void bad_arguments(void **state)
         {"requeue o", "requeue takes OWNER ID or --all-dead"},
         {"requeue o e1 --all-dead", "requeue takes OWNER ID or --all-dead"},
         {"requeue o e1 --subject a.b", "--subject goes with --all-dead"},
-        {"list --bogus", "usage:"},
+        {"list --bogus", "unknown option --bogus (see --help)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s outbox %s --store '%s'", bin, bad[i].args, st.url);

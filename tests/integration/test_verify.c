@@ -466,6 +466,17 @@ static void stream_gone_and_overwritten(void **state)
     ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 1);
     ASSERT_CONTAINS(out, "checked 3: ok 0, missing 1, overwritten 2, expired 0, stream gone 0");
     ASSERT_CONTAINS(out, "(holds other-1)");
+
+    /* --repair takes back the overwritten receipts too (it took back only
+     * the missing one, leaving two effects out of the stream for good) */
+    ASSERT_EQ(verify_cli(&e, "--repair", out, sizeof(out)), 1);
+    ASSERT_CONTAINS(out, "repaired 3 ");
+    ASSERT_EQ(rt_published(&e.st), 0);
+    relay_pass(&e);
+    ASSERT_EQ(rt_published(&e.st), 3);
+    ASSERT_U64_EQ(rt_stream_count(&e.nt, e.stream), 5);
+    ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 0);
+    ASSERT_CONTAINS(out, "checked 3: ok 3, missing 0, overwritten 0, expired 0, stream gone 0");
     jsd_store_close(app);
     env_down(&e);
 }
@@ -489,7 +500,7 @@ static void bad_arguments(void **state)
         {"--since soon", "--since takes a duration"},
         {"--since 0", "--since takes a duration"},
         {"extra", "unexpected argument \"extra\""},
-        {"--bogus", "usage:"},
+        {"--bogus", "unknown option --bogus (see --help)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ASSERT_EQ(verify_cli(&e, bad[i].args, out, sizeof(out)), 64);
