@@ -427,6 +427,7 @@ static jsd_status poll_with(jsd_consumer *c, const jsd__handler *h, int *n)
         return JSD_ERR_STOPPED;
     }
     jsd__bury_sweep(c, false);
+    jsd__replay_sweep(c, h, false);
 
     bool idle = false, committed = false;
     jsd_status st = jsd__fetch_batch(c, &idle);
@@ -505,7 +506,9 @@ static jsd_status run_with(jsd_consumer *c, const jsd__handler *h, bool until_id
             if (jsd_consumer_backlog(c, &pending, &in_flight) != JSD_OK) {
                 jsd__durable_lost(c);
             } else if (pending == 0 && in_flight == 0) {
-                /* Idle, but not done while dead letters wait in the store. */
+                /* Idle, but not done while dead letters wait in the store,
+                 * nor before the replays asked for meanwhile are applied. */
+                jsd__replay_sweep(c, h, true);
                 jsd__bury_sweep(c, true);
                 jsd_consumer_stats s;
                 jsd_consumer_stats_get(c, &s);

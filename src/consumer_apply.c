@@ -309,7 +309,7 @@ static int sqlite_code(jsd_tx *tx)
 }
 
 /* The handler's call is about to be made: forget an earlier failure's code. */
-static int handler_before(jsd_tx *tx)
+int jsd__handler_before(jsd_tx *tx)
 {
     jsd__tx_app_sqlstate_clear(tx);
     return sqlite_code(tx);
@@ -331,8 +331,8 @@ static jsd_status contention(jsd_consumer *c, int kind, jsd_status st, const cha
 /* A failure of the handler's own SQL that is the store's (see DESIGN):
  * its status (an outage status: the batch is retried or held), or JSD_OK
  * when the failure is the handler's own. reason is the handler's. */
-static jsd_status handler_saw_outage(jsd_consumer *c, jsd_tx *tx, int sqlite_before,
-                                     const char *reason)
+jsd_status jsd__handler_saw_outage(jsd_consumer *c, jsd_tx *tx, int sqlite_before,
+                                   const char *reason)
 {
     PGconn *pg = jsd_tx_pg(tx);
     if (pg) {
@@ -386,8 +386,7 @@ static void keep_alive(jsd_consumer *c, int64_t *last_ms)
     *last_ms = jsd__mono_ms();
 }
 
-/* A handler called for one delivery: a batch handler gets a batch of one. */
-static jsd_disposition call_one(const jsd__handler *h, jsd_tx *tx, const jsd_delivery *d)
+jsd_disposition jsd__handler_call_one(const jsd__handler *h, jsd_tx *tx, const jsd_delivery *d)
 {
     if (!h->batch)
         return h->one(tx, d, h->user);
@@ -492,9 +491,9 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
     } else {
         if ((st = jsd__tx_savepoint(tx)) != JSD_OK)
             return st;
-        int before = handler_before(tx);
+        int before = jsd__handler_before(tx);
         int64_t t0 = jsd__mono_us();
-        disp = call_one(h, tx, d);
+        disp = jsd__handler_call_one(h, tx, d);
         int64_t took = jsd__mono_us() - t0;
         STAT_ADD(c, handler_us, (uint64_t)took);
         jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
@@ -502,7 +501,7 @@ static jsd_status apply_one(jsd_consumer *c, jsd_tx *tx, jsd_delivery *d, const 
          * did not fail: the batch is retried or held instead (no attempt
          * spent, never parked). */
         if (disp.kind != JSD_DISPOSITION_COMMIT &&
-            (st = handler_saw_outage(c, tx, before, disp.reason)) != JSD_OK)
+            (st = jsd__handler_saw_outage(c, tx, before, disp.reason)) != JSD_OK)
             return st;
     }
 
@@ -716,14 +715,14 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
             f->dp[i] = &c->d[i];
             f->out[i] = jsd_disposition_commit();
         }
-        int before = handler_before(tx);
+        int before = jsd__handler_before(tx);
         int64_t t0 = jsd__mono_us();
         h->batch(tx, f->dp, n, f->out, h->user);
         handler_time(c, t0);
         for (size_t i = 0; i < n; i++) {
             if (f->out[i].kind == JSD_DISPOSITION_COMMIT)
                 continue;
-            if ((st = handler_saw_outage(c, tx, before, f->out[i].reason)) != JSD_OK)
+            if ((st = jsd__handler_saw_outage(c, tx, before, f->out[i].reason)) != JSD_OK)
                 return st;
             /* A batch of one is not asked again; in a larger batch the
              * answer may be its neighbours' doing: each is asked alone. */
@@ -735,13 +734,13 @@ static jsd_status apply_fast(jsd_consumer *c, jsd_tx *tx, const jsd__handler *h,
     } else {
         for (size_t i = 0; i < n; i++) {
             keep_alive(c, wpi_at);
-            int before = handler_before(tx);
+            int before = jsd__handler_before(tx);
             int64_t t0 = jsd__mono_us();
             jsd_disposition disp = h->one(tx, &c->d[i], h->user);
             handler_time(c, t0);
             if (disp.kind == JSD_DISPOSITION_COMMIT)
                 continue;
-            if ((st = handler_saw_outage(c, tx, before, disp.reason)) != JSD_OK)
+            if ((st = jsd__handler_saw_outage(c, tx, before, disp.reason)) != JSD_OK)
                 return st;
             keep_given(&c->d[i], &disp);
             *abort = true;

@@ -93,8 +93,9 @@ struct jsd_delivery {
     const char *id;
     char key[48];
     dstate state;
-    bool fresh; /* its outcome was decided in this batch (not an inbox hit) */
-    bool dup;   /* answered from the inbox */
+    bool fresh;  /* its outcome was decided in this batch (not an inbox hit) */
+    bool replay; /* applied from its poison record (consumer_replay.c), not delivered */
+    bool dup;    /* answered from the inbox */
     int64_t delay_ms;
     /* The fast pass's answer, kept for the careful pass (which then does
      * not call the handler for it again); its reason is in `reason`. */
@@ -180,6 +181,11 @@ struct jsd_consumer {
     int64_t sweep_at_ms, sweep_backoff_ms;
     jsd_metric *m_dlq_unpublished, *m_dlq_deferred;
     jsd_metric *m_reused; /* deliveries whose stream sequence named another message */
+
+    /* Replay requests of this durable (consumer_replay.c): looked for at
+     * start and every second; result counters applied / failed / duplicate. */
+    int64_t replay_at_ms;
+    jsd_metric *m_replays[3];
 
     /* The durable found missing (jsd__durable_lost), and the settings to
      * re-create it with (opts.restore; its filter is restore_filter). */
@@ -277,6 +283,22 @@ void jsd__apply_free(jsd_consumer *c);
  * the id itself when the store takes it (jsd__store_text_ok), else its safe
  * rendering in out (see "limits" in consumer_apply.c); NULL when it has none. */
 const char *jsd__msg_id_kept(const char *id, char out[JSD_IDENT_MAX + 1]);
+
+/* consumer_apply.c, for the replay step too: the handler's call is about to
+ * be made (forget an earlier failure's code; the value to give
+ * jsd__handler_saw_outage), and whether a handler's failure was the store's
+ * (its outage status, counted as contention where it is) or its own
+ * (JSD_OK). */
+int jsd__handler_before(jsd_tx *tx);
+jsd_status jsd__handler_saw_outage(jsd_consumer *c, jsd_tx *tx, int sqlite_before,
+                                   const char *reason);
+/* A handler called for one delivery: a batch handler gets a batch of one. */
+jsd_disposition jsd__handler_call_one(const jsd__handler *h, jsd_tx *tx, const jsd_delivery *d);
+
+/* consumer_replay.c: apply this durable's pending replay requests (at most
+ * 64 a call) through the handler h, each in a transaction of its own: when
+ * due (at start, then every second), or at once with force. */
+void jsd__replay_sweep(jsd_consumer *c, const jsd__handler *h, bool force);
 
 /* consumer_ack.c: the ACK pipeline, an object of its own: its lock, its
  * generations (one per batch, at most a few in flight) and the subscription

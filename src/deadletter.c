@@ -12,9 +12,14 @@
  * (TERM for poison, ACK for a parked message) only after jsd__death_publish
  * returned JSD_OK.
  *
- * Replay (tools) takes a dead letter back to its original subject with a new
- * message id derived from its place in the dead-letter stream (so running the
- * same replay twice stores it once) and a Jsd-Replay-Of header.
+ * Replay (tools) records a request in the store of the durable that parked
+ * the dead letter (jsd_dlq_replay_request): that durable's consumer applies
+ * it from its poison record (src/consumer_replay.c), and nothing is
+ * published, so no other consumer of the stream sees it again. The older
+ * republication (jsd_dlq_replay, `--republish`) takes a dead letter back to
+ * its original subject with a new message id derived from its place in the
+ * dead-letter stream (so running the same replay twice stores it once) and a
+ * Jsd-Replay-Of header: every consumer of that subject receives it.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -205,6 +210,93 @@ done:
     jsPubAck_Destroy(pa);
     natsMsg_Destroy(m);
     natsMsg_Destroy(dead);
+    return st;
+}
+
+/* ---- replay to the durable that parked it -------------------------------------------- */
+
+const char *jsd_replay_state_name(jsd_replay_state s)
+{
+    switch (s) {
+    case JSD_REPLAY_PENDING:
+        return "pending";
+    case JSD_REPLAY_APPLIED:
+        return "applied";
+    case JSD_REPLAY_FAILED:
+        return "failed";
+    }
+    return "unknown";
+}
+
+jsd_status jsd_dlq_replay_request(jsd_conn *conn, const char *dlq_stream, uint64_t dlq_seq,
+                                  jsd_store *store, jsd_replay_request *out, bool *queued,
+                                  jsd_error *err)
+{
+    jsd_dead_letter d;
+    jsd_replay_request req, got;
+    bool q = false;
+    if (queued)
+        *queued = false;
+    if (!store)
+        return jsd__err(err, JSD_ERR_INVALID, "replay: no store");
+    jsd_status st = jsd_dlq_get(conn, dlq_stream, dlq_seq, &d, err);
+    if (st != JSD_OK)
+        return st;
+    if (!*d.stream || !*d.consumer || d.stream_seq == 0) {
+        st = jsd__err(err, JSD_ERR_INVALID,
+                      "%s:%" PRIu64 " is not a death envelope (no " JSD_HDR_DLQ_STREAM
+                      ", " JSD_HDR_DLQ_CONSUMER " or " JSD_HDR_DLQ_SEQ
+                      " header): it names no durable to replay it to",
+                      dlq_stream, dlq_seq);
+        goto done;
+    }
+    jsd__poison_record rec;
+    memset(&rec, 0, sizeof(rec));
+    st = jsd__store_poison_get(store, d.stream, d.consumer, d.stream_seq, &rec);
+    jsd__poison_record_clear(&rec);
+    if (st == JSD_ERR_NOT_FOUND) {
+        st =
+            jsd__err(err, JSD_ERR_CONFIG,
+                     "%s:%" PRIu64 " was parked by durable \"%.64s\" (stream \"%.64s\", sequence "
+                     "%" PRIu64 "), but store %s holds no poison record of it: give --store the "
+                     "store of that durable",
+                     dlq_stream, dlq_seq, d.consumer, d.stream, d.stream_seq, jsd_store_url(store));
+        goto done;
+    }
+    if (st != JSD_OK) {
+        jsd__err_copy(err, jsd_store_error(store));
+        goto done;
+    }
+    memset(&req, 0, sizeof(req));
+    jsd__strlcpy(req.stream, d.stream, sizeof(req.stream));
+    jsd__strlcpy(req.consumer, d.consumer, sizeof(req.consumer));
+    req.stream_seq = d.stream_seq;
+    jsd__strlcpy(req.dlq_stream, dlq_stream, sizeof(req.dlq_stream));
+    req.dlq_seq = dlq_seq;
+    st = jsd__store_replay_request(store, &req, &got, &q);
+    if (st != JSD_OK) {
+        jsd__err_copy(err, jsd_store_error(store));
+        goto done;
+    }
+    if (out)
+        *out = got;
+    if (queued)
+        *queued = q;
+done:
+    jsd_dead_letter_clear(&d);
+    return st;
+}
+
+jsd_status jsd_dlq_replay_list(jsd_store *store, int64_t after_id, jsd_replay_request *out,
+                               size_t cap, size_t *n, jsd_error *err)
+{
+    if (n)
+        *n = 0;
+    if (!store || !out || !n || cap == 0)
+        return jsd__err(err, JSD_ERR_INVALID, "replay list: invalid argument");
+    jsd_status st = jsd__store_replay_open(store, after_id, out, JSD_MIN(cap, 10000), n);
+    if (st != JSD_OK)
+        jsd__err_copy(err, jsd_store_error(store));
     return st;
 }
 

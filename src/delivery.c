@@ -85,6 +85,8 @@ jsd_status jsd_delivery_progress(const jsd_delivery *d)
 {
     if (!d || !d->msg)
         return JSD_ERR_INVALID;
+    if (d->replay)
+        return JSD_OK; /* applied from the store: no delivery to keep alive */
     natsStatus s = natsMsg_InProgress(d->msg, NULL);
     return s == NATS_OK ? JSD_OK : jsd__err_nats(NULL, s, 0, "progress");
 }

@@ -110,14 +110,17 @@ JSD_EXTERN const char *jsd_delivery_header(const jsd_delivery *d, const char *na
 JSD_EXTERN const char *jsd_delivery_stream(const jsd_delivery *d);
 JSD_EXTERN const char *jsd_delivery_consumer(const jsd_delivery *d);
 JSD_EXTERN uint64_t jsd_delivery_stream_seq(const jsd_delivery *d);
-/* How many times the server delivered it (1 on the first delivery). */
+/* How many times the server delivered it (1 on the first delivery); 0 for a
+ * replay applied from the store (`dlq replay --store`, dlq.h), which also
+ * carries the header Jsd-Replay-Of: "<dlq stream>:<seq>". */
 JSD_EXTERN uint64_t jsd_delivery_deliveries(const jsd_delivery *d);
 /* Nats-Msg-Id, "" when the publisher gave none. */
 JSD_EXTERN const char *jsd_delivery_msg_id(const jsd_delivery *d);
 /* Jsd-Type, "" when absent (accepted only when no type list is configured). */
 JSD_EXTERN const char *jsd_delivery_type(const jsd_delivery *d);
 /* Tell the server the delivery is still being worked on (+WPI): extends its
- * ack wait without changing any durable state. */
+ * ack wait without changing any durable state. JSD_OK and nothing sent for a
+ * replay (no delivery to keep alive). */
 JSD_EXTERN jsd_status jsd_delivery_progress(const jsd_delivery *d);
 
 /* ---- consumer settings ------------------------------------------------------- */
@@ -358,6 +361,12 @@ typedef struct jsd_consumer_stats {
      * consumer; see jsd_consumer_opts.restore), 0 otherwise. */
     uint64_t durable_missing;
     uint64_t durables_restored; /* times it was re-created by this consumer */
+    /* Replay requests (`jsdurable dlq replay --store`, dlq.h) this consumer
+     * applied, found failing again (marked failed), and found applied
+     * already (nothing done). */
+    uint64_t replays_applied;
+    uint64_t replays_failed;
+    uint64_t replays_duplicate;
 } jsd_consumer_stats;
 
 /* Thread-safe snapshot. */

@@ -121,7 +121,7 @@ JSD_EXTERN const char *jsd_store_id(const jsd_store *s);
 /* ---- the schema (docs/SQL-CONTRACT.md) --------------------------------------- */
 /* The schema version this library makes: opening a store migrates it to this
  * version. */
-#define JSD_STORE_SCHEMA_VERSION 9
+#define JSD_STORE_SCHEMA_VERSION 10
 /* The version the store had before this handle's open migrated it: 0 when the
  * open created the tables, JSD_STORE_SCHEMA_VERSION when nothing was to do;
  * -1 for NULL. */
@@ -234,6 +234,8 @@ typedef struct jsd_store_stats {
     int64_t inbox_rows;
     int64_t poison_records;
     int64_t poison_unpublished; /* of those, not (yet) in the dead-letter stream */
+    int64_t replay_pending;     /* replay requests waiting for their durable (dlq.h) */
+    int64_t replay_failed;      /* replay requests whose handler failed again */
 } jsd_store_stats;
 
 JSD_EXTERN jsd_status jsd_store_stats_get(jsd_store *s, jsd_store_stats *out);

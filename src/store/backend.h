@@ -115,6 +115,21 @@ typedef struct jsd__store_ops {
      * (stream, consumer) after_id/max; else get one (max 1). */
     jsd_status (*poison_read)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                               int64_t after_id, size_t max, jsd__poison_record **out, size_t *n);
+    /* Replay requests (store.h). replay_request: upsert, *out the row after,
+     * *queued whether this call made it pending. replay_list: stream NULL,
+     * the requests not applied; else the pending ones of (stream, consumer);
+     * id > after_id, at most max. replay_finish: pending request id to
+     * state, *done whether it was pending; in or out of a transaction. */
+    jsd_status (*replay_request)(jsd_store *s, const jsd_replay_request *r, int64_t now,
+                                 jsd_replay_request *out, bool *queued);
+    jsd_status (*replay_list)(jsd_store *s, const char *stream, const char *consumer,
+                              int64_t after_id, size_t max, jsd_replay_request *out, size_t *n);
+    jsd_status (*replay_finish)(jsd_store *s, int64_t id, int state, const char *detail,
+                                int64_t now, bool *done);
+    /* Inside a transaction: the inbox row's outcome set to code unless it
+     * has it; *changed whether a row was written. */
+    jsd_status (*inbox_set)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
+                            int code, const char *detail, bool *changed);
     /* inbox false: published effects only. */
     jsd_status (*gc_step)(jsd_store *s, int64_t cutoff, int batch, bool inbox, int64_t *removed);
     /* (stream, consumer) groups of inbox rows with created_at < cutoff. */

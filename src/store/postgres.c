@@ -73,12 +73,20 @@ enum {
     P_FLOOR_RAISE,
     P_GAP_HOLDERS,
     P_GAP_ENDED,
+    P_INBOX_SET,
+    P_REPLAY_UPSERT,
+    P_REPLAY_GET,
+    P_REPLAY_PENDING,
+    P_REPLAY_OPEN,
+    P_REPLAY_FINISH,
     P__COUNT
 };
 
 #define OUTBOX_COLS                                                                                \
     "id, owner, effect_id, msg_id, subject, headers, payload, attempts, order_key, created_at, "   \
     "not_before"
+#define REPLAY_COLS                                                                                \
+    "id, stream, consumer, stream_seq, dlq_stream, dlq_seq, state, detail, requested_at, done_at"
 #define POISON_COLS                                                                                \
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
@@ -386,7 +394,9 @@ static const char *const sql_text[P__COUNT] = {
                 "(SELECT count(*) FROM @jsd_outbox WHERE dead_lettered_at IS NOT NULL), "
                 "(SELECT count(*) FROM @jsd_inbox), "
                 "(SELECT count(*) FROM @jsd_poison), "
-                "(SELECT count(*) FROM @jsd_poison WHERE dlq_seq IS NULL) FROM (" BACKLOG ") b",
+                "(SELECT count(*) FROM @jsd_poison WHERE dlq_seq IS NULL), "
+                "(SELECT count(*) FROM @jsd_replay WHERE state = 0), "
+                "(SELECT count(*) FROM @jsd_replay WHERE state = 2) FROM (" BACKLOG ") b",
     [P_BACKLOG] = BACKLOG,
     /* A takeover claim's lock (pg_claim): tried, or waited for; the claim's
      * t reads whether it holds it. */
@@ -415,6 +425,24 @@ static const char *const sql_text[P__COUNT] = {
                       "pg_locks WHERE " OUTBOX_WRITER " AND pid IS DISTINCT FROM pg_backend_pid()",
     [P_GAP_ENDED] = "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE " OUTBOX_WRITER
                     " AND virtualtransaction = ANY($1::text[]))",
+    [P_INBOX_SET] = "UPDATE @jsd_inbox SET outcome = $4, detail = $5 "
+                    "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3 AND outcome <> $4",
+    /* A new request, or a failed one made pending again; a pending or
+     * applied one stays as it is (no row returned). */
+    [P_REPLAY_UPSERT] =
+        "INSERT INTO @jsd_replay AS r (stream, consumer, stream_seq, dlq_stream, dlq_seq, state, "
+        "requested_at) VALUES ($1, $2, $3, $4, $5, 0, $6) "
+        "ON CONFLICT (stream, consumer, stream_seq) DO UPDATE SET state = 0, detail = NULL, "
+        "done_at = NULL, dlq_stream = excluded.dlq_stream, dlq_seq = excluded.dlq_seq, "
+        "requested_at = excluded.requested_at WHERE r.state = 2 RETURNING id",
+    [P_REPLAY_GET] = "SELECT " REPLAY_COLS " FROM @jsd_replay "
+                     "WHERE stream = $1 AND consumer = $2 AND stream_seq = $3",
+    [P_REPLAY_PENDING] = "SELECT " REPLAY_COLS " FROM @jsd_replay WHERE stream = $1 AND "
+                         "consumer = $2 AND state = 0 AND id > $3 ORDER BY id LIMIT $4",
+    [P_REPLAY_OPEN] = "SELECT " REPLAY_COLS " FROM @jsd_replay WHERE state <> 1 AND id > $1 "
+                      "ORDER BY id LIMIT $2",
+    [P_REPLAY_FINISH] = "UPDATE @jsd_replay SET state = $2, detail = $3, done_at = $4 "
+                        "WHERE id = $1 AND state = 0",
 };
 
 /* Every migration records itself here. */
@@ -744,9 +772,27 @@ static const char *const migration_9[] = {
     NULL};
 /* clang-format on */
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
-                                                migration_4, migration_5, migration_6,
-                                                migration_7, migration_8, migration_9};
+/* 10: replay requests (`jsdurable dlq replay --store`): a dead letter to be
+ * applied again by the durable that parked it, and by no other (issue 42,
+ * item 6). state: 0 pending, 1 applied, 2 failed. */
+static const char *const migration_10[] = {
+    "CREATE TABLE @jsd_replay ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " stream TEXT NOT NULL,"
+    " consumer TEXT NOT NULL,"
+    " stream_seq BIGINT NOT NULL,"
+    " dlq_stream TEXT NOT NULL,"
+    " dlq_seq BIGINT NOT NULL,"
+    " state INTEGER NOT NULL DEFAULT 0 CHECK (state IN (0, 1, 2)),"
+    " detail TEXT,"
+    " requested_at BIGINT NOT NULL,"
+    " done_at BIGINT,"
+    " CONSTRAINT jsd_replay_delivery UNIQUE (stream, consumer, stream_seq))",
+    "CREATE INDEX jsd_replay_pending ON @jsd_replay (stream, consumer, id) WHERE state = 0", NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
+                                                migration_5, migration_6, migration_7, migration_8,
+                                                migration_9, migration_10};
 
 const char *const *jsd__pg_migration(int v)
 {
@@ -2236,6 +2282,128 @@ static jsd_status pg_poison_mark(jsd_store *s, const char *stream, const char *c
                : jsd__store_err(s, JSD_ERR_NOT_FOUND, "no poison record for that delivery");
 }
 
+/* ---- replay requests ---- */
+
+static void replay_copy(const PGresult *r, int row, int col, char *out, size_t cap)
+{
+    size_t n;
+    const char *v = get_str(r, row, col, &n);
+    n = v ? JSD_MIN(n, cap - 1) : 0;
+    if (n)
+        memcpy(out, v, n);
+    out[n] = '\0';
+}
+
+static void replay_row(const PGresult *r, int row, jsd_replay_request *x)
+{
+    memset(x, 0, sizeof(*x));
+    x->id = get_i64(r, row, 0);
+    replay_copy(r, row, 1, x->stream, sizeof(x->stream));
+    replay_copy(r, row, 2, x->consumer, sizeof(x->consumer));
+    x->stream_seq = (uint64_t)get_i64(r, row, 3);
+    replay_copy(r, row, 4, x->dlq_stream, sizeof(x->dlq_stream));
+    x->dlq_seq = (uint64_t)get_i64(r, row, 5);
+    x->state = (jsd_replay_state)get_i64(r, row, 6);
+    replay_copy(r, row, 7, x->detail, sizeof(x->detail));
+    x->requested_at_ms = get_i64(r, row, 8);
+    x->done_at_ms = get_i64(r, row, 9);
+}
+
+static jsd_status pg_replay_request(jsd_store *s, const jsd_replay_request *q, int64_t now,
+                                    jsd_replay_request *out, bool *queued)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_text(&p, q->stream);
+    p_text(&p, q->consumer);
+    p_i64(&p, (int64_t)q->stream_seq);
+    p_text(&p, q->dlq_stream);
+    p_i64(&p, (int64_t)q->dlq_seq);
+    p_i64(&p, now);
+    PGresult *r = pexec(s, P_REPLAY_UPSERT, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK,
+                        "recording a replay request");
+    if (!r)
+        return s->err.status;
+    *queued = PQntuples(r) > 0;
+    PQclear(r);
+    p.n = 0;
+    p_text(&p, q->stream);
+    p_text(&p, q->consumer);
+    p_i64(&p, (int64_t)q->stream_seq);
+    r = pexec(s, P_REPLAY_GET, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK, "reading a replay request");
+    if (!r)
+        return s->err.status;
+    bool found = PQntuples(r) > 0;
+    if (found)
+        replay_row(r, 0, out);
+    PQclear(r);
+    return found ? JSD_OK : jsd__store_err(s, JSD_ERR_INTERNAL, "replay request vanished");
+}
+
+static jsd_status pg_replay_list(jsd_store *s, const char *stream, const char *consumer,
+                                 int64_t after_id, size_t max, jsd_replay_request *out, size_t *n)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    if (stream) {
+        p_text(&p, stream);
+        p_text(&p, consumer);
+    }
+    p_i64(&p, after_id);
+    p_i64(&p, (int64_t)max);
+    PGresult *r = pexec(s, stream ? P_REPLAY_PENDING : P_REPLAY_OPEN, p.n, p.v, p.len, p.fmt,
+                        PGRES_TUPLES_OK, "reading replay requests");
+    if (!r)
+        return s->err.status;
+    *n = 0;
+    for (int k = 0, rows = PQntuples(r); k < rows && *n < max; k++)
+        replay_row(r, k, &out[(*n)++]);
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_replay_finish(jsd_store *s, int64_t id, int state, const char *detail,
+                                   int64_t now, bool *finished)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_i64(&p, id);
+    p_i64(&p, state);
+    p_text(&p, detail);
+    p_i64(&p, now);
+    PGresult *r = pexec(s, P_REPLAY_FINISH, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK,
+                        "completing a replay request");
+    if (!r)
+        return s->err.status;
+    *finished = strcmp(PQcmdTuples(r), "0") != 0;
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_inbox_set(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
+                               int code, const char *detail, bool *changed)
+{
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    p_i64(&p, (int64_t)seq);
+    p_i64(&p, code);
+    p_text(&p, detail);
+    PGresult *r =
+        pexec(s, P_INBOX_SET, p.n, p.v, p.len, p.fmt, PGRES_COMMAND_OK, "inbox outcome update");
+    if (!r)
+        return s->err.status;
+    *changed = strcmp(PQcmdTuples(r), "0") != 0;
+    PQclear(r);
+    return JSD_OK;
+}
+
 static void *bin_dup(const PGresult *r, int row, int col, size_t *len)
 {
     const char *v = get_str(r, row, col, len);
@@ -2417,6 +2585,8 @@ static jsd_status pg_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_sto
         o->inbox_rows = get_i64(r, 0, 5);
         o->poison_records = get_i64(r, 0, 6);
         o->poison_unpublished = get_i64(r, 0, 7);
+        o->replay_pending = get_i64(r, 0, 8);
+        o->replay_failed = get_i64(r, 0, 9);
     }
     PQclear(r);
     return JSD_OK;
@@ -2667,6 +2837,10 @@ static const jsd__store_ops pg_ops = {
     .inbox_retire = pg_inbox_retire,
     .poison_insert = pg_poison_insert,
     .poison_mark = pg_poison_mark,
+    .replay_request = pg_replay_request,
+    .replay_list = pg_replay_list,
+    .replay_finish = pg_replay_finish,
+    .inbox_set = pg_inbox_set,
     .poison_read = pg_poison_read,
     .gc_step = pg_gc_step,
     .inbox_aged = pg_inbox_aged,

@@ -115,6 +115,13 @@ enum {
     S_STATS_RUNS_FROM,
     S_ROW_DUE,
     S_LEASE_RELEASED,
+    S_INBOX_SET,
+    S_REPLAY_UPSERT,
+    S_REPLAY_GET,
+    S_REPLAY_PENDING,
+    S_REPLAY_OPEN,
+    S_REPLAY_FINISH,
+    S_STATS_REPLAY,
     S__COUNT
 };
 
@@ -126,6 +133,8 @@ enum {
 #define POISON_COLS                                                                                \
     "id, stream, consumer, stream_seq, msg_id, subject, diagnostic, headers, payload, "            \
     "created_at, dlq_stream, dlq_seq"
+#define REPLAY_COLS                                                                                \
+    "id, stream, consumer, stream_seq, dlq_stream, dlq_seq, state, detail, requested_at, done_at"
 #define PENDING "published_at IS NULL AND dead_lettered_at IS NULL"
 /* Unordered first attempts due at insert (schema 8): claimed by range, and
  * their receipts recorded as runs, which the settled floor passes ("the
@@ -343,6 +352,26 @@ static const char *const sql_text[S__COUNT] = {
                          "WHERE token = ?1",
     [S_ROW_DUE] = "SELECT max(next_attempt_at, not_before, coalesce(lease_expires, 0)) "
                   "FROM jsd_outbox WHERE id = ?1",
+    [S_INBOX_SET] = "UPDATE jsd_inbox SET outcome = ?4, detail = ?5 "
+                    "WHERE stream = ?1 AND consumer = ?2 AND stream_seq = ?3 AND outcome <> ?4",
+    /* A new request, or a failed one made pending again; a pending or
+     * applied one stays as it is (no row returned). */
+    [S_REPLAY_UPSERT] =
+        "INSERT INTO jsd_replay (stream, consumer, stream_seq, dlq_stream, dlq_seq, state, "
+        "requested_at) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6) "
+        "ON CONFLICT (stream, consumer, stream_seq) DO UPDATE SET state = 0, detail = NULL, "
+        "done_at = NULL, dlq_stream = excluded.dlq_stream, dlq_seq = excluded.dlq_seq, "
+        "requested_at = excluded.requested_at WHERE jsd_replay.state = 2 RETURNING id",
+    [S_REPLAY_GET] = "SELECT " REPLAY_COLS " FROM jsd_replay "
+                     "WHERE stream = ?1 AND consumer = ?2 AND stream_seq = ?3",
+    [S_REPLAY_PENDING] = "SELECT " REPLAY_COLS " FROM jsd_replay WHERE stream = ?1 AND "
+                         "consumer = ?2 AND state = 0 AND id > ?3 ORDER BY id LIMIT ?4",
+    [S_REPLAY_OPEN] = "SELECT " REPLAY_COLS " FROM jsd_replay WHERE state <> 1 AND id > ?1 "
+                      "ORDER BY id LIMIT ?2",
+    [S_REPLAY_FINISH] = "UPDATE jsd_replay SET state = ?2, detail = ?3, done_at = ?4 "
+                        "WHERE id = ?1 AND state = 0",
+    [S_STATS_REPLAY] = "SELECT coalesce(sum(state = 0), 0), coalesce(sum(state = 2), 0) "
+                       "FROM jsd_replay",
 };
 
 /* Schema migrations: MIGRATIONS[v - 1] takes the schema from v - 1 to v;
@@ -604,9 +633,27 @@ static const char *const migration_8[] = {
  * had them since 8. */
 static const char *const migration_9[] = {NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3,
-                                                migration_4, migration_5, migration_6,
-                                                migration_7, migration_8, migration_9};
+/* 10: replay requests (`jsdurable dlq replay --store`): a dead letter to be
+ * applied again by the durable that parked it, and by no other (issue 42,
+ * item 6). state: 0 pending, 1 applied, 2 failed. */
+static const char *const migration_10[] = {
+    "CREATE TABLE jsd_replay ("
+    " id INTEGER PRIMARY KEY,"
+    " stream TEXT NOT NULL,"
+    " consumer TEXT NOT NULL,"
+    " stream_seq INTEGER NOT NULL,"
+    " dlq_stream TEXT NOT NULL,"
+    " dlq_seq INTEGER NOT NULL,"
+    " state INTEGER NOT NULL DEFAULT 0 CHECK (state IN (0, 1, 2)),"
+    " detail TEXT,"
+    " requested_at INTEGER NOT NULL,"
+    " done_at INTEGER,"
+    " UNIQUE (stream, consumer, stream_seq))",
+    "CREATE INDEX jsd_replay_pending ON jsd_replay (stream, consumer, id) WHERE state = 0", NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
+                                                migration_5, migration_6, migration_7, migration_8,
+                                                migration_9, migration_10};
 
 const char *const *jsd__sqlite_migration(int v)
 {
@@ -2389,6 +2436,121 @@ static jsd_status sq_poison_mark(jsd_store *s, const char *stream, const char *c
     return JSD_OK;
 }
 
+/* ---- replay requests ---- */
+
+static void replay_row(sqlite3_stmt *st, jsd_replay_request *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = sqlite3_column_int64(st, 0);
+    const char *t = col_text(st, 1, NULL);
+    jsd__strlcpy(r->stream, t ? t : "", sizeof(r->stream));
+    t = col_text(st, 2, NULL);
+    jsd__strlcpy(r->consumer, t ? t : "", sizeof(r->consumer));
+    r->stream_seq = (uint64_t)sqlite3_column_int64(st, 3);
+    t = col_text(st, 4, NULL);
+    jsd__strlcpy(r->dlq_stream, t ? t : "", sizeof(r->dlq_stream));
+    r->dlq_seq = (uint64_t)sqlite3_column_int64(st, 5);
+    r->state = (jsd_replay_state)sqlite3_column_int(st, 6);
+    t = col_text(st, 7, NULL);
+    jsd__strlcpy(r->detail, t ? t : "", sizeof(r->detail));
+    r->requested_at_ms = sqlite3_column_int64(st, 8);
+    r->done_at_ms = sqlite3_column_int64(st, 9);
+}
+
+static jsd_status sq_replay_request(jsd_store *s, const jsd_replay_request *r, int64_t now,
+                                    jsd_replay_request *out, bool *queued)
+{
+    sqlite3_stmt *st = stmt(s, S_REPLAY_UPSERT);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, r->stream);
+    bind_text(st, 2, r->consumer);
+    sqlite3_bind_int64(st, 3, (int64_t)r->stream_seq);
+    bind_text(st, 4, r->dlq_stream);
+    sqlite3_bind_int64(st, 5, (int64_t)r->dlq_seq);
+    sqlite3_bind_int64(st, 6, now);
+    int x = sqlite3_step(st);
+    *queued = x == SQLITE_ROW;
+    if (x == SQLITE_ROW)
+        x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "recording a replay request");
+    if (!(st = stmt(s, S_REPLAY_GET)))
+        return s->err.status;
+    bind_text(st, 1, r->stream);
+    bind_text(st, 2, r->consumer);
+    sqlite3_bind_int64(st, 3, (int64_t)r->stream_seq);
+    x = sqlite3_step(st);
+    if (x == SQLITE_ROW)
+        replay_row(st, out);
+    done(st);
+    if (x != SQLITE_ROW)
+        return x == SQLITE_DONE ? jsd__store_err(s, JSD_ERR_INTERNAL, "replay request vanished")
+                                : sq_fail(s, x, "reading a replay request");
+    return JSD_OK;
+}
+
+static jsd_status sq_replay_list(jsd_store *s, const char *stream, const char *consumer,
+                                 int64_t after_id, size_t max, jsd_replay_request *out, size_t *n)
+{
+    sqlite3_stmt *st = stmt(s, stream ? S_REPLAY_PENDING : S_REPLAY_OPEN);
+    if (!st)
+        return s->err.status;
+    int k = 1;
+    if (stream) {
+        bind_text(st, k++, stream);
+        bind_text(st, k++, consumer);
+    }
+    sqlite3_bind_int64(st, k++, after_id);
+    sqlite3_bind_int64(st, k, (int64_t)max);
+    int x;
+    *n = 0;
+    while ((x = sqlite3_step(st)) == SQLITE_ROW && *n < max)
+        replay_row(st, &out[(*n)++]);
+    done(st);
+    if (x != SQLITE_ROW && x != SQLITE_DONE)
+        return sq_fail(s, x, "reading replay requests");
+    return JSD_OK;
+}
+
+static jsd_status sq_replay_finish(jsd_store *s, int64_t id, int state, const char *detail,
+                                   int64_t now, bool *finished)
+{
+    sqlite3_stmt *st = stmt(s, S_REPLAY_FINISH);
+    if (!st)
+        return s->err.status;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int(st, 2, state);
+    bind_text(st, 3, detail);
+    sqlite3_bind_int64(st, 4, now);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "completing a replay request");
+    *finished = sqlite3_changes(SQ(s)->db) > 0;
+    return JSD_OK;
+}
+
+static jsd_status sq_inbox_set(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
+                               int code, const char *detail, bool *changed)
+{
+    sqlite3_stmt *st = stmt(s, S_INBOX_SET);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, stream);
+    bind_text(st, 2, consumer);
+    sqlite3_bind_int64(st, 3, (int64_t)seq);
+    sqlite3_bind_int(st, 4, code);
+    bind_text(st, 5, detail);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "inbox outcome update");
+    *changed = sqlite3_changes(SQ(s)->db) > 0;
+    return JSD_OK;
+}
+
 static void *blob_dup(sqlite3_stmt *st, int i, size_t *len)
 {
     const void *b = sqlite3_column_blob(st, i);
@@ -2731,6 +2893,18 @@ static jsd_status sq_stats(jsd_store *s, int64_t now, bool backlog_only, jsd_sto
         (rc = count1(s, S_STATS_POISON, &o->poison_records)) != JSD_OK ||
         (rc = count1(s, S_STATS_POISON_UNPUB, &o->poison_unpublished)) != JSD_OK)
         goto out;
+    if ((st = stmt(s, S_STATS_REPLAY)) == NULL) {
+        rc = s->err.status;
+        goto out;
+    }
+    x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        o->replay_pending = sqlite3_column_int64(st, 0);
+        o->replay_failed = sqlite3_column_int64(st, 1);
+    }
+    done(st);
+    if (x != SQLITE_ROW)
+        rc = sq_fail(s, x, "reading store counts");
 out:;
     jsd_error keep = s->err;
     exec_sql(s, "COMMIT", "reading store counts");
@@ -3037,6 +3211,10 @@ static const jsd__store_ops sqlite_ops = {
     .inbox_retire = sq_inbox_retire,
     .poison_insert = sq_poison_insert,
     .poison_mark = sq_poison_mark,
+    .replay_request = sq_replay_request,
+    .replay_list = sq_replay_list,
+    .replay_finish = sq_replay_finish,
+    .inbox_set = sq_inbox_set,
     .poison_read = sq_poison_read,
     .gc_step = sq_gc_step,
     .inbox_aged = sq_inbox_aged,

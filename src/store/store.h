@@ -456,6 +456,38 @@ jsd_status jsd__store_poison_unpublished(jsd_store *s, const char *stream, const
 void jsd__poison_record_clear(jsd__poison_record *r);
 void jsd__poison_records_free(jsd__poison_record *r, size_t n);
 
+/* ---- replay requests (dlq replay; jsd_replay_request in dlq.h) ------------------------- */
+
+/* Record a request for (r->stream, r->consumer, r->stream_seq) from dead
+ * letter (r->dlq_stream, r->dlq_seq): a new one, or a failed one made
+ * pending again (*queued true); a pending or applied one is kept as it is
+ * (*queued false). *out receives the row as it stands. Outside a
+ * transaction. */
+jsd_status jsd__store_replay_request(jsd_store *s, const jsd_replay_request *r,
+                                     jsd_replay_request *out, bool *queued);
+/* Up to max pending requests of (stream, consumer) with id > after_id, in
+ * id order, into out (max entries); *n says how many. */
+jsd_status jsd__store_replay_pending(jsd_store *s, const char *stream, const char *consumer,
+                                     int64_t after_id, jsd_replay_request *out, size_t max,
+                                     size_t *n);
+/* The requests not applied (pending, failed), for status. */
+jsd_status jsd__store_replay_open(jsd_store *s, int64_t after_id, jsd_replay_request *out,
+                                  size_t max, size_t *n);
+/* Complete pending request id as state (applied or failed) with detail:
+ * inside the consumer's transaction (jsd__tx_) or in one of its own
+ * (jsd__store_). *done false when it was no longer pending (another process
+ * of the durable completed it). */
+jsd_status jsd__tx_replay_finish(jsd_tx *tx, int64_t id, jsd_replay_state state, const char *detail,
+                                 bool *done);
+jsd_status jsd__store_replay_finish(jsd_store *s, int64_t id, jsd_replay_state state,
+                                    const char *detail, bool *done);
+/* Inside a transaction: set the outcome of the inbox row of (stream,
+ * consumer, stream_seq) to code with detail; *changed false when there is no
+ * such row or it has that outcome already. */
+jsd_status jsd__tx_inbox_set_outcome(jsd_tx *tx, const char *stream, const char *consumer,
+                                     uint64_t stream_seq, int code, const char *detail,
+                                     bool *changed);
+
 /* ---- retention (STORE-4) ------------------------------------------------------------- */
 
 /* One bounded retention step: in one transaction, delete at most batch

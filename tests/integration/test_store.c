@@ -1604,6 +1604,7 @@ static void migration_keeps_stored_msg_ids(void **state)
     }
     app_sql(s, "DROP TABLE jsd_outbox_runs");
     app_sql(s, "DROP TABLE jsd_outbox_floor");
+    app_sql(s, "DROP TABLE jsd_replay"); /* schema 10 */
     app_sql(s, "ALTER TABLE jsd_outbox DROP COLUMN first_attempt_at");
     app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN traceparent");
     app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN tracestate");
