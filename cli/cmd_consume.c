@@ -915,6 +915,12 @@ int cmd_consume(int argc, char **argv)
             (unsigned long long)s.fetched, (unsigned long long)s.committed,
             (unsigned long long)s.duplicates, (unsigned long long)s.retried,
             (unsigned long long)s.poisoned, (unsigned long long)s.parked);
+    if (s.replays_applied || s.replays_failed || s.replays_duplicate)
+        cli_say("consume", s.replays_failed ? "warn" : "info",
+                "replays (dlq replay --store): %llu applied, %llu failed again, %llu applied "
+                "already",
+                (unsigned long long)s.replays_applied, (unsigned long long)s.replays_failed,
+                (unsigned long long)s.replays_duplicate);
     if (s.store_outages || s.contention || s.dlq_deferred || s.poison_unpublished)
         cli_say("consume", "warn",
                 "%llu store outages waited out, %llu contention failures of --sql "

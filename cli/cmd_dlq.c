@@ -1,9 +1,13 @@
 /*
  * jsdurable dlq — list, show, replay and purge the dead letters of a
  * dead-letter stream (DLQ-3). A dead letter is a death envelope: the original
- * payload verbatim with headers naming its origin (see consumer.h). Replay
- * republishes the payload to its original subject with a new message id and a
- * Jsd-Replay-Of header; the dead letter itself stays as evidence until purged.
+ * payload verbatim with headers naming its origin (see dlq.h). Replay with
+ * --store records a request in the store of the durable that parked it, which
+ * that durable's consumer applies: no other consumer of the stream sees it
+ * again. --republish instead publishes the payload to its original subject
+ * with a new message id and a Jsd-Replay-Of header, where every consumer of
+ * the subject receives it; one of the two must be asked for. The dead letter
+ * itself stays as evidence until purged.
  * With -j/--json each action prints one JSON document on stdout instead of
  * its lines.
  */
@@ -22,15 +26,28 @@ static void usage(FILE *f)
             "  list [--limit N]          one line per dead letter: seq, time, reason, origin,\n"
             "                            deliveries, error\n"
             "  show SEQ                  headers, then the verbatim payload\n"
-            "  replay SEQ... | --all     republish to the original subject (new msg id,\n"
-            "                            Jsd-Replay-Of: DLQ_STREAM:SEQ); idempotent per SEQ\n"
+            "  replay SEQ... | --all --store URL\n"
+            "                            queue each dead letter for the durable that parked\n"
+            "                            it: its consumer (the next `jsdurable consume` of\n"
+            "                            that durable on that store) applies it from its\n"
+            "                            poison record; no message is published, so no other\n"
+            "                            durable or consumer of the stream receives it again.\n"
+            "                            URL (or $JSD_STORE) must be that durable's store.\n"
+            "                            Idempotent: a dead letter queued or applied is one\n"
+            "                            request; a failed one is queued again\n"
+            "  replay SEQ... | --all --republish\n"
+            "                            publish to the original subject again (new msg id,\n"
+            "                            Jsd-Replay-Of: DLQ_STREAM:SEQ): EVERY consumer of\n"
+            "                            the subject receives it, each one that had applied\n"
+            "                            it applies it again; stored once per SEQ\n"
             "  purge SEQ... | --all      delete dead letters\n"
             "  -j, --json                one JSON document: list {\"stream\",\"count\",\n"
             "                            \"dead_letters\":[...]}, show {... \"payload\" or\n"
             "                            \"payload_base64\"}, replay/purge "
             "{\"results\":[...]}\n\n" CLI_CONN_HELP "\nExample:\n"
             "  jsdurable dlq list --nats nats://127.0.0.1:4222 --stream DLQ\n"
-            "  jsdurable dlq replay --nats nats://127.0.0.1:4222 --stream DLQ 12\n");
+            "  jsdurable dlq replay --nats nats://127.0.0.1:4222 --stream DLQ --store "
+            "sqlite:app.db 12\n");
 }
 
 static bool parse_seq(const char *s, uint64_t *out)
@@ -51,7 +68,7 @@ static void print_clean(FILE *f, const char *s)
         fputc((unsigned char)*s < 0x20 ? ' ' : *s, f);
 }
 
-enum { O_STREAM = 1, O_LIMIT, O_ALL, O_HELP, O_JSON };
+enum { O_STREAM = 1, O_LIMIT, O_ALL, O_HELP, O_JSON, O_STORE, O_REPUBLISH };
 
 static json_t *letter_json(const jsd_dead_letter *d)
 {
@@ -78,15 +95,18 @@ int cmd_dlq(int argc, char **argv)
                                              {"all", no_argument, NULL, O_ALL},
                                              {"help", no_argument, NULL, O_HELP},
                                              {"json", no_argument, NULL, O_JSON},
+                                             {"store", required_argument, NULL, O_STORE},
+                                             {"republish", no_argument, NULL, O_REPUBLISH},
                                              CLI_CONN_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     cli_conn cc;
-    const char *stream = NULL, *action = NULL;
-    bool all = false, json = false;
+    const char *stream = NULL, *action = NULL, *store_flag = NULL, *store_url = NULL;
+    bool all = false, json = false, republish = false;
     uint64_t limit = 1000;
     json_t *doc = NULL, *items = NULL;
     int rc = CLI_OK, opt;
     jsd_conn *conn = NULL;
+    jsd_store *store = NULL;
     jsd_error err;
 
     cli_conn_init(&cc);
@@ -120,6 +140,12 @@ int cmd_dlq(int argc, char **argv)
         case O_JSON:
             json = true;
             break;
+        case O_STORE:
+            store_flag = optarg;
+            break;
+        case O_REPUBLISH:
+            republish = true;
+            break;
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -138,6 +164,26 @@ int cmd_dlq(int argc, char **argv)
     }
     if (!stream) {
         cli_err("dlq", "--stream DLQ_STREAM is required");
+        rc = CLI_USAGE;
+        goto out;
+    }
+    if (!strcmp(action, "replay")) {
+        store_url = republish ? NULL : cli_store_url(store_flag);
+        if (republish && store_flag) {
+            cli_err("dlq", "replay: --store and --republish exclude each other");
+            rc = CLI_USAGE;
+            goto out;
+        }
+        if (!republish && !store_url) {
+            cli_err("dlq", "replay: give --store URL, the store of the durable that parked the "
+                           "dead letter (that durable's consumer applies it again; no other "
+                           "consumer of the stream receives it), or --republish to publish it to "
+                           "its subject again, where EVERY consumer of the stream receives it");
+            rc = CLI_USAGE;
+            goto out;
+        }
+    } else if (store_flag || republish) {
+        cli_err("dlq", "%s takes neither --store nor --republish", action);
         rc = CLI_USAGE;
         goto out;
     }
@@ -168,7 +214,8 @@ int cmd_dlq(int argc, char **argv)
         rc = CLI_USAGE;
         goto out;
     }
-    if ((rc = cli_conn_finish(&cc, "dlq")) != 0 || (rc = cli_conn_open(&cc, &conn)) != 0) {
+    if ((rc = cli_conn_finish(&cc, "dlq")) != 0 || (rc = cli_conn_open(&cc, &conn)) != 0 ||
+        (store_url && (rc = cli_store_open("dlq", store_url, &store)) != 0)) {
         free(seqs);
         goto out;
     }
@@ -256,14 +303,24 @@ int cmd_dlq(int argc, char **argv)
         } else {
             uint64_t lo = all ? first : 0, hi = all ? last : 0;
             int n = all ? (count ? (int)(hi - lo + 1) : 0) : nseq;
-            int done = 0, failed = 0;
+            int done = 0, failed = 0, skipped = 0;
             for (int i = 0; i < n; i++) {
                 uint64_t s = all ? lo + (uint64_t)i : seqs[i];
                 uint64_t new_seq = 0;
-                st = replay ? jsd_dlq_replay(conn, stream, s, &new_seq, &err)
-                            : jsd_dlq_delete(conn, stream, s, &err);
+                jsd_replay_request req;
+                bool queued = false;
+                if (replay && store)
+                    st = jsd_dlq_replay_request(conn, stream, s, store, &req, &queued, &err);
+                else if (replay)
+                    st = jsd_dlq_replay(conn, stream, s, &new_seq, &err);
+                else
+                    st = jsd_dlq_delete(conn, stream, s, &err);
                 if (st == JSD_ERR_NOT_FOUND && all)
                     continue;
+                if (st == JSD_ERR_CONFIG && all && store) {
+                    skipped++; /* another durable's, whose store this is not */
+                    continue;
+                }
                 if (st != JSD_OK) {
                     cli_err("dlq", "%s", err.msg);
                     rc = cli_exit_for(st);
@@ -277,12 +334,32 @@ int cmd_dlq(int argc, char **argv)
                 done++;
                 if (json) {
                     json_t *r = json_pack("{s:I, s:b}", "seq", (json_int_t)s, "ok", 1);
-                    if (replay)
+                    if (replay && store) {
+                        json_object_set_new(r, "durable", json_string(req.consumer));
+                        json_object_set_new(r, "origin_stream", json_string(req.stream));
+                        json_object_set_new(r, "stream_seq",
+                                            json_integer((json_int_t)req.stream_seq));
+                        json_object_set_new(r, "state",
+                                            json_string(jsd_replay_state_name(req.state)));
+                        json_object_set_new(r, "queued", json_boolean(queued));
+                    } else if (replay) {
                         json_object_set_new(r, "new_seq", json_integer((json_int_t)new_seq));
+                    }
                     json_array_append_new(items, r);
+                } else if (replay && store) {
+                    if (req.state == JSD_REPLAY_APPLIED)
+                        printf("%s:%" PRIu64 " was applied already by durable %s (%s:%" PRIu64
+                               "): nothing queued\n",
+                               stream, s, req.consumer, req.stream, req.stream_seq);
+                    else
+                        printf("%s %s:%" PRIu64 " for durable %s (%s:%" PRIu64
+                               "): applied by that durable's next consume\n",
+                               queued ? "queued" : "already queued", stream, s, req.consumer,
+                               req.stream, req.stream_seq);
                 } else if (replay)
-                    printf("replayed %s:%" PRIu64 " -> stream seq %" PRIu64 "\n", stream, s,
-                           new_seq);
+                    printf("republished %s:%" PRIu64 " -> stream seq %" PRIu64
+                           " (every consumer of the subject receives it)\n",
+                           stream, s, new_seq);
                 else
                     printf("deleted %s:%" PRIu64 "\n", stream, s);
             }
@@ -290,9 +367,19 @@ int cmd_dlq(int argc, char **argv)
                 json_object_set(doc, "results", items);
                 json_object_set_new(doc, "done", json_integer(done));
                 json_object_set_new(doc, "failed", json_integer(failed));
+                if (store)
+                    json_object_set_new(doc, "skipped_other_stores", json_integer(skipped));
             } else {
+                if (skipped)
+                    cli_say("dlq", "info",
+                            "%d dead letter(s) skipped: parked by durables whose store is not "
+                            "%s",
+                            skipped, jsd_store_url(store));
                 cli_say("dlq", failed ? "warn" : "info", "%d %s, %d failed", done,
-                        replay ? "replayed" : "deleted", failed);
+                        !replay ? "deleted"
+                        : store ? "replay requests recorded"
+                                : "republished",
+                        failed);
             }
         }
     }
@@ -303,6 +390,7 @@ int cmd_dlq(int argc, char **argv)
     }
     json_decref(items);
 out:
+    jsd_store_close(store);
     jsd_conn_close(conn);
     cli_conn_free(&cc);
     return rc;

@@ -1,8 +1,9 @@
 /*
  * jsdurable status — the store's counts for operators and scripts: outbox
  * backlog (and how much of it is due, and how long the oldest effect past its
- * not_before has waited, retries included), published and dead-lettered effects, inbox rows, poison
- * records.
+ * not_before has waited, retries included), published and dead-lettered
+ * effects, inbox rows, poison records, replay requests not yet applied
+ * (pending, and failed with their reasons).
  *
  * Text by default, one JSON object with --json. With a NATS server (--nats or
  * $JSD_NATS_URL) it adds the NATS side: each stream's depth, its durable
@@ -29,7 +30,10 @@ static void usage(FILE *f)
             "waited, retries included), published\n"
             "(effects with a receipt, until gc removes them), dead_lettered (attempt budget\n"
             "spent or permanent failure), inbox_rows, poison_records, poison_unpublished (of\n"
-            "those, not yet published to the dead-letter stream). Relay: failing\n"
+            "those, not yet published to the dead-letter stream), replay_pending and\n"
+            "replay_failed (`jsdurable dlq replay --store` requests their durable has not\n"
+            "applied yet, or whose handler failed again; the first ones are listed with\n"
+            "their reasons). Relay: failing\n"
             "(unpublished effects that failed at least once), first_attempt_duplicates\n"
             "(dead-lettered: the stream already held another producer's message with\n"
             "their id), dead_reasons (the five most frequent dead-letter reasons with\n"
@@ -215,6 +219,8 @@ int cmd_status(int argc, char **argv)
     jsd_outbox_trouble trouble;
     jsd_outbox_reason reasons[5];
     size_t n_reasons = 0;
+    static jsd_replay_request replays[10];
+    size_t n_replays = 0;
     if (url) {
         if ((rc = cli_store_open("status", url, &s)) != 0) {
             jsd_stream_states_free(states, n_states);
@@ -223,7 +229,9 @@ int cmd_status(int argc, char **argv)
         jsd_status st;
         if ((st = jsd_store_stats_get(s, &x)) != JSD_OK ||
             (st = jsd_outbox_trouble_get(s, &trouble)) != JSD_OK ||
-            (st = jsd_outbox_dead_reasons(s, reasons, 5, &n_reasons)) != JSD_OK) {
+            (st = jsd_outbox_dead_reasons(s, reasons, 5, &n_reasons)) != JSD_OK ||
+            (x.replay_pending + x.replay_failed > 0 &&
+             (st = jsd_dlq_replay_list(s, 0, replays, 10, &n_replays, NULL)) != JSD_OK)) {
             cli_err("status", "%s", jsd_store_errmsg(s));
             jsd_store_close(s);
             jsd_stream_states_free(states, n_states);
@@ -253,9 +261,23 @@ int cmd_status(int argc, char **argv)
                           "published", (json_int_t)x.published, "dead_lettered",
                           (json_int_t)x.dead_lettered, "inbox_rows", (json_int_t)x.inbox_rows,
                           "poison_records", (json_int_t)x.poison_records));
-        if (s)
-            json_object_set_new(json_object_get(root, "store"), "poison_unpublished",
+        if (s) {
+            json_t *so = json_object_get(root, "store");
+            json_object_set_new(so, "poison_unpublished",
                                 json_integer((json_int_t)x.poison_unpublished));
+            json_object_set_new(so, "replay_pending", json_integer((json_int_t)x.replay_pending));
+            json_object_set_new(so, "replay_failed", json_integer((json_int_t)x.replay_failed));
+            json_t *rl = json_array();
+            for (size_t i = 0; i < n_replays; i++)
+                json_array_append_new(
+                    rl, json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:s}", "stream",
+                                  replays[i].stream, "durable", replays[i].consumer, "stream_seq",
+                                  (json_int_t)replays[i].stream_seq, "dlq_stream",
+                                  replays[i].dlq_stream, "dlq_seq", (json_int_t)replays[i].dlq_seq,
+                                  "state", jsd_replay_state_name(replays[i].state), "detail",
+                                  replays[i].detail));
+            json_object_set_new(so, "replays", rl);
+        }
         if (want_nats)
             json_object_set_new(root, "nats", nats_json(states, n_states));
         char *text = json_dumps(root, JSON_COMPACT);
@@ -289,6 +311,21 @@ int cmd_status(int argc, char **argv)
                    x.poison_unpublished ? " (not in the dead-letter stream yet: a consumer on "
                                           "their durable republishes them)"
                                         : "");
+            printf("replays pending  %lld%s\n", (long long)x.replay_pending,
+                   x.replay_pending ? " (applied by their durable's next consume)" : "");
+            printf("replays failed   %lld%s\n", (long long)x.replay_failed,
+                   x.replay_failed ? " (the handler failed again; `jsdurable dlq replay --store` "
+                                     "asks again)"
+                                   : "");
+            for (size_t i = 0; i < n_replays; i++) {
+                printf("  %-7s %s:%llu -> %s (%s:%llu)%s", jsd_replay_state_name(replays[i].state),
+                       replays[i].dlq_stream, (unsigned long long)replays[i].dlq_seq,
+                       replays[i].consumer, replays[i].stream,
+                       (unsigned long long)replays[i].stream_seq, replays[i].detail[0] ? ": " : "");
+                for (const char *c = replays[i].detail; *c; c++)
+                    putchar((unsigned char)*c < 0x20 ? ' ' : *c);
+                putchar('\n');
+            }
         }
         if (want_nats)
             nats_text(states, n_states);

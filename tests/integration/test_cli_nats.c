@@ -527,7 +527,13 @@ static void json_on_dlq_provision_gc(void **state)
     ASSERT_TRUE(json_object_get(obj, "payload") == NULL);
     ASSERT_STREQ(json_string_value(json_object_get(obj, "payload_base64")), "/wBh");
     json_decref(doc);
-    ASSERT_EQ(cli(out, sizeof(out), true, "", "dlq replay -s %s --stream %s 1 -j", url, dlq), 0);
+    /* replay: --store (the parking durable's store) or --republish, never a
+     * silent republication */
+    ASSERT_EQ(cli(out, sizeof(out), false, "", "dlq replay -s %s --stream %s 1 -j", url, dlq), 64);
+    ASSERT_CONTAINS(out, "give --store URL");
+    ASSERT_EQ(
+        cli(out, sizeof(out), true, "", "dlq replay -s %s --stream %s 1 --republish -j", url, dlq),
+        0);
     doc = parse(out);
     obj = json_array_get(json_object_get(doc, "results"), 0);
     ASSERT_TRUE(json_is_true(json_object_get(obj, "ok")));

@@ -5,7 +5,8 @@
  * (JSD_CRASH_AT=ingress.after_commit) is answered by the inbox on redelivery
  * with one effect per message, a crash at each poison step still leaves
  * exactly one death envelope, the dead-letter stream is required, and dead
- * letters can be listed, shown, replayed and purged (FIX-3, IN-2, DLQ-1..3).
+ * letters can be listed, shown, republished (--republish; the replay to the
+ * parking durable is test_dlq_replay.c) and purged (FIX-3, IN-2, DLQ-1..3).
  */
 #include "consumer_env.h"
 
@@ -334,9 +335,15 @@ static void dlq_tools(bool pg)
     ASSERT_CONTAINS(out, "msg_id: bad-1");
     ASSERT_CONTAINS(out, "\n\n{\"x\":"); /* the verbatim payload */
     ASSERT_EQ(dlq(&e, "show 99"), 65);
-    /* Replay: back to its subject, new id, Jsd-Replay-Of; twice is stored once. */
-    ASSERT_EQ(dlq(&e, "replay 1"), 0);
-    ASSERT_EQ(dlq(&e, "replay 1"), 0);
+    /* Replay needs --store (test_dlq_replay.c) or an explicit --republish. */
+    ASSERT_EQ(dlq(&e, "replay 1"), 64);
+    ASSERT_CONTAINS(out, "--republish");
+    ASSERT_EQ(cenv_stream_msgs(&e, e.stream), 1);
+    /* --republish: back to its subject, new id, Jsd-Replay-Of; twice is
+     * stored once. */
+    ASSERT_EQ(dlq(&e, "replay --republish 1"), 0);
+    ASSERT_CONTAINS(out, "every consumer of the subject receives it");
+    ASSERT_EQ(dlq(&e, "replay --republish 1"), 0);
     ASSERT_EQ(cenv_stream_msgs(&e, e.stream), 2);
     natsMsg *m = NULL;
     jsErrCode jerr = 0;
