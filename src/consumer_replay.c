@@ -128,6 +128,7 @@ static jsd_status replay_one(jsd_consumer *c, const jsd__handler *h, const jsd_r
 {
     jsd__poison_record rec;
     memset(&rec, 0, sizeof(rec));
+    c->cont_kind = CONT_NONE; /* what the handler meets, if it is called */
     jsd_status st = jsd__store_poison_get(c->store, q->stream, q->consumer, q->stream_seq, &rec);
     if (st == JSD_ERR_NOT_FOUND) {
         failed(c, q, "the store holds no poison record of this delivery");
@@ -198,7 +199,6 @@ static jsd_status replay_one(jsd_consumer *c, const jsd__handler *h, const jsd_r
     if (st != JSD_OK)
         goto out;
 
-    c->cont_kind = CONT_NONE;
     int before = jsd__handler_before(tx);
     int64_t t0 = jsd__mono_us();
     jsd_disposition disp = jsd__handler_call_one(h, tx, &d);
