@@ -40,6 +40,8 @@ static void usage(FILE *f)
             "                            Jsd-Replay-Of: DLQ_STREAM:SEQ): EVERY consumer of\n"
             "                            the subject receives it, each one that had applied\n"
             "                            it applies it again; stored once per SEQ\n"
+            "                            (replay without --store or --republish: exit 64;\n"
+            "                            a store not the durable's: exit 78)\n"
             "  purge SEQ... | --all      delete dead letters\n"
             "  -j, --json                one JSON document: list {\"stream\",\"count\",\n"
             "                            \"dead_letters\":[...]}, show {... \"payload\" or\n"

@@ -15,7 +15,8 @@
  *   inbox row -> COMMIT ("replayed from DLQ:seq"), inserted if gc took it
  *   handler (the delivery: the record's subject, payload, headers and
  *            Jsd-Replay-Of: DLQ:seq; deliveries 0; progress a no-op)
- *   COMMIT
+ *                                       [crash: replay.before_commit]
+ *   COMMIT                              [crash: replay.after_commit]
  * Why it is safe: the handler's writes, the inbox's "applied" and the
  * request's completion commit together or not at all. A crash before the
  * COMMIT leaves the request pending and the inbox row POISON/PARK, and the
@@ -206,9 +207,11 @@ static jsd_status replay_one(jsd_consumer *c, const jsd__handler *h, const jsd_r
     STAT_ADD(c, handler_us, (uint64_t)took);
     jsd_histogram_observe(c->m->handler_duration, (double)took / 1e6);
     if (disp.kind == JSD_DISPOSITION_COMMIT) {
+        JSD_CRASH_POINT("replay.before_commit");
         st = jsd_tx_commit(tx);
         tx = NULL;
         if (st == JSD_OK) {
+            JSD_CRASH_POINT("replay.after_commit");
             counted(c, R_APPLIED);
             JSD_INFO("consumer",
                      "%s/%s: replay of %s:%" PRIu64 " applied (sequence %" PRIu64

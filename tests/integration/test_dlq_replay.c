@@ -7,7 +7,8 @@
  * once, neither B nor the plain durable receives anything, the stream keeps
  * its message count, and a second replay applies nothing. A replay whose
  * handler fails again is marked failed with its reason (status shows it) and
- * queued again on request. In the library, a running consumer picks a
+ * queued again on request. A crash on either side of the replay's COMMIT
+ * leaves it applied once. In the library, a running consumer picks a
  * request up within its sweep period and the handler sees the replay.
  */
 #include "consumer_env.h"
@@ -16,16 +17,21 @@ static char out[65536];
 
 /* A's sink needs a key per message id: the statement fails (NOT NULL) for a
  * message whose key is missing, which makes it poison for A only. */
-static int consume_a(cenv *e)
+static int consume_a_env(cenv *e, const char *env)
 {
     char cmd[4096];
     snprintf(cmd, sizeof(cmd),
-             "%s consume --store '%s' --nats %s --stream %s --durable %s --ack-wait 2s "
+             "%s %s consume --store '%s' --nats %s --stream %s --durable %s --ack-wait 2s "
              "--max-deliver 1 --until-idle --sql 'INSERT INTO sinka(id, k, seq, dlv) VALUES "
              "(:msg_id, (SELECT k FROM keys WHERE id = :msg_id), :stream_seq, :deliveries)'",
-             jsd_fx_bin("jsdurable"), e->store_url, jsd_fx_shared_nats_url(), e->stream,
-             e->durable);
+             env ? env : "", jsd_fx_bin("jsdurable"), e->store_url, jsd_fx_shared_nats_url(),
+             e->stream, e->durable);
     return jsd_test_run(cmd, out, sizeof(out));
+}
+
+static int consume_a(cenv *e)
+{
+    return consume_a_env(e, NULL);
 }
 
 static int consume_b(cenv *e, const char *durable_b)
@@ -209,6 +215,52 @@ static void only_the_parking_durable(bool pg)
     cenv_down(&e);
 }
 
+/* ---- a crash on either side of the replay's COMMIT ------------------------------------- */
+
+/* killed by SIGKILL (directly, or as seen through the shell) */
+#define KILLED(rc) ((rc) == -1 || (rc) == 137)
+
+static void replay_crash_points(bool pg)
+{
+    static const char *points[] = {"replay.before_commit", "replay.after_commit"};
+    for (size_t i = 0; i < 2; i++) {
+        cenv e;
+        cenv_up(&e, pg);
+        cenv_store_exec(e.store, "CREATE TABLE keys(id TEXT PRIMARY KEY, k BIGINT NOT NULL)");
+        cenv_store_exec(e.store, "CREATE TABLE sinka(id TEXT, k BIGINT NOT NULL, seq BIGINT, "
+                                 "dlv BIGINT)");
+        cenv_publish(&e, 1, 1, NULL);
+        int rc = consume_a(&e);
+        if (rc != 1)
+            fail_msg("consume A exited %d: %s", rc, out);
+        cenv_store_exec(e.store, "INSERT INTO keys(id, k) VALUES ('id-1', 1)");
+        char args[1024], env[128];
+        snprintf(args, sizeof(args), "replay --store '%s' 1", e.store_url);
+        ASSERT_EQ(dlq(&e, args), 0);
+        snprintf(env, sizeof(env), "JSD_CRASH_AT=%s:1", points[i]);
+        rc = consume_a_env(&e, env);
+        if (!KILLED(rc))
+            fail_msg("%s: consume should have been killed, exited %d: %s", points[i], rc, out);
+        ASSERT_CONTAINS(out, points[i]);
+        bool committed = i == 1;
+        ASSERT_EQ(scalar(&e, "SELECT COUNT(*) FROM sinka"), committed ? 1 : 0);
+        ASSERT_EQ(scalar(&e, "SELECT COUNT(*) FROM jsd_replay WHERE state = 0"), committed ? 0 : 1);
+        /* The next consume applies it (before the COMMIT) or finds nothing
+         * to do (after it); a replay asked again applies nothing. */
+        rc = consume_a(&e);
+        if (rc != 0)
+            fail_msg("%s: consume A exited %d: %s", points[i], rc, out);
+        ASSERT_EQ(dlq(&e, args), 0);
+        rc = consume_a(&e);
+        if (rc != 0)
+            fail_msg("%s: consume A exited %d: %s", points[i], rc, out);
+        ASSERT_EQ(scalar(&e, "SELECT COUNT(*) FROM sinka"), 1);
+        ASSERT_EQ(scalar(&e, "SELECT COUNT(*) FROM jsd_replay WHERE state = 1"), 1);
+        ASSERT_EQ(cenv_stream_msgs(&e, e.stream), 1);
+        cenv_down(&e);
+    }
+}
+
 /* ---- the library: a running consumer picks the request up ---------------------------- */
 
 typedef struct seen {
@@ -295,7 +347,8 @@ static void running_consumer(bool pg)
 
 BOTH(only_the_parking_durable)
 BOTH(running_consumer)
+BOTH(replay_crash_points)
 
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
-JSD_TEST_MAIN(T(only_the_parking_durable), T(running_consumer))
+JSD_TEST_MAIN(T(only_the_parking_durable), T(running_consumer), T(replay_crash_points))
