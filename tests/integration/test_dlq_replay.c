@@ -345,10 +345,65 @@ static void running_consumer(bool pg)
     cenv_down(&e);
 }
 
+/* A replay meets the durable's envelope rules as a delivery does: a poison
+ * message whose type is still refused fails the request with that reason
+ * (listed by jsd_dlq_replay_list), and the handler never sees it. */
+static void envelope_still_refused(bool pg)
+{
+    cenv e;
+    cenv_up(&e, pg);
+    cenv_store_exec(e.store, "CREATE TABLE applied(id TEXT)");
+    static const char *const types[] = {"t.ok"};
+    jsd_consumer_opts o;
+    jsd_consumer_opts_init(&o);
+    o.accept_types = types;
+    o.n_accept_types = 1;
+    cenv_durable(&e, 2000, 2, 64, NULL, 0);
+    jsd_consumer *c = cenv_consumer(&e, &o);
+    seen s = {0};
+    cenv_publish_raw(&e, "x", "{}", 2, "t.bad", "bad-1");
+    jsd_consumer_stats st;
+    CENV_POLL_UNTIL(jsd_consumer_poll, c, handler, &s,
+                    (jsd_consumer_stats_get(c, &st), st.poisoned == 1), 10000);
+    ASSERT_EQ(cenv_stream_msgs(&e, e.dlq_stream), 1);
+    jsd_replay_request req;
+    bool queued = false;
+    jsd_error err;
+    jsd_error_clear(&err);
+    ASSERT_OK(jsd_dlq_replay_request(e.conn, e.dlq_stream, 1, e.store, &req, &queued, &err),
+              err.msg);
+    ASSERT_TRUE(queued);
+    CENV_POLL_UNTIL(jsd_consumer_poll, c, handler, &s,
+                    (jsd_consumer_stats_get(c, &st), st.replays_failed == 1), 5000);
+    ASSERT_EQ(s.calls, 0);
+    jsd_replay_request open[4];
+    size_t n = 0;
+    ASSERT_OK(jsd_dlq_replay_list(e.store, 0, open, 4, &n, &err), err.msg);
+    ASSERT_SIZE_EQ(n, 1);
+    ASSERT_EQ(open[0].state, JSD_REPLAY_FAILED);
+    ASSERT_STREQ(open[0].consumer, e.durable);
+    ASSERT_CONTAINS(open[0].detail, "its envelope is still refused");
+    ASSERT_CONTAINS(open[0].detail, "t.bad");
+    jsd_store_stats x;
+    ASSERT_OK(jsd_store_stats_get(e.store, &x));
+    ASSERT_I64_EQ(x.replay_failed, 1);
+    ASSERT_I64_EQ(x.replay_pending, 0);
+    /* Not tried again on its own. */
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(jsd_consumer_poll(c, handler, &s, NULL), JSD_OK);
+    jsd_consumer_stats_get(c, &st);
+    ASSERT_U64_EQ(st.replays_failed, 1);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM applied"), 0);
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
 BOTH(only_the_parking_durable)
 BOTH(running_consumer)
 BOTH(replay_crash_points)
+BOTH(envelope_still_refused)
 
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
-JSD_TEST_MAIN(T(only_the_parking_durable), T(running_consumer), T(replay_crash_points))
+JSD_TEST_MAIN(T(only_the_parking_durable), T(running_consumer), T(replay_crash_points),
+              T(envelope_still_refused))
