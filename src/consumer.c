@@ -2,9 +2,10 @@
  * consumer — the durable consumer (IN-1..5): a bound JetStream pull consumer
  * whose deliveries are applied in one store transaction per batch and settled
  * with the broker only after that transaction is durable. This file creates,
- * binds and destroys it and runs the loop (jsd_consumer_poll: sweep, fetch,
- * apply, settle); the steps live in consumer_fetch.c, consumer_apply.c,
- * consumer_ack.c and consumer_bury.c, the durable's checks in
+ * binds and destroys it and runs the loop (jsd_consumer_poll: sweeps of
+ * unpublished dead letters and of replay requests, fetch, apply, settle);
+ * the steps live in consumer_fetch.c, consumer_apply.c, consumer_ack.c,
+ * consumer_bury.c and consumer_replay.c, the durable's checks in
  * consumer_durable.c, the handler's view of a delivery in delivery.c, all
  * sharing consumer_int.h.
  *

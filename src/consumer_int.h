@@ -1,8 +1,8 @@
 /*
  * Private interface of the durable consumer module: the consumer's own
  * files (consumer.c runs the loop; consumer_durable.c, consumer_fetch.c,
- * consumer_apply.c, consumer_ack.c, consumer_bury.c and delivery.c hold its
- * steps), envelope.c (typed envelope checks) and deadletter.c (death
+ * consumer_apply.c, consumer_ack.c, consumer_bury.c, consumer_replay.c and
+ * delivery.c hold its steps), envelope.c (typed envelope checks) and deadletter.c (death
  * envelopes, dead-letter stream, replay). The first two sections are what
  * envelope.c and deadletter.c offer; the rest is the consumer's state and
  * the small API of each step, for the consumer's files only.
