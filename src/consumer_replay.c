@@ -185,6 +185,16 @@ static jsd_status replay_one(jsd_consumer *c, const jsd__handler *h, const jsd_r
         }
         goto out;
     }
+    if (found && prev.msg_id[0] && d.id && strcmp(prev.msg_id, d.id) != 0) {
+        /* The sequence names another message now (a re-created stream,
+         * consumer_apply.c's sequence_reused): not this dead letter's. */
+        jsd_tx_rollback(tx);
+        tx = NULL;
+        failed(c, q,
+               "its stream sequence names another message in the inbox now (the stream was "
+               "re-created): not replayed");
+        goto out;
+    }
     if ((st = jsd__tx_replay_finish(tx, q->id, JSD_REPLAY_APPLIED, detail, &done)) != JSD_OK)
         goto out;
     if (!done)
@@ -217,6 +227,12 @@ static jsd_status replay_one(jsd_consumer *c, const jsd__handler *h, const jsd_r
                      "%s/%s: replay of %s:%" PRIu64 " applied (sequence %" PRIu64
                      "); no message was published",
                      c->stream, c->durable, q->dlq_stream, q->dlq_seq, d.seq);
+        } else if (!jsd__store_outage(st)) {
+            /* The store refused what the handler wrote (a deferred
+             * constraint): the message's failure, not retried on its own. */
+            jsd__snprintf(why, sizeof(why), "commit refused: %s", jsd_store_errmsg(c->store));
+            failed(c, q, why);
+            st = JSD_OK;
         }
         goto out;
     }
