@@ -398,6 +398,59 @@ static void envelope_still_refused(bool pg)
     cenv_down(&e);
 }
 
+/* PostgreSQL: a replay whose writes the store refuses at COMMIT (a
+ * deferred constraint) fails once with that reason, not retried for ever. */
+static jsd_disposition deferred_handler(jsd_tx *tx, const jsd_delivery *d, void *user)
+{
+    seen *s = user;
+    s->calls++;
+    if (!jsd_delivery_header(d, JSD_HDR_REPLAY_OF))
+        return jsd_disposition_retry(0, "refused until replayed");
+    /* x = 1 is taken: the deferred UNIQUE refuses it at COMMIT only. */
+    return cenv_tx_exec(tx, "INSERT INTO uniq(x) VALUES (1)") ? jsd_disposition_commit()
+                                                              : jsd_disposition_retry(0, "insert");
+}
+
+static void commit_refused_pg(void **state)
+{
+    (void)state;
+    cenv e;
+    cenv_up(&e, true);
+    cenv_store_exec(e.store, "CREATE TABLE uniq(x INT UNIQUE DEFERRABLE INITIALLY DEFERRED)");
+    cenv_store_exec(e.store, "INSERT INTO uniq(x) VALUES (1)");
+    cenv_durable(&e, 2000, 2, 64, NULL, 0);
+    jsd_consumer *c = cenv_consumer(&e, NULL);
+    seen s = {0};
+    cenv_publish(&e, 1, 1, NULL);
+    jsd_consumer_stats st;
+    CENV_POLL_UNTIL(jsd_consumer_poll, c, deferred_handler, &s,
+                    (jsd_consumer_stats_get(c, &st), st.parked == 1), 10000);
+    jsd_replay_request req;
+    bool queued = false;
+    jsd_error err;
+    jsd_error_clear(&err);
+    ASSERT_OK(jsd_dlq_replay_request(e.conn, e.dlq_stream, 1, e.store, &req, &queued, &err),
+              err.msg);
+    CENV_POLL_UNTIL(jsd_consumer_poll, c, deferred_handler, &s,
+                    (jsd_consumer_stats_get(c, &st), st.replays_failed == 1), 5000);
+    jsd_replay_request open[2];
+    size_t n = 0;
+    ASSERT_OK(jsd_dlq_replay_list(e.store, 0, open, 2, &n, &err), err.msg);
+    ASSERT_SIZE_EQ(n, 1);
+    ASSERT_EQ(open[0].state, JSD_REPLAY_FAILED);
+    ASSERT_CONTAINS(open[0].detail, "commit refused");
+    int calls = s.calls;
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(jsd_consumer_poll(c, deferred_handler, &s, NULL), JSD_OK);
+    ASSERT_EQ(s.calls, calls);
+    ASSERT_EQ(cenv_store_scalar(e.store, "SELECT COUNT(*) FROM uniq"), 1);
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT outcome FROM jsd_inbox WHERE consumer = '%s'", e.durable);
+    ASSERT_EQ(cenv_store_scalar(e.store, sql), 3); /* still parked */
+    jsd_consumer_destroy(c);
+    cenv_down(&e);
+}
+
 BOTH(only_the_parking_durable)
 BOTH(running_consumer)
 BOTH(replay_crash_points)
@@ -406,4 +459,4 @@ BOTH(envelope_still_refused)
 #define T(fn) cmocka_unit_test(fn##_sqlite), cmocka_unit_test(fn##_pg)
 
 JSD_TEST_MAIN(T(only_the_parking_durable), T(running_consumer), T(replay_crash_points),
-              T(envelope_still_refused))
+              T(envelope_still_refused), cmocka_unit_test(commit_refused_pg))
