@@ -509,6 +509,7 @@ static void usage(FILE *f)
             "                           waited out; stopped during one, it exits non-zero),\n"
             "                           nor while a dead letter could not be published;\n"
             "                           exit 1 when this run poisoned or parked messages\n"
+            "                           or a replay (dlq replay --store) failed again\n"
             "  --metrics ADDR           serve Prometheus metrics on ADDR (host:port):\n"
             "                           deliveries by result, handler duration, dead\n"
             "                           letters, connection state\n"
@@ -932,6 +933,12 @@ int cmd_consume(int argc, char **argv)
     if (st != JSD_OK) {
         cli_err("consume", "%s", jsd_consumer_errmsg(cons));
         rc = cli_exit_for(st);
+    } else if (until_idle && s.replays_failed > 0 && s.poisoned + s.parked == 0) {
+        /* a replay asked for and failed again is as unclean as a park */
+        cli_say("consume", "warn",
+                "%llu replays failed again (`jsdurable status` shows why): exit 1",
+                (unsigned long long)s.replays_failed);
+        rc = 1;
     } else if (until_idle && s.poisoned + s.parked > 0) {
         /* like the relay: a run that dead-lettered is not a clean run */
         cli_say("consume", "warn",
