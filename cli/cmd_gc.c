@@ -265,9 +265,17 @@ static jsd_status gc_inbox(jsd_store *s, gc_run *r, int batch, const char *no_se
         }
         int64_t floor =
             d->ack_floor_seq > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)d->ack_floor_seq;
-        st = gc_durable(s, r, &a[i], floor, batch, &gone);
+        /* The durable's highest row stays: its high-water mark (where a lost
+         * durable resumes; what tells a store restored from an older backup).
+         * At or below the floor it is the only row kept. */
+        uint64_t high = 0;
+        st = jsd_store_inbox_high_water(s, a[i].stream, a[i].durable, &high);
+        if (st == JSD_OK)
+            st = gc_durable(s, r, &a[i], floor, batch, &gone);
         /* rows that aged past the horizon since the count are not in it */
         int64_t kept = a[i].rows > gone ? a[i].rows - gone : 0;
+        if (high > 0 && high <= d->ack_floor_seq)
+            kept = 0;
         if (st == JSD_OK && kept > 0) {
             r->kept_floor += kept;
             cli_say("gc", "warn",

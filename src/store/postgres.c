@@ -375,7 +375,9 @@ static const char *const sql_text[P__COUNT] = {
              "WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at "
              "LIMIT greatest(0, $2 - (SELECT ids FROM n))) RETURNING 1), "
              "i AS (DELETE FROM @jsd_inbox WHERE (stream, consumer, stream_seq) IN ("
-             "SELECT stream, consumer, stream_seq FROM @jsd_inbox WHERE created_at < $1 "
+             "SELECT stream, consumer, stream_seq FROM @jsd_inbox x WHERE created_at < $1 "
+             "AND stream_seq < (SELECT max(y.stream_seq) FROM @jsd_inbox y "
+             "WHERE y.stream = x.stream AND y.consumer = x.consumer) "
              "ORDER BY created_at LIMIT $3) RETURNING 1) "
              "SELECT (SELECT ids FROM n) + (SELECT count(*) FROM o) + (SELECT count(*) FROM i)",
     /* clang-format on */
@@ -384,10 +386,13 @@ static const char *const sql_text[P__COUNT] = {
     /* by the primary key's prefix; retired rows (negative) do not count */
     [P_INBOX_HIGH] = "SELECT coalesce(max(stream_seq), 0) FROM @jsd_inbox WHERE stream = $1 AND "
                      "consumer = $2 AND stream_seq > 0",
-    /* by the primary key's prefix: the durable's rows up to its ack floor */
+    /* by the primary key's prefix: the durable's rows up to its ack floor,
+     * but its highest row (the high-water mark) unless it is dropped */
     [P_GC_IN_DURABLE] = "DELETE FROM @jsd_inbox WHERE (stream, consumer, stream_seq) IN ("
                         "SELECT stream, consumer, stream_seq FROM @jsd_inbox WHERE stream = $1 "
-                        "AND consumer = $2 AND stream_seq <= $3 AND created_at < $4 LIMIT $5)",
+                        "AND consumer = $2 AND stream_seq <= $3 AND created_at < $4 "
+                        "AND ($3 = 9223372036854775807 OR stream_seq < (SELECT max(stream_seq) "
+                        "FROM @jsd_inbox WHERE stream = $1 AND consumer = $2)) LIMIT $5)",
     [P_STATS] = "SELECT b.n, b.d, b.m, "
                 "(SELECT count(*) FROM @jsd_outbox WHERE published_at IS NOT NULL) "
                 "+ (SELECT coalesce(sum(hi - lo + 1), 0) FROM @jsd_outbox_runs)::int8, "

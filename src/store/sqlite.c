@@ -303,8 +303,11 @@ static const char *const sql_text[S__COUNT] = {
     [S_GC_OUT] = "DELETE FROM jsd_outbox WHERE id IN (SELECT id FROM jsd_outbox "
                  "WHERE published_at IS NOT NULL AND published_at < ?1 "
                  "ORDER BY published_at LIMIT ?2)",
-    [S_GC_IN] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
-                "WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
+    /* each durable's highest row is its high-water mark: kept */
+    [S_GC_IN] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox x "
+                "WHERE created_at < ?1 AND stream_seq < (SELECT max(y.stream_seq) FROM "
+                "jsd_inbox y WHERE y.stream = x.stream AND y.consumer = x.consumer) "
+                "ORDER BY created_at LIMIT ?2)",
     [S_INBOX_AGED] = "SELECT stream, consumer, count(*) FROM jsd_inbox WHERE created_at < ?1 "
                      "GROUP BY stream, consumer ORDER BY stream, consumer",
     /* by the primary key's prefix; retired rows (negative) do not count */
@@ -313,7 +316,9 @@ static const char *const sql_text[S__COUNT] = {
     /* by the primary key's prefix: the durable's rows up to its ack floor */
     [S_GC_IN_DURABLE] = "DELETE FROM jsd_inbox WHERE rowid IN (SELECT rowid FROM jsd_inbox "
                         "WHERE stream = ?1 AND consumer = ?2 AND stream_seq <= ?3 "
-                        "AND created_at < ?4 LIMIT ?5)",
+                        "AND created_at < ?4 AND (?3 = 9223372036854775807 OR stream_seq < "
+                        "(SELECT max(stream_seq) FROM jsd_inbox WHERE stream = ?1 AND "
+                        "consumer = ?2)) LIMIT ?5)",
     [S_STATS_PENDING] = "SELECT sum(n), sum(d), min(m) FROM (" STATS_PENDING_REST
                         " UNION ALL " STATS_PENDING_PART("IS NOT NULL") ")",
     [S_STATS_DEAD] = "SELECT count(*) FROM jsd_outbox WHERE dead_lettered_at IS NOT NULL",

@@ -5,7 +5,8 @@
  * row older than the horizon and no consumer running: gc keeps the rows
  * above the durable's ack floor, so the next consumer answers the
  * redeliveries from the inbox and the sink holds every message once; rows at
- * or below the floor still go by age. Rows of a durable the server no longer
+ * or below the floor still go by age, all but each durable's highest (its
+ * high-water mark). Rows of a durable the server no longer
  * has are kept and reported until `gc --durable NAME` drops them (that
  * durable's only, by age); without a server every inbox row is kept and
  * reported; a horizon under the stream's duplicate window is refused.
@@ -136,16 +137,24 @@ static void unacked_rows_survive_gc(bool pg)
     ASSERT_EQ(json_at("kept_inbox", "durable_missing"), 0);
     ASSERT_EQ(json_at(NULL, "removed_inbox"), (long long)floor);
 
-    /* Once acknowledged, the rows go by age as before (the floor's went). */
+    /* Once acknowledged, the rows go by age as before (the floor's went),
+     * all but the durable's highest: its high-water mark, which tells a
+     * store restored from an older backup (consumer.inbox_behind) and
+     * where a lost durable resumes. Before the high-water mark was kept, gc
+     * removed all 500 and the mark fell to 0. */
     ASSERT_EQ(sql1(&e, "SELECT COUNT(*) FROM jsd_inbox"), 500 - (long long)floor);
     backdate_inbox(&e, NULL);
     rc = gc(&e, true, "--older-than " HORIZON " -j");
     if (rc != 0)
         fail_msg("gc exited %d: %s", rc, out);
-    ASSERT_EQ(json_at(NULL, "removed_inbox"), 500 - (long long)floor);
+    ASSERT_EQ(json_at(NULL, "removed_inbox"), 499 - (long long)floor);
     ASSERT_NOT_CONTAINS(out, "above its ack floor");
     ASSERT_EQ(json_at("kept_inbox", "above_ack_floor"), 0);
-    ASSERT_EQ(sql1(&e, "SELECT COUNT(*) FROM jsd_inbox"), 0);
+    ASSERT_EQ(sql1(&e, "SELECT COUNT(*) FROM jsd_inbox"), 1);
+    uint64_t high = 0;
+    ASSERT_OK(jsd_store_inbox_high_water(e.store, e.stream, e.durable, &high),
+              jsd_store_errmsg(e.store));
+    ASSERT_U64_EQ(high, 500);
     cenv_down(&e);
 }
 
