@@ -490,7 +490,16 @@ static void usage(FILE *f)
             "                           start or when deleted while consume runs; without it\n"
             "                           consume stops at start (exit 78), and while running\n"
             "                           logs an error (once a minute) and /readyz says 503\n"
-            "                           until the durable is restored\n"
+            "                           until the durable is restored. A durable ahead of\n"
+            "                           its stream (the server lost the stream's tail) is\n"
+            "                           re-created only with it, at the first sequence that\n"
+            "                           may be new (without it consume stops at start, exit\n"
+            "                           78, and while running /readyz says 503)\n"
+            "  --redeliver-from-inbox   a store restored from an older backup (doctor check\n"
+            "                           consumer.inbox_behind): re-create the durable with\n"
+            "                           its own settings after the inbox's high-water mark\n"
+            "                           before consuming, so what the store lost is applied\n"
+            "                           again and what it holds is answered as duplicates\n"
             "  --sql STATEMENT          one SQL statement run per message (PostgreSQL: the\n"
             "                           batch's statements in one libpq pipeline)\n"
             "  --accept-type TYPE       accepted Jsd-Type header (repeatable; default: any)\n"
@@ -556,6 +565,7 @@ enum {
     O_WRITE_EACH,
     O_HOLD_ALERT,
     O_TOPOLOGY,
+    O_REDELIVER,
     O_HELP
 };
 
@@ -614,6 +624,12 @@ static bool consume_ready(void *user, char *why, size_t cap)
                  "durable: missing on the server (restore it with `jsdurable provision`)");
         return false;
     }
+    if (st.durable_ahead) {
+        snprintf(why, cap,
+                 "durable: ahead of its stream (the server lost the stream's tail; restart "
+                 "with --topology FILE to re-create it)");
+        return false;
+    }
     if (st.held == 0)
         return true;
     if (st.hold_overdue) {
@@ -649,12 +665,14 @@ int cmd_consume(int argc, char **argv)
         {"write-each", no_argument, NULL, O_WRITE_EACH},
         {"hold-alert", required_argument, NULL, O_HOLD_ALERT},
         {"topology", required_argument, NULL, O_TOPOLOGY},
+        {"redeliver-from-inbox", no_argument, NULL, O_REDELIVER},
         {"help", no_argument, NULL, O_HELP},
         CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0}};
     cli_conn cc;
     const char *store_flag = NULL, *stream = NULL, *durable = NULL, *filter = NULL, *sql = NULL;
     const char *dlq = NULL, *metrics = NULL, *monitor = NULL, *allow = NULL, *topo_path = NULL;
+    bool redeliver = false;
     const char **types = NULL;
     size_t n_types = 0;
     bool json = false, until_idle = false, write_each = false;
@@ -774,6 +792,9 @@ int cmd_consume(int argc, char **argv)
         case O_TOPOLOGY:
             topo_path = optarg;
             break;
+        case O_REDELIVER:
+            redeliver = true;
+            break;
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -871,8 +892,25 @@ int cmd_consume(int argc, char **argv)
     if ((rc = cli_doctor_gate("consume", store, conn, &dop, allow)) != 0)
         goto out;
 
+    /* A store restored from an older backup: the durable asked to start
+     * again after the inbox's high-water mark. */
+    if (redeliver) {
+        uint64_t at = 0;
+        st = jsd_consumer_redeliver_from_inbox(conn, store, stream, durable, &at, &err);
+        if (st != JSD_OK) {
+            cli_err("consume", "--redeliver-from-inbox: %s", err.msg);
+            rc = cli_exit_for(st);
+            goto out;
+        }
+        cli_say("consume", "warn",
+                "durable %s re-created at stream sequence %llu, after its inbox's high-water "
+                "mark (--redeliver-from-inbox)",
+                durable, (unsigned long long)at);
+    }
+
     /* A durable lost after use (its inbox holds rows) is re-created only
-     * from the topology, after the inbox's high-water mark. */
+     * from the topology, after the inbox's high-water mark; one ahead of its
+     * stream likewise, at the first sequence that may be new. */
     bool created = false;
     uint64_t start_seq = 0;
     st = jsd_consumer_ensure_inbox(conn, store, stream, durable, &dc, topo ? &dc : NULL, &created,

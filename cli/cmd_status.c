@@ -70,6 +70,15 @@ static json_t *nats_json(const jsd_stream_state *st, size_t n)
                                             (json_int_t)d->redelivered, "delivered_seq",
                                             (json_int_t)d->delivered_seq, "ack_floor_seq",
                                             (json_int_t)d->ack_floor_seq));
+            json_t *dj = json_array_get(durables, json_array_size(durables) - 1);
+            json_object_set_new(dj, "ahead_of_stream", json_boolean(d->ahead));
+            if (d->inbox_high || d->inbox_behind_from) {
+                json_object_set_new(dj, "inbox_high", json_integer((json_int_t)d->inbox_high));
+                json_object_set_new(dj, "inbox_behind_from",
+                                    d->inbox_behind_from
+                                        ? json_integer((json_int_t)d->inbox_behind_from)
+                                        : json_null());
+            }
         }
         if (st[i].dead_letter)
             dead += (json_int_t)st[i].messages;
@@ -98,13 +107,44 @@ static void nats_text(const jsd_stream_state *st, size_t n)
             printf("  durable %-10s lag %llu, ack pending %lld, redelivered %lld\n", d->name,
                    (unsigned long long)d->pending, (long long)d->ack_pending,
                    (long long)d->redelivered);
+            if (d->ahead)
+                printf("    AHEAD OF ITS STREAM: ack floor %llu, delivered %llu, the stream ends "
+                       "at %llu (the server lost its tail; `jsdurable consume --topology FILE` "
+                       "re-creates the durable)\n",
+                       (unsigned long long)d->ack_floor_seq, (unsigned long long)d->delivered_seq,
+                       (unsigned long long)st[i].last_seq);
+            if (d->inbox_behind_from)
+                printf("    INBOX BEHIND: the inbox holds up to %llu, the durable acknowledged up "
+                       "to %llu, sequence %llu in between is not in the store (restored from an "
+                       "older backup?); `jsdurable consume --redeliver-from-inbox` applies it "
+                       "again\n",
+                       (unsigned long long)d->inbox_high, (unsigned long long)d->ack_floor_seq,
+                       (unsigned long long)d->inbox_behind_from);
         }
     }
 }
 
 /* Collect the states of the named streams, or of all. */
-static int nats_states(cli_conn *cc, const char **names, size_t n_names, jsd_stream_state **out,
-                       size_t *n)
+/* With the store: each durable's inbox against its ack floor. */
+static void inbox_positions(jsd_conn *conn, jsd_store *store, jsd_stream_state *st, size_t n)
+{
+    for (size_t i = 0; store && i < n; i++) {
+        if (st[i].dead_letter)
+            continue;
+        for (size_t k = 0; k < st[i].n_durables; k++) {
+            jsd_durable_state *d = &st[i].durables[k];
+            jsd_durable_position p;
+            jsd_error e;
+            if (jsd_durable_position_get(conn, store, st[i].name, d->name, &p, &e) != JSD_OK)
+                continue;
+            d->inbox_high = p.inbox_high;
+            d->inbox_behind_from = p.behind_from;
+        }
+    }
+}
+
+static int nats_states(cli_conn *cc, jsd_store *store, const char **names, size_t n_names,
+                       jsd_stream_state **out, size_t *n)
 {
     jsd_conn *conn = NULL;
     int rc = cli_conn_open(cc, &conn);
@@ -132,6 +172,8 @@ static int nats_states(cli_conn *cc, const char **names, size_t n_names, jsd_str
             *n = 0;
         }
     }
+    if (st == JSD_OK)
+        inbox_positions(conn, store, *out, *n);
     jsd_conn_close(conn);
     if (st != JSD_OK) {
         cli_err("status", "%s", st == JSD_ERR_NOMEM ? "out of memory" : err.msg);
@@ -205,15 +247,6 @@ int cmd_status(int argc, char **argv)
 
     jsd_stream_state *states = NULL;
     size_t n_states = 0;
-    if (want_nats) {
-        if ((rc = cli_conn_finish(&cc, "status")) != 0 ||
-            (rc = nats_states(&cc, streams, n_streams, &states, &n_states)) != 0) {
-            cli_conn_free(&cc);
-            return rc;
-        }
-    }
-    cli_conn_free(&cc);
-
     jsd_store *s = NULL;
     jsd_store_stats x;
     jsd_outbox_trouble trouble;
@@ -221,11 +254,20 @@ int cmd_status(int argc, char **argv)
     size_t n_reasons = 0;
     static jsd_replay_request replays[10];
     size_t n_replays = 0;
-    if (url) {
-        if ((rc = cli_store_open("status", url, &s)) != 0) {
-            jsd_stream_states_free(states, n_states);
+    if (url && (rc = cli_store_open("status", url, &s)) != 0) {
+        cli_conn_free(&cc);
+        return rc;
+    }
+    if (want_nats) {
+        if ((rc = cli_conn_finish(&cc, "status")) != 0 ||
+            (rc = nats_states(&cc, s, streams, n_streams, &states, &n_states)) != 0) {
+            cli_conn_free(&cc);
+            jsd_store_close(s);
             return rc;
         }
+    }
+    cli_conn_free(&cc);
+    if (url) {
         jsd_status st;
         if ((st = jsd_store_stats_get(s, &x)) != JSD_OK ||
             (st = jsd_outbox_trouble_get(s, &trouble)) != JSD_OK ||

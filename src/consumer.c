@@ -198,6 +198,10 @@ jsd_status jsd_consumer_create(jsd_consumer **out, jsd_store *store, jsd_conn *c
                                  "another message (a re-created stream, or lost broker writes): "
                                  "applied as new messages",
                                  NULL, NULL, NULL, 0, &c->m_reused, NULL);
+            jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_consumer_durable_ahead_total",
+                                 "times the durable was found ahead of its stream (ack floor "
+                                 "past the stream's last sequence: the server lost its tail)",
+                                 NULL, NULL, NULL, 0, &c->m_ahead, NULL);
         }
     }
     c->batch = o->batch > 0 ? o->batch : 0; /* 0: decided from the durable */
@@ -434,6 +438,8 @@ static jsd_status poll_with(jsd_consumer *c, const jsd__handler *h, int *n)
     jsd_status st = jsd__fetch_batch(c, &idle);
     if (idle) { /* nothing came, or the fetch failed: settle the ACKs in flight */
         jsd__ack_collect(c->ack, true);
+        if (st == JSD_OK)
+            jsd__durable_ahead(c);
         return st;
     }
     if (st != JSD_OK)

@@ -152,6 +152,60 @@ static jsd_status durable_exists(jsCtx *js, const char *stream, const char *dura
     return jsd__err_nats(err, s, jerr, "consumer info");
 }
 
+/* An existing durable at start (consumer_position.c): ahead of its stream,
+ * it is re-created with restore at the first sequence that may be new (see
+ * the DESIGN there), or refused without; above its inbox's high-water mark
+ * (a store restored from an older backup), it is reported with the
+ * recovery and consumed as it is. */
+static jsd_status check_position(jsd_conn *conn, jsd_store *store, const char *stream,
+                                 const char *durable, const jsd_durable_config *restore,
+                                 uint64_t *start_seq, jsd_error *err)
+{
+    jsd_durable_position p;
+    jsd_status st = jsd_durable_position_get(conn, store, stream, durable, &p, err);
+    if (st != JSD_OK)
+        return st;
+    if (p.ahead) {
+        JSD_ERROR("consumer",
+                  "%s/%s: durable \"%s\" is ahead of its stream: ack floor %" PRIu64
+                  ", delivered %" PRIu64 ", but the stream ends at %" PRIu64
+                  " (the server lost the stream's tail); the sequences it hands out again would "
+                  "never be delivered; %s",
+                  stream, durable, durable, p.ack_floor, p.delivered, p.stream_last,
+                  restore ? "re-creating it at the first sequence that may be new"
+                          : "give its settings (consume --topology FILE) to re-create it");
+        if (!restore)
+            return jsd__err(err, JSD_ERR_CONFIG,
+                            "durable \"%s\" on stream \"%s\" is ahead of its stream (ack floor "
+                            "%" PRIu64 ", the stream ends at %" PRIu64
+                            "): the server lost the stream's tail and would never deliver what "
+                            "is published at those sequences again; start with its settings "
+                            "(consume --topology FILE) to re-create it at the first sequence "
+                            "that may be new",
+                            durable, stream, p.ack_floor, p.stream_last);
+        uint64_t at = jsd__durable_resume_seq(conn, store, stream, durable, &p);
+        if ((st = jsd__durable_rewind(conn, stream, durable, at, err)) != JSD_OK)
+            return st;
+        JSD_WARN("consumer",
+                 "%s/%s: durable \"%s\" re-created at stream sequence %" PRIu64
+                 " (the stream ends at %" PRIu64 ", its old ack floor was %" PRIu64 ")",
+                 stream, durable, durable, at, p.stream_last, p.ack_floor);
+        if (start_seq)
+            *start_seq = at;
+        return JSD_OK;
+    }
+    if (p.behind_from)
+        JSD_ERROR("consumer",
+                  "%s/%s: the inbox holds deliveries up to stream sequence %" PRIu64
+                  " but durable \"%s\" acknowledged up to %" PRIu64
+                  ", and the stream still holds sequence %" PRIu64
+                  " in between: the store lost applications (restored from an older backup?); "
+                  "they are not applied again unless the durable is re-created after the "
+                  "inbox's high-water mark: consume --redeliver-from-inbox",
+                  stream, durable, p.inbox_high, durable, p.ack_floor, p.behind_from);
+    return JSD_OK;
+}
+
 jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const char *stream,
                                      const char *durable, const jsd_durable_config *cfg,
                                      const jsd_durable_config *restore, bool *created,
@@ -172,8 +226,11 @@ jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const cha
     jsd_status st = durable_exists(js, stream, durable, 0, &exists, err);
     if (st != JSD_OK)
         return st;
-    if (exists)
-        return jsd_consumer_ensure(conn, stream, durable, cfg, created, err);
+    if (exists) {
+        if ((st = jsd_consumer_ensure(conn, stream, durable, cfg, created, err)) != JSD_OK)
+            return st;
+        return check_position(conn, store, stream, durable, restore, start_seq, err);
+    }
     if ((st = jsd_store_inbox_high_water(store, stream, durable, &high)) != JSD_OK)
         return jsd__err(err, st, "durable \"%s\" is missing; reading its inbox: %s", durable,
                         jsd_store_errmsg(store));

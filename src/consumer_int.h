@@ -193,6 +193,11 @@ struct jsd_consumer {
     int64_t missing_since_ms, missing_said_ms;
     jsd_durable_config restore;
     char *restore_filter;
+    /* The durable found ahead of its stream (jsd__durable_ahead, looked at
+     * when idle, at most every few seconds). */
+    bool ahead;
+    int64_t ahead_look_ms, ahead_said_ms;
+    jsd_metric *m_ahead;
 
     natsSubscription *sub;
     jsd__ack *ack; /* the ACK pipeline (consumer_ack.c) */
@@ -261,6 +266,17 @@ jsd_status jsd__consumer_check_config(jsd_consumer *c, const jsd_consumer_opts *
  * (logged at error, durable_missing set; re-created with c->restore when
  * there is one), false when it does or the lookup failed. */
 bool jsd__durable_lost(jsd_consumer *c);
+
+/* consumer_position.c: after an idle fetch, at most every few seconds,
+ * whether the durable is ahead of its stream (logged at error once,
+ * durable_ahead set; re-created with c->restore when there is one). The
+ * sequence a durable ahead of its stream resumes at (see the DESIGN there),
+ * and re-creating a durable with its own config at a start. */
+void jsd__durable_ahead(jsd_consumer *c);
+uint64_t jsd__durable_resume_seq(jsd_conn *conn, jsd_store *store, const char *stream,
+                                 const char *durable, const jsd_durable_position *p);
+jsd_status jsd__durable_rewind(jsd_conn *conn, const char *stream, const char *durable, uint64_t at,
+                               jsd_error *err);
 
 /* consumer_fetch.c: the fetcher thread pulls one batch ahead. start/stop
  * run it (start again after a stop restarts it); drain gives back the

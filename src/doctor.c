@@ -437,6 +437,52 @@ static void check_retention(doc_run *d, const char *who, const jsConsumerConfig 
         (long long)ret, (long long)h, (long long)dupw);
 }
 
+/* The durable against its stream and its inbox (consumer_position.c): ahead
+ * of its stream (the server lost the stream's tail), and a store restored
+ * from an older backup (the inbox's high-water mark below the ack floor). */
+static void check_position(doc_run *d, const jsd_doctor_durable *du, const char *who)
+{
+    jsd_durable_position p;
+    jsd_error err;
+    jsd_error_clear(&err);
+    if (jsd_durable_position_get(d->conn, d->store, du->stream, du->durable, &p, &err) != JSD_OK) {
+        add(d, "durable.ahead_of_stream", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_UNKNOWN,
+            "check that NATS and JetStream answer",
+            "the position of durable \"%s\" could not be read: %s", who, err.msg);
+        return;
+    }
+    if (p.ahead)
+        add(d, "durable.ahead_of_stream", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_ERROR,
+            "run `jsdurable consume` with --topology FILE: it re-creates the durable at the "
+            "first sequence that may be new",
+            "durable \"%s\" is ahead of its stream: ack floor %" PRIu64 ", delivered %" PRIu64
+            ", but the stream ends at %" PRIu64 " (the server lost the stream's tail); what is "
+            "published at the sequences handed out again is never delivered",
+            who, p.ack_floor, p.delivered, p.stream_last);
+    else
+        add(d, "durable.ahead_of_stream", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_OK, "",
+            "durable \"%s\" is at or behind its stream's last sequence %" PRIu64
+            " (ack floor %" PRIu64 ")",
+            who, p.stream_last, p.ack_floor);
+    if (!d->store) {
+        add(d, "consumer.inbox_behind", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_UNKNOWN,
+            "give --store URL", "the inbox of durable \"%s\" was not compared: no store", who);
+    } else if (p.behind_from) {
+        add(d, "consumer.inbox_behind", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_ERROR,
+            "run `jsdurable consume --redeliver-from-inbox` once: it re-creates the durable "
+            "after the inbox's high-water mark, so the lost applications are made again and "
+            "what the inbox holds is answered as duplicates",
+            "the inbox of durable \"%s\" holds deliveries up to stream sequence %" PRIu64
+            " but the durable acknowledged up to %" PRIu64 " and the stream still holds "
+            "sequence %" PRIu64 " in between: the store lost applications (restored from an "
+            "older backup?)",
+            who, p.inbox_high, p.ack_floor, p.behind_from);
+    } else if (!p.ahead) {
+        add(d, "consumer.inbox_behind", JSD_DOCTOR_DURABLE, who, JSD_DOCTOR_OK, "",
+            "the inbox of durable \"%s\" holds what the durable acknowledged", who);
+    }
+}
+
 static void check_durable(doc_run *d, const jsd_doctor_durable *du)
 {
     char who[2 * JSD_STREAM_NAME_MAX + 2];
@@ -525,6 +571,7 @@ static void check_durable(doc_run *d, const jsd_doctor_durable *du)
     jsStreamInfo_Destroy(si);
     check_retention(d, who, cc, dupw);
     jsConsumerInfo_Destroy(ci);
+    check_position(d, du, who);
 }
 
 /* ---- the dead-letter stream ---------------------------------------------------------- */

@@ -65,6 +65,7 @@ static jsd_status fill_durables(jsd_conn *c, jsd_stream_state *out, jsd_error *e
         d->waiting = ci->NumWaiting;
         d->delivered_seq = ci->Delivered.Stream;
         d->ack_floor_seq = ci->AckFloor.Stream;
+        d->ahead = d->ack_floor_seq > out->last_seq || d->delivered_seq > out->last_seq;
     }
     jsConsumerInfoList_Destroy(list);
     return JSD_OK;

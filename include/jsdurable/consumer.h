@@ -188,6 +188,51 @@ JSD_EXTERN jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store
                                                 const jsd_durable_config *restore, bool *created,
                                                 uint64_t *start_seq, jsd_error *err);
 
+/*
+ * A durable's position against its stream and its inbox (docs/CONSUMER.md,
+ * "a durable ahead of its stream", "a store restored from an older backup").
+ *
+ * ahead: the durable's ack floor or delivered stream sequence is past the
+ * stream's last sequence: the server lost the stream's tail but kept the
+ * durable's state, so the sequences it hands out again would never be
+ * delivered. jsd_consumer_ensure_inbox re-creates it (with restore) or
+ * refuses to start; a running consumer looks for it when idle.
+ *
+ * behind_from: non-zero when the inbox's high-water mark is below the
+ * durable's ack floor while the stream still holds a message the durable
+ * takes (its filter, its start) in between: the durable acknowledged it, so
+ * it was applied, but the store no longer holds it (restored from an older
+ * backup). It is the first such stream sequence; redeliver from there with
+ * jsd_consumer_redeliver_from_inbox.
+ */
+typedef struct jsd_durable_position {
+    uint64_t stream_first, stream_last; /* the stream's first and last sequence */
+    uint64_t ack_floor, delivered;      /* the durable's, as stream sequences */
+    uint64_t inbox_high;                /* the inbox's high-water mark (0: none, or no store) */
+    bool ahead;
+    uint64_t behind_from;
+} jsd_durable_position;
+
+/* Read the position of `durable` on `stream`; store may be NULL (then
+ * inbox_high and behind_from stay 0). JSD_ERR_NOT_FOUND when the stream or
+ * the durable does not exist. */
+JSD_EXTERN jsd_status jsd_durable_position_get(jsd_conn *conn, jsd_store *store, const char *stream,
+                                               const char *durable, jsd_durable_position *out,
+                                               jsd_error *err);
+
+/*
+ * Re-create `durable` with its own settings as the server holds them, but
+ * starting at its inbox's high-water mark + 1 (deliver policy
+ * by_start_sequence): the recovery of a store restored from an older
+ * backup (`jsdurable consume --redeliver-from-inbox`). Every delivery the
+ * inbox holds is answered from it as a duplicate; the ones it lost are
+ * applied again. *at (may be NULL) receives the start sequence. Uses the
+ * store outside any transaction. Not while a consumer is bound to it.
+ */
+JSD_EXTERN jsd_status jsd_consumer_redeliver_from_inbox(jsd_conn *conn, jsd_store *store,
+                                                        const char *stream, const char *durable,
+                                                        uint64_t *at, jsd_error *err);
+
 typedef struct jsd_consumer_opts {
     const char *stream;  /* required */
     const char *durable; /* required: an existing durable pull consumer, explicit ack */
@@ -367,6 +412,12 @@ typedef struct jsd_consumer_stats {
     uint64_t replays_applied;
     uint64_t replays_failed;
     uint64_t replays_duplicate;
+    /* 1 while the durable is ahead of its stream (jsd_durable_position;
+     * the server lost the stream's tail) and not yet re-created, 0
+     * otherwise; durables_rewound counts the times this consumer re-created
+     * it at the first sequence that may be new. */
+    uint64_t durable_ahead;
+    uint64_t durables_rewound;
 } jsd_consumer_stats;
 
 /* Thread-safe snapshot. */

@@ -22,6 +22,14 @@ typedef struct jsd_durable_state {
     int64_t waiting;        /* pull requests waiting */
     uint64_t delivered_seq; /* last stream sequence delivered */
     uint64_t ack_floor_seq; /* stream sequence below which everything is acknowledged */
+    /* delivered_seq or ack_floor_seq past the stream's last sequence: the
+     * server lost the stream's tail (jsd_durable_position). */
+    bool ahead;
+    /* Filled only by a caller that has the store (`jsdurable status --store
+     * --nats`, with jsd_durable_position_get): the inbox's high-water mark,
+     * and the first stream sequence the durable acknowledged that the inbox
+     * lost (0: none). */
+    uint64_t inbox_high, inbox_behind_from;
 } jsd_durable_state;
 
 typedef struct jsd_stream_state {
