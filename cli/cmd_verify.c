@@ -32,7 +32,12 @@ static void usage(FILE *f)
             "               or its server lost writes and reused the sequence)\n"
             "  expired      below the stream's first sequence or past its max age: removed\n"
             "               by the stream's limits or a purge; expected, counted only\n"
-            "  stream_gone  the stream does not exist\n\n"
+            "  stream_gone  the stream does not exist\n"
+            "Then the last 20000 messages of each stream up to its highest ok receipt are\n"
+            "read for copies of the audited effects at other sequences:\n"
+            "  republished  the effect's msg id is in the stream twice: published again\n"
+            "               past the duplicate window (its first receipt was lost, e.g. a\n"
+            "               store restored from an older backup)\n\n"
             "  --store URL        sqlite:PATH, a file path, or postgres://... (or $JSD_STORE)\n"
             "  --since DURATION   only receipts published this recently (30s, 5m, 2h, 7d)\n"
             "  --repair           take back the receipts of missing and overwritten effects:\n"
@@ -44,9 +49,11 @@ static void usage(FILE *f)
             "  --batch N          receipts per store read, 1..1000 (default 500)\n"
             "  --json             one JSON object per finding, then a summary object\n"
             "  --metrics ADDR     serve jsd_verify_* counters on ADDR while it runs\n\n"
-            "Without --repair nothing is written. One stored-message get per receipt.\n\n"
-            "Exit codes: 0 every receipt ok or expired; 1 missing, overwritten or stream\n"
-            "gone (also after --repair); 64 usage; 69 NATS unreachable; 73 store cannot\n"
+            "Without --repair nothing is written. One stored-message get per receipt, and\n"
+            "one per sequence of the scan.\n\n"
+            "Exit codes: 0 every receipt ok or expired; 1 missing, overwritten, stream\n"
+            "gone (also after --repair) or republished; 64 usage; 69 NATS unreachable; 73 store "
+            "cannot\n"
             "be opened.\n\n"
             "%s\n"
             "Example:\n"
@@ -76,6 +83,8 @@ static void on_finding(void *user, const jsd_verify_finding *f)
                       (json_int_t)f->published_at_ms, "repaired", f->repaired);
         if (o && f->verdict == JSD_VERIFY_OVERWRITTEN)
             json_object_set_new(o, "found_msg_id", json_string(f->found_msg_id));
+        if (o && f->verdict == JSD_VERIFY_REPUBLISHED)
+            json_object_set_new(o, "other_seq", json_integer((json_int_t)f->other_seq));
         if (o && f->repaired)
             json_object_set_new(o, "dup_window_ends_ms",
                                 f->in_dup_window ? json_integer(f->dup_window_ends_ms)
@@ -91,6 +100,9 @@ static void on_finding(void *user, const jsd_verify_finding *f)
            f->effect_id, f->msg_id, f->stream, f->stream_seq);
     if (f->verdict == JSD_VERIFY_OVERWRITTEN)
         printf(" (holds %s)", f->found_msg_id[0] ? f->found_msg_id : "a message without id");
+    if (f->verdict == JSD_VERIFY_REPUBLISHED)
+        printf(" and again at %s:%" PRIu64 " (published again past the duplicate window)",
+               f->stream, f->other_seq);
     if (f->repaired)
         printf(" -> requeued%s", f->in_dup_window ? " (inside the duplicate window)" : "");
     putchar('\n');
@@ -120,6 +132,8 @@ static void summary(const vctx *c, const jsd_verify_report *r, bool repair)
                       (json_int_t)r->expired, "stream_gone", (json_int_t)r->stream_gone, "repaired",
                       (json_int_t)r->repaired, "repaired_in_dup_window",
                       (json_int_t)r->repaired_in_window, "in_dup_window_msg_ids", ids);
+        if (o)
+            json_object_set_new(o, "republished", json_integer((json_int_t)r->republished));
         char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (text)
             printf("%s\n", text);
@@ -130,6 +144,10 @@ static void summary(const vctx *c, const jsd_verify_report *r, bool repair)
     printf("checked %" PRIu64 ": ok %" PRIu64 ", missing %" PRIu64 ", overwritten %" PRIu64
            ", expired %" PRIu64 ", stream gone %" PRIu64 "\n",
            r->checked, r->ok, r->missing, r->overwritten, r->expired, r->stream_gone);
+    if (r->republished)
+        printf("republished %" PRIu64 " (copies of effects at a second sequence of their stream; "
+               "a consumer's inbox applies each once while it keeps the first's row)\n",
+               r->republished);
     if (repair)
         printf("repaired %" PRIu64 " (requeued with their msg ids; the relay publishes them)\n",
                r->repaired);
@@ -252,7 +270,7 @@ int cmd_verify(int argc, char **argv)
     if (s != JSD_OK) {
         cli_err("verify", "%s", err.msg[0] ? err.msg : jsd_status_str(s));
         rc = cli_exit_for(s);
-    } else if (rep.missing || rep.overwritten || rep.stream_gone) {
+    } else if (rep.missing || rep.overwritten || rep.stream_gone || rep.republished) {
         rc = CLI_FAILED;
     }
 out:

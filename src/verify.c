@@ -12,6 +12,22 @@
  * and overwritten ones of each page to jsd__store_unpublish, the only write, which takes the
  * receipt back under a guard on the receipt itself, so the relay publishes
  * them again with their stored id.
+ *
+ * DESIGN (republications past the duplicate window). A relay whose store
+ * lost receipts (restored from an older backup, a receipt lost in a crash)
+ * publishes those effects again with their stored ids. Inside the stream's
+ * duplicate window the broker answers duplicate with the first copy's
+ * sequence, the relay reads that message, finds it is the effect's own and
+ * takes it as the receipt (relay_claim.c): one copy, and verify checks it
+ * like any. Past the window the broker stores a second copy and the new
+ * receipt names it: each receipt alone is ok, so the audit of receipts
+ * cannot see it. So after the audit each stream's last SCAN_MAX messages
+ * up to the highest sequence its ok receipts name are read once (the first
+ * copies precede the receipts that replaced them, so the range reaches
+ * below the lowest receipt) and every message whose Nats-Msg-Id is an
+ * audited effect's at another sequence than its receipt is reported:
+ * JSD_VERIFY_REPUBLISHED, a warning, jsd_verify_republished_total. Older
+ * sequences are not read, and the warning says so.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -21,6 +37,7 @@
 
 #define STREAMS_MAX   64
 #define BATCH_DEFAULT 500
+#define SCAN_MAX      20000
 
 const char *jsd_verify_verdict_name(jsd_verify_verdict v)
 {
@@ -35,6 +52,8 @@ const char *jsd_verify_verdict_name(jsd_verify_verdict v)
         return "expired";
     case JSD_VERIFY_STREAM_GONE:
         return "stream_gone";
+    case JSD_VERIFY_REPUBLISHED:
+        return "republished";
     }
     return "?";
 }
@@ -54,6 +73,21 @@ typedef struct vstream {
     int64_t dup_window_ms;
 } vstream;
 
+/* An ok receipt, kept for the scan for republished copies. */
+typedef struct vrec {
+    char *msg_id, *owner, *effect_id;
+    int64_t row_id, published_at_ms;
+    uint64_t seq;
+} vrec;
+
+/* The ok receipts of one stream. */
+typedef struct vset {
+    char *stream;
+    vrec *r;
+    size_t n, cap;
+    uint64_t lo, hi;
+} vset;
+
 typedef struct vrun {
     jsd_store *s;
     jsCtx *js;
@@ -62,10 +96,154 @@ typedef struct vrun {
     jsd_error *err;
     vstream streams[STREAMS_MAX];
     size_t n_streams, next_evict;
-    jsd_metric *m[7]; /* checked, ok, missing, overwritten, expired, stream_gone, repaired */
+    jsd_metric *m[8]; /* checked, ok, missing, overwritten, expired, stream_gone, repaired,
+                         republished */
+    vset *sets;
+    size_t n_sets;
 } vrun;
 
-enum { M_CHECKED, M_OK, M_MISSING, M_OVERWRITTEN, M_EXPIRED, M_GONE, M_REPAIRED };
+enum { M_CHECKED, M_OK, M_MISSING, M_OVERWRITTEN, M_EXPIRED, M_GONE, M_REPAIRED, M_REPUBLISHED };
+
+/* Keep an ok receipt for the scan. */
+static jsd_status remember(vrun *v, const jsd_outbox_entry *e)
+{
+    vset *set = NULL;
+    for (size_t i = 0; i < v->n_sets && !set; i++)
+        if (!strcmp(v->sets[i].stream, e->stream))
+            set = &v->sets[i];
+    if (!set) {
+        vset *ns = jsd__realloc(v->sets, (v->n_sets + 1) * sizeof(*ns));
+        if (!ns)
+            return jsd__err(v->err, JSD_ERR_NOMEM, "verify: out of memory");
+        v->sets = ns;
+        set = &v->sets[v->n_sets];
+        memset(set, 0, sizeof(*set));
+        if (!(set->stream = jsd__strdup(e->stream)))
+            return jsd__err(v->err, JSD_ERR_NOMEM, "verify: out of memory");
+        v->n_sets++;
+        set->lo = e->stream_seq;
+    }
+    if (set->n == set->cap) {
+        size_t cap = set->cap ? 2 * set->cap : 256;
+        vrec *nr = jsd__realloc(set->r, cap * sizeof(*nr));
+        if (!nr)
+            return jsd__err(v->err, JSD_ERR_NOMEM, "verify: out of memory");
+        set->r = nr;
+        set->cap = cap;
+    }
+    vrec *r = &set->r[set->n];
+    *r = (vrec){.msg_id = jsd__strdup(e->msg_id),
+                .owner = jsd__strdup(e->owner),
+                .effect_id = jsd__strdup(e->effect_id),
+                .row_id = e->row_id,
+                .published_at_ms = e->published_at_ms,
+                .seq = e->stream_seq};
+    if (!r->msg_id || !r->owner || !r->effect_id) {
+        jsd__free(r->msg_id);
+        jsd__free(r->owner);
+        jsd__free(r->effect_id);
+        return jsd__err(v->err, JSD_ERR_NOMEM, "verify: out of memory");
+    }
+    set->n++;
+    set->lo = JSD_MIN(set->lo, e->stream_seq);
+    set->hi = JSD_MAX(set->hi, e->stream_seq);
+    return JSD_OK;
+}
+
+static void sets_free(vrun *v)
+{
+    for (size_t i = 0; i < v->n_sets; i++) {
+        for (size_t k = 0; k < v->sets[i].n; k++) {
+            jsd__free(v->sets[i].r[k].msg_id);
+            jsd__free(v->sets[i].r[k].owner);
+            jsd__free(v->sets[i].r[k].effect_id);
+        }
+        jsd__free(v->sets[i].r);
+        jsd__free(v->sets[i].stream);
+    }
+    jsd__free(v->sets);
+    v->sets = NULL;
+    v->n_sets = 0;
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+    return strcmp(((const vrec *)a)->msg_id, ((const vrec *)b)->msg_id);
+}
+
+/* Read set's stream from lo to hi and report every copy of an audited
+ * effect at another sequence than its receipt (DESIGN above). */
+static jsd_status scan_set(vrun *v, vset *set)
+{
+    if (set->n == 0)
+        return JSD_OK;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus ns = js_GetStreamInfo(&si, v->js, set->stream, NULL, &jerr);
+    if (ns != NATS_OK) {
+        char what[400];
+        jsd__snprintf(what, sizeof(what), "verify: reading stream %s", set->stream);
+        return jsd__err_nats(v->err, ns, jerr, what);
+    }
+    uint64_t first = JSD_MAX(si->State.FirstSeq, 1);
+    jsStreamInfo_Destroy(si);
+    uint64_t from = set->hi >= SCAN_MAX ? set->hi - SCAN_MAX + 1 : 1;
+    if (from > first)
+        JSD_WARN("verify",
+                 "stream %s: sequences %" PRIu64 "..%" PRIu64 " not read for republished "
+                 "copies (the scan reads the last %d up to the last receipt, %" PRIu64 ")",
+                 set->stream, first, from - 1, SCAN_MAX, set->hi);
+    from = JSD_MAX(from, first);
+    qsort(set->r, set->n, sizeof(*set->r), rec_cmp);
+    for (uint64_t seq = from; seq <= set->hi; seq++) {
+        natsMsg *m = NULL;
+        jerr = 0;
+        ns = js_GetMsg(&m, v->js, set->stream, seq, NULL, &jerr);
+        if (ns == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr)
+            continue;
+        if (ns != NATS_OK) {
+            char what[400];
+            jsd__snprintf(what, sizeof(what), "verify: scanning %s:%" PRIu64, set->stream, seq);
+            return jsd__err_nats(v->err, ns, jerr, what);
+        }
+        const char *id = NULL;
+        vrec key = {0};
+        if (natsMsgHeader_Get(m, "Nats-Msg-Id", &id) == NATS_OK && id && *id) {
+            key.msg_id = (char *)id;
+            const vrec *r = bsearch(&key, set->r, set->n, sizeof(*set->r), rec_cmp);
+            /* equal ids are adjacent; a receipt's own copy is no finding */
+            for (; r && r > set->r && !strcmp(r[-1].msg_id, id); r--)
+                ;
+            bool own = false;
+            for (const vrec *q = r; q && q < set->r + set->n && !strcmp(q->msg_id, id); q++)
+                own |= q->seq == seq;
+            if (r && !own) {
+                v->rep->republished++;
+                jsd_counter_inc(v->m[M_REPUBLISHED]);
+                JSD_WARN("verify",
+                         "effect %s/%s (msg id %s) is in stream %s twice: at %" PRIu64
+                         " (its receipt) and at %" PRIu64
+                         ": published again past the duplicate window (a receipt the store "
+                         "lost?)",
+                         r->owner, r->effect_id, r->msg_id, set->stream, r->seq, seq);
+                jsd_verify_finding x = {.verdict = JSD_VERIFY_REPUBLISHED,
+                                        .row_id = r->row_id,
+                                        .owner = r->owner,
+                                        .effect_id = r->effect_id,
+                                        .msg_id = r->msg_id,
+                                        .stream = set->stream,
+                                        .stream_seq = r->seq,
+                                        .published_at_ms = r->published_at_ms,
+                                        .found_msg_id = "",
+                                        .other_seq = seq};
+                if (v->o->on_finding)
+                    v->o->on_finding(v->o->user, &x);
+            }
+        }
+        natsMsg_Destroy(m);
+    }
+    return JSD_OK;
+}
 
 static jsd_status register_metrics(vrun *v)
 {
@@ -81,6 +259,9 @@ static jsd_status register_metrics(vrun *v)
          "receipts below the stream's first sequence or past its max age (expected)"},
         {"jsd_verify_stream_gone_total", "receipts naming a stream that does not exist"},
         {"jsd_verify_repaired_total", "receipts verify --repair took back for republishing"},
+        {"jsd_verify_republished_total",
+         "copies of audited effects at another sequence of their stream (published again past "
+         "the duplicate window)"},
     };
     if (!v->o->metrics)
         return JSD_OK;
@@ -352,6 +533,8 @@ jsd_status jsd_verify_run(jsd_store *s, jsd_conn *conn, const jsd_verify_opts *o
             if (rc != JSD_OK)
                 break;
             count(v, verdict);
+            if (verdict == JSD_VERIFY_OK && (rc = remember(v, &page[i])) != JSD_OK)
+                break;
             if (verdict != JSD_VERIFY_OK) {
                 f[nf].idx = i;
                 f[nf].verdict = verdict;
@@ -368,7 +551,11 @@ jsd_status jsd_verify_run(jsd_store *s, jsd_conn *conn, const jsd_verify_opts *o
         if (n)
             q.after_row_id = page[n - 1].row_id;
     } while (rc == JSD_OK && n == q.limit);
+    for (size_t i = 0; v && rc == JSD_OK && i < v->n_sets; i++)
+        rc = scan_set(v, &v->sets[i]);
 out:
+    if (v)
+        sets_free(v);
     jsd__free(v);
     jsd__free(page);
     jsd__free(f);

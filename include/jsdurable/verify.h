@@ -33,7 +33,15 @@ typedef enum jsd_verify_verdict {
     JSD_VERIFY_OVERWRITTEN, /* the sequence holds another msg id (the stream was recreated) */
     JSD_VERIFY_EXPIRED,     /* below the stream's first sequence, or older than its max
                                age: removed by its limits or a purge; expected, not an error */
-    JSD_VERIFY_STREAM_GONE  /* the stream named in the receipt does not exist */
+    JSD_VERIFY_STREAM_GONE, /* the stream named in the receipt does not exist */
+    /* Not a receipt's verdict but what the scan after the audit finds: the
+     * receipt's message is there, and the stream holds the effect's msg id
+     * at another sequence too (other_seq): it was published again after
+     * its stream's duplicate window, e.g. by a relay whose store lost the
+     * first receipt (restored from an older backup). Two copies in the
+     * stream; a consumer's inbox applies the second as a duplicate while it
+     * keeps the first's row. */
+    JSD_VERIFY_REPUBLISHED
 } jsd_verify_verdict;
 
 /* "ok", "missing", "overwritten", "expired", "stream_gone". */
@@ -51,6 +59,7 @@ typedef struct jsd_verify_finding {
     uint64_t stream_seq;
     int64_t published_at_ms;
     const char *found_msg_id; /* overwritten: the id the sequence holds ("" when none) */
+    uint64_t other_seq;       /* republished: the other sequence holding msg_id */
     /* --repair, missing and overwritten: the receipt was taken back (the relay publishes
      * the effect again with msg_id); false when the row changed meanwhile. */
     bool repaired;
@@ -69,6 +78,9 @@ typedef struct jsd_verify_report {
     uint64_t overwritten;
     uint64_t expired;
     uint64_t stream_gone;
+    /* Copies of audited effects at another sequence of their stream
+     * (JSD_VERIFY_REPUBLISHED); not counted in checked. */
+    uint64_t republished;
     uint64_t repaired;           /* receipts taken back (--repair) */
     uint64_t repaired_in_window; /* of those, still inside the stream's duplicate window */
 } jsd_verify_report;
@@ -84,7 +96,8 @@ typedef struct jsd_verify_opts {
      * counted (docs/METRICS.md). */
     jsd_metrics *metrics;
     /* Called for each receipt that is not ok (expired ones too), after its
-     * batch was repaired, on the calling thread. */
+     * batch was repaired, and for each republished copy the scan after the
+     * audit finds, on the calling thread. */
     void (*on_finding)(void *user, const jsd_verify_finding *f);
     /* Called after each batch with the totals so far. */
     void (*on_progress)(void *user, const jsd_verify_report *so_far);

@@ -11,6 +11,14 @@
  * a repair inside the duplicate window is reported (and its republish is a
  * duplicate, so the message stays missing), a deleted or recreated stream
  * (stream gone, overwritten), the jsd_verify_* metrics, bad arguments.
+ *
+ * A store that lost receipts (restored from a copy taken before the relay
+ * published: SQLite's backup API, PostgreSQL's pg_dump and pg_restore):
+ * republished inside the window, the broker answers duplicate, the relay
+ * finds the stream holds the effect's own message and takes it as the
+ * receipt: one copy each, verify clean. Past the window each effect is
+ * stored twice; verify reports each as republished with both sequences and
+ * exits 1. Before the scan verify said "checked 4: ok 4" and exited 0.
  */
 #include <time.h>
 
@@ -427,6 +435,101 @@ static void repair_inside_window(void **state)
     env_down(&e);
 }
 
+/* ---- a store that lost its receipts ------------------------------------------------------ */
+
+/* Copy the store aside (after=false) or restore the copy (after=true). */
+static void store_copy(env *e, bool restore)
+{
+    char cmd[2400], copy[1100];
+    snprintf(copy, sizeof(copy), "%s/store-copy-%s", jsd_test_dir(), e->stream);
+    if (e->st.kind == RT_SQLITE) {
+        const char *db = e->st.url + strlen("sqlite:");
+        sqlite3 *src = NULL, *dst = NULL;
+        ASSERT_EQ(sqlite3_open(restore ? copy : db, &src), SQLITE_OK);
+        ASSERT_EQ(sqlite3_open(restore ? db : copy, &dst), SQLITE_OK);
+        sqlite3_busy_timeout(dst, 5000);
+        sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+        ASSERT_TRUE(b != NULL);
+        ASSERT_EQ(sqlite3_backup_step(b, -1), SQLITE_DONE);
+        ASSERT_EQ(sqlite3_backup_finish(b), SQLITE_OK);
+        sqlite3_close(src);
+        sqlite3_close(dst);
+        return;
+    }
+    if (restore)
+        snprintf(cmd, sizeof(cmd), "pg_restore --clean --if-exists --no-owner -d '%s' '%s' 2>&1",
+                 e->st.url, copy);
+    else
+        snprintf(cmd, sizeof(cmd), "pg_dump -Fc -d '%s' -f '%s' 2>&1", e->st.url, copy);
+    static char out[8192];
+    int rc = jsd_test_run(cmd, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("`%s` exited %d: %s", cmd, rc, out);
+}
+
+static void receipts_lost(rt_backend kind, bool past_window)
+{
+    env e;
+    env_up(&e, kind, past_window ? WINDOW_MS : 600000);
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.n = 4, .subject = e.subject};
+    rt_enqueue(app, &q);
+    store_copy(&e, false);
+    relay_pass(&e);
+    int64_t published = jsd_test_mono_ms();
+    ASSERT_EQ(rt_published(&e.st), 4);
+    ASSERT_U64_EQ(rt_stream_count(&e.nt, e.stream), 4);
+    long long seq0 = seq_of(&e, "e0");
+    if (past_window) /* the broker forgets the ids */
+        ASSERT_WAIT(jsd_test_mono_ms() > published + WINDOW_MS + 500, WINDOW_MS + 5000);
+
+    store_copy(&e, true); /* the receipts are lost: 4 effects pending again */
+    ASSERT_EQ(rt_published(&e.st), 0);
+    relay_pass(&e);
+    ASSERT_EQ(rt_published(&e.st), 4);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DEAD), 0);
+    static char out[65536];
+    if (!past_window) {
+        /* the receipt is the first copy's: the stream holds each once */
+        ASSERT_U64_EQ(rt_stream_count(&e.nt, e.stream), 4);
+        ASSERT_EQ(seq_of(&e, "e0"), seq0);
+        ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 0);
+        ASSERT_CONTAINS(out, "checked 4: ok 4");
+        ASSERT_NOT_CONTAINS(out, "republished");
+    } else {
+        ASSERT_U64_EQ(rt_stream_count(&e.nt, e.stream), 8);
+        ASSERT_EQ(verify_cli(&e, "--json", out, sizeof(out)), 1);
+        ASSERT_CONTAINS(out, "\"ok\":4");
+        ASSERT_CONTAINS(out, "\"republished\":4");
+        char want[200];
+        snprintf(want, sizeof(want), "\"other_seq\":%lld", seq0);
+        ASSERT_CONTAINS(out, want);
+        ASSERT_EQ(verify_cli(&e, "", out, sizeof(out)), 1);
+        ASSERT_CONTAINS(out, "republished 4");
+        ASSERT_CONTAINS(out, "published again past the duplicate window");
+    }
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+static void receipts_lost_inside_window(void **state)
+{
+    (void)state;
+    receipts_lost(RT_SQLITE, false);
+}
+
+static void receipts_lost_past_window_sqlite(void **state)
+{
+    (void)state;
+    receipts_lost(RT_SQLITE, true);
+}
+
+static void receipts_lost_past_window_pg(void **state)
+{
+    (void)state;
+    receipts_lost(RT_PG, true);
+}
+
 /* ---- a stream deleted, then recreated --------------------------------------------------- */
 
 static void stream_gone_and_overwritten(void **state)
@@ -522,4 +625,7 @@ static void bad_arguments(void **state)
 JSD_TEST_MAIN(cmocka_unit_test(finds_and_repairs_sqlite), cmocka_unit_test(finds_and_repairs_pg),
               cmocka_unit_test(repair_republishes_all_sqlite),
               cmocka_unit_test(repair_republishes_all_pg), cmocka_unit_test(repair_inside_window),
-              cmocka_unit_test(stream_gone_and_overwritten), cmocka_unit_test(bad_arguments))
+              cmocka_unit_test(stream_gone_and_overwritten), cmocka_unit_test(bad_arguments),
+              cmocka_unit_test(receipts_lost_inside_window),
+              cmocka_unit_test(receipts_lost_past_window_sqlite),
+              cmocka_unit_test(receipts_lost_past_window_pg))
