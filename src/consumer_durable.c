@@ -247,18 +247,33 @@ jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const cha
                         durable, stream, high, high);
     jsd_durable_config at = *restore;
     at.start_seq = high + 1;
+    /* The stream lost its tail too (it ends below the mark): its sequences
+     * after its end are handed out again, so it resumes where a durable
+     * ahead of its stream would (consumer_position.c), not after the mark. */
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    if (js_GetStreamInfo(&si, js, stream, NULL, &jerr) == NATS_OK && si->State.LastSeq < high) {
+        jsd_durable_position p = {.stream_first = si->State.FirstSeq,
+                                  .stream_last = si->State.LastSeq};
+        at.start_seq = jsd__durable_resume_seq(conn, store, stream, durable, &p);
+        JSD_ERROR("consumer",
+                  "%s/%s: the inbox holds deliveries up to stream sequence %" PRIu64
+                  " but the stream ends at %" PRIu64 " (the server lost the stream's tail)",
+                  stream, durable, high, si->State.LastSeq);
+    }
+    jsStreamInfo_Destroy(si);
     bool made = false;
     if ((st = jsd_consumer_ensure(conn, stream, durable, &at, &made, err)) != JSD_OK)
         return st;
     if (made)
         JSD_WARN("consumer",
                  "durable %s was missing; re-created from the topology at stream sequence %" PRIu64
-                 ", after the last one its inbox holds (%" PRIu64 ")",
-                 durable, high + 1, high);
+                 ", after the last one its inbox holds (%" PRIu64 ") or the stream's end",
+                 durable, at.start_seq, high);
     if (created)
         *created = made;
     if (start_seq && made)
-        *start_seq = high + 1;
+        *start_seq = at.start_seq;
     return JSD_OK;
 }
 

@@ -195,7 +195,7 @@ struct jsd_consumer {
     char *restore_filter;
     /* The durable found ahead of its stream (jsd__durable_ahead, looked at
      * when idle, at most every few seconds). */
-    bool ahead;
+    bool ahead, ahead_failed;
     int64_t ahead_look_ms, ahead_said_ms;
     jsd_metric *m_ahead;
 

@@ -324,10 +324,18 @@ void jsd__durable_ahead(jsd_consumer *c)
         return;
     uint64_t at = jsd__durable_resume_seq(c->conn, c->store, c->stream, c->durable, &p);
     if (jsd__durable_rewind(c->conn, c->stream, c->durable, at, &e) != JSD_OK) {
-        JSD_ERROR("consumer", "%s/%s: re-creating the durable ahead of its stream failed: %s",
-                  c->stream, c->durable, e.msg);
+        /* refused (permissions, limits): said at once, then once a minute */
+        if (!c->ahead_failed || now - c->ahead_said_ms >= 60000) {
+            c->ahead_said_ms = now;
+            JSD_ERROR("consumer",
+                      "%s/%s: re-creating the durable ahead of its stream failed: %s; nothing "
+                      "new is consumed and /readyz fails until it is re-created",
+                      c->stream, c->durable, e.msg);
+        }
+        c->ahead_failed = true;
         return;
     }
+    c->ahead_failed = false;
     c->ahead = false;
     pthread_mutex_lock(&c->mu);
     c->stats.durable_ahead = 0;

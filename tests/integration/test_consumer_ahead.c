@@ -31,6 +31,11 @@
  *   tail_lost_mended_by_server (2.15.1): the server mends the durable; no
  *       false alarm from status or doctor; the messages published after the
  *       loss at reused sequences 6..8 are each applied once.
+ *   lost_with_the_tail (2.15.1): the tail lost and the durable deleted:
+ *       `consume --topology` re-creates it at 6, the first sequence
+ *       published after the loss, not after the inbox's high-water mark 10
+ *       (where the 3 new messages at 6..8 were never delivered: 0
+ *       committed before the fix).
  *   inbox_behind: 5 applied, the store copied (SQLite: the online backup
  *       API; PostgreSQL: the inbox and sink rows above sequence 5 deleted in
  *       one transaction, which is what restoring that backup leaves), 5 more
@@ -375,6 +380,25 @@ static void tail_lost_mended_by_server(bool pg)
 }
 BOTH(tail_lost_mended_by_server)
 
+static void lost_with_the_tail(bool pg)
+{
+    aenv a;
+    up(&a, pg, NULL);
+    lose_tail(&a, false);
+    jsErrCode jerr = 0;
+    ASSERT_EQ(js_DeleteConsumer(a.e.js, a.e.stream, a.e.durable, NULL, &jerr), NATS_OK);
+    publish_new(&a, 6, 3);
+    int rc = consume_topo(&a);
+    if (rc != 0)
+        fail_msg("consume exited %d: %s", rc, out);
+    ASSERT_CONTAINS(out, "the stream ends at 8 (the server lost the stream's tail)");
+    ASSERT_CONTAINS(out, "re-created from the topology at stream sequence 6");
+    ASSERT_CONTAINS(out, "3 fetched, 3 committed, 0 duplicates");
+    applied_once(&a, 13);
+    down(&a);
+}
+BOTH(lost_with_the_tail)
+
 /* ---- a store restored from an older backup ------------------------------------------- */
 
 static void sqlite_copy(const char *from, const char *to)
@@ -534,6 +558,7 @@ JSD_TEST_MAIN(cmocka_unit_test(ahead_at_start_sqlite), cmocka_unit_test(ahead_at
               cmocka_unit_test(ahead_while_running_pg),
               cmocka_unit_test(tail_lost_mended_by_server_sqlite),
               cmocka_unit_test(tail_lost_mended_by_server_pg),
+              cmocka_unit_test(lost_with_the_tail_sqlite), cmocka_unit_test(lost_with_the_tail_pg),
               cmocka_unit_test(inbox_behind_sqlite), cmocka_unit_test(inbox_behind_pg),
               cmocka_unit_test(inbox_behind_not_claimed_sqlite),
               cmocka_unit_test(inbox_behind_not_claimed_pg))
