@@ -28,6 +28,9 @@
  *       --topology: logged at error, the durable re-created, the messages
  *       published after it applied once, /readyz ready again. Before the
  *       fix the consumer idled for ever and applied none.
+ *   ahead_while_running_unready (2.9.10): the same without --topology: one
+ *       error line, /readyz 503 ("durable: ahead of its stream"), nothing
+ *       re-created; `consume --topology` then recovers it.
  *   tail_lost_mended_by_server (2.15.1): the server mends the durable; no
  *       false alarm from status or doctor; the messages published after the
  *       loss at reused sequences 6..8 are each applied once.
@@ -305,7 +308,7 @@ BOTH(ahead_at_start)
 
 /* ---- ahead under a running consumer (2.9.10) ----------------------------------------- */
 
-static void ahead_while_running(bool pg)
+static void ahead_running(bool pg, bool topo)
 {
     const char *old = old_server();
     if (!old)
@@ -314,7 +317,8 @@ static void ahead_while_running(bool pg)
     aenv a;
     char log[1200];
     up(&a, pg, old);
-    snprintf(log, sizeof(log), "%s/consume-ahead-%s.log", jsd_test_dir(), pg ? "pg" : "sq");
+    snprintf(log, sizeof(log), "%s/consume-ahead-%s-%d.log", jsd_test_dir(), pg ? "pg" : "sq",
+             topo);
     const char *argv[] = {jsd_fx_bin("jsdurable"),
                           "consume",
                           "--store",
@@ -329,10 +333,10 @@ static void ahead_while_running(bool pg)
                           "127.0.0.1:0",
                           "--log-level",
                           "info",
-                          "--topology",
-                          a.topo,
                           "--sql",
                           SINK_SQL,
+                          topo ? "--topology" : NULL,
+                          a.topo,
                           NULL};
     pid_t pid = jsd_test_spawn(argv, log, true, NULL);
     ASSERT_WAIT(jsd_test_metrics_port(log) > 0, 20000);
@@ -342,6 +346,23 @@ static void ahead_while_running(bool pg)
     lose_tail(&a, true);
     publish_new(&a, 6, 3);
     ASSERT_WAIT(jsd_test_file_contains(log, "is ahead of its stream"), 20000);
+    if (!topo) {
+        /* Said once, unready, and nothing re-created without the settings;
+         * then the operator's fix: consume --topology. */
+        ASSERT_WAIT(cenv_readyz_says(port, " 503 ", "durable: ahead of its stream"), 10000);
+        ASSERT_EQ(jsd_test_file_lines(log, "is ahead of its stream"), 1);
+        ASSERT_TRUE(jsd_test_file_contains(log, "restart with consume --topology FILE"));
+        ASSERT_TRUE(position(&a).ahead);
+        cenv_stop_consume(pid, log, out, sizeof(out));
+        applied_once(&a, 10);
+        int rc = consume_topo(&a);
+        if (rc != 0)
+            fail_msg("consume --topology exited %d: %s", rc, out);
+        ASSERT_CONTAINS(out, "re-created at stream sequence 6");
+        applied_once(&a, 13);
+        down(&a);
+        return;
+    }
     ASSERT_WAIT(jsd_test_file_contains(log, "re-created at stream sequence 6"), 20000);
     ASSERT_WAIT(sink_rows(&a) == 13, 20000);
     ASSERT_WAIT(cenv_readyz_says(port, " 200 ", NULL), 10000);
@@ -353,7 +374,17 @@ static void ahead_while_running(bool pg)
     applied_once(&a, 15);
     down(&a);
 }
+static void ahead_while_running(bool pg)
+{
+    ahead_running(pg, true);
+}
 BOTH(ahead_while_running)
+
+static void ahead_while_running_unready(bool pg)
+{
+    ahead_running(pg, false);
+}
+BOTH(ahead_while_running_unready)
 
 /* ---- the tail lost on 2.15.1 ---------------------------------------------------------- */
 
@@ -556,6 +587,8 @@ BOTH(inbox_behind_not_claimed)
 JSD_TEST_MAIN(cmocka_unit_test(ahead_at_start_sqlite), cmocka_unit_test(ahead_at_start_pg),
               cmocka_unit_test(ahead_while_running_sqlite),
               cmocka_unit_test(ahead_while_running_pg),
+              cmocka_unit_test(ahead_while_running_unready_sqlite),
+              cmocka_unit_test(ahead_while_running_unready_pg),
               cmocka_unit_test(tail_lost_mended_by_server_sqlite),
               cmocka_unit_test(tail_lost_mended_by_server_pg),
               cmocka_unit_test(lost_with_the_tail_sqlite), cmocka_unit_test(lost_with_the_tail_pg),
