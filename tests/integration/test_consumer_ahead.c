@@ -352,6 +352,9 @@ static void ahead_running(bool pg, bool topo)
         ASSERT_WAIT(cenv_readyz_says(port, " 503 ", "durable: ahead of its stream"), 10000);
         ASSERT_EQ(jsd_test_file_lines(log, "is ahead of its stream"), 1);
         ASSERT_TRUE(jsd_test_file_contains(log, "restart with consume --topology FILE"));
+        const char *metrics = jsd_test_http_get(port, "/metrics");
+        ASSERT_TRUE(metrics != NULL);
+        ASSERT_CONTAINS(metrics, "jsd_consumer_durable_ahead_total 1");
         ASSERT_TRUE(position(&a).ahead);
         cenv_stop_consume(pid, log, out, sizeof(out));
         applied_once(&a, 10);
