@@ -155,6 +155,12 @@ void jsd__reply_parse_body(const char *data, int dlen, const char *status, jsd__
     p->kind = JSD__REPLY_ACK;
     p->seq = (int64_t)json_integer_value(jq);
     p->dup = jdup && json_is_true(jdup);
+    json_t *jb = json_object_get(root, "batch");
+    json_t *jn = json_object_get(root, "count");
+    if (json_is_string(jb) && json_is_integer(jn)) {
+        jsd__copy_printable(p->batch, sizeof(p->batch), json_string_value(jb));
+        p->count = (int64_t)json_integer_value(jn);
+    }
     jsd__copy_printable(p->text, sizeof(p->text), json_string_value(js));
     json_decref(root);
 }

@@ -21,7 +21,7 @@ enum {
     JSD__REPLY_STATUS,     /* a status header and no acknowledgement */
     JSD__REPLY_MALFORMED,  /* neither an acknowledgement nor an error */
     JSD__REPLY_ERROR,      /* {"error":{"code":C,"err_code":E,"description":D}} */
-    JSD__REPLY_ACK         /* {"stream":S,"seq":N[,"duplicate":B]} */
+    JSD__REPLY_ACK         /* {"stream":S,"seq":N[,"duplicate":B][,"batch":I,"count":C]} */
 };
 typedef struct jsd__reply {
     int kind;
@@ -30,6 +30,8 @@ typedef struct jsd__reply {
     int dlen;       /* MALFORMED: reply size */
     int64_t seq;    /* ACK */
     bool dup;       /* ACK */
+    int64_t count;  /* ACK of an atomic batch's commit: "count" (0 otherwise) */
+    char batch[48]; /* ACK of an atomic batch's commit: "batch", its id ("" otherwise) */
     char text[160]; /* ACK: stream; ERROR: description; MALFORMED: what */
 } jsd__reply;
 

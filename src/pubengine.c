@@ -17,6 +17,13 @@
  *   or a "denied" mark in the entry under the lock and queue the slot; the
  *   owner thread decides the outcome against what the entry expected
  *   (jsd__puback_judge), in poll.
+ * - An atomic batch is one entry: its commit's reply subject is the entry's,
+ *   its first publication's is the same with an "f" before the id (reply
+ *   "<prefix>f<id>"). That answer is empty (the server's flow control) and
+ *   dropped, or an error, kept in the entry: it decides the batch (the
+ *   commit is then answered 10176, incomplete), but the entry is still
+ *   settled by the commit's reply or its deadline, so one batch is one
+ *   outcome, always.
  * - Nothing waits without a bound: each entry has a deadline, and poll settles
  *   as UNKNOWN any entry whose deadline passed or whose connection was lost or
  *   replaced while it was in flight (its acknowledgement cannot come any more).
@@ -26,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "conn_int.h"
 #include "natsmsg.h"
 #include "puback.h"
@@ -56,6 +64,12 @@ typedef struct entry {
     void *user;
     char stream[JSD_STREAM_NAME_MAX + 1];
     char subject[JSD_SUBJECT_MAX + 1];
+    /* an atomic batch (submit_batch): its size (0: one publication), its id,
+     * and an error answered to its first publication, which decides it */
+    uint32_t batch_n;
+    bool has_first;
+    jsd__reply first;
+    char batch_id[33];
 } entry;
 
 struct jsd__pubengine {
@@ -142,8 +156,13 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
     (void)sub;
     uint64_t id = 0;
     bool ok = subj && strncmp(subj, e->prefix, e->prefix_len) == 0;
+    bool first = false; /* the answer to a batch's first publication */
     if (ok) {
         const char *p = subj + e->prefix_len;
+        if (*p == 'f') {
+            first = true;
+            p++;
+        }
         ok = *p != '\0';
         for (; ok && *p; p++) {
             if (*p < '0' || *p > '9' || id > (UINT64_MAX - 9) / 10) {
@@ -160,8 +179,18 @@ static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, vo
     bool matched = false;
     pthread_mutex_lock(&e->lk);
     uint32_t slot = (uint32_t)(id & SLOT_MASK);
-    if (ok && slot < e->cap && e->entries[slot].id == id &&
-        (e->entries[slot].state == E_WRITING || e->entries[slot].state == E_INFLIGHT)) {
+    if (ok && first) {
+        /* flow control (empty) or the batch's refusal; never settles it */
+        entry *en = slot < e->cap ? &e->entries[slot] : NULL;
+        matched = true;
+        if (en && en->id == id && en->batch_n > 0 && !en->has_first &&
+            (en->state == E_WRITING || en->state == E_INFLIGHT) &&
+            (rp.kind == JSD__REPLY_ERROR || rp.kind == JSD__REPLY_NORESP)) {
+            en->first = rp;
+            en->has_first = true;
+        }
+    } else if (ok && slot < e->cap && e->entries[slot].id == id &&
+               (e->entries[slot].state == E_WRITING || e->entries[slot].state == E_INFLIGHT)) {
         entry *en = &e->entries[slot];
         en->rp = rp;
         en->has_reply = true;
@@ -378,8 +407,8 @@ static size_t hdr_bytes(const char *name, size_t vlen)
 /* Validate everything that can be checked without I/O; fill res (REJECTED)
  * and return false on the first problem. *hdr_total receives the encoded
  * header size. */
-static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, char *lss_buf, size_t lss_cap,
-                     jsd_publish_result *res)
+static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, size_t extra_hdr,
+                     char *lss_buf, size_t lss_cap, jsd_publish_result *res)
 {
     jsd_error ve;
     if (!jsd__subject_valid_publish(r->subject, &ve)) {
@@ -409,7 +438,7 @@ static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, char *lss_b
         set_reason(res, "%zu headers given as NULL", r->n_headers);
         return false;
     }
-    size_t total = JSD__HEADERS_FRAME_BYTES;
+    size_t total = JSD__HEADERS_FRAME_BYTES + extra_hdr;
     total += hdr_bytes("Nats-Msg-Id", strlen(r->msg_id));
     total += hdr_bytes("Nats-Expected-Stream", strlen(r->expected_stream));
     if (r->has_expected_last_subject_seq) {
@@ -449,6 +478,8 @@ static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, char *lss_b
     return true;
 }
 
+static void refused_write(jsd_publish_result *res, natsStatus s, bool built);
+
 bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish_result *res)
 {
     char lss[24], reply[80];
@@ -467,7 +498,7 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
         return false;
     }
     /* 2. input and limits */
-    if (!validate(e, r, lss, sizeof(lss), res))
+    if (!validate(e, r, 0, lss, sizeof(lss), res))
         return false;
     /* 3. a connection to write on */
     uint64_t epoch = jsd_conn_reconnects(e->conn);
@@ -486,6 +517,8 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     en->state = E_WRITING;
     en->denied = en->lost = en->expired = false;
     en->has_reply = false;
+    en->batch_n = 0;
+    en->has_first = false;
     en->user = r->user;
     en->epoch = epoch;
     en->deadline_ms = r->deadline_ms ? r->deadline_ms : e->deadline_ms;
@@ -535,7 +568,30 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
     }
     release_slot(e, slot);
     pthread_mutex_unlock(&e->lk);
+    refused_write(res, s, built);
+    return false;
+}
 
+/* The reply subject of entry id: prefix, an optional marker, the decimal id,
+ * without printf on the hot path. */
+static void reply_subject(const jsd__pubengine *e, char *reply, const char *mark, uint64_t id)
+{
+    char digits[24];
+    size_t nd = 0, k = e->prefix_len, ml = strlen(mark);
+    for (uint64_t v = id; nd == 0 || v; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    memcpy(reply, e->prefix, k);
+    memcpy(reply + k, mark, ml);
+    k += ml;
+    for (size_t i = 0; i < nd; i++)
+        reply[k + i] = digits[nd - 1 - i];
+    reply[k + nd] = '\0';
+}
+
+/* The outcome of a write nats.c refused: nothing was buffered (UNAVAILABLE,
+ * REJECTED, RETRYABLE), or something may have been (UNKNOWN). */
+static void refused_write(jsd_publish_result *res, natsStatus s, bool built)
+{
     res->nats_status = (int)s;
     if (!built) {
         res->outcome = s == NATS_NO_MEMORY ? JSD_OUTCOME_RETRYABLE : JSD_OUTCOME_REJECTED;
@@ -555,6 +611,130 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
                    "the write failed part-way (%s); the message may be stored: "
                    "retry with the same id",
                    natsStatus_GetText(s));
+    }
+}
+
+bool jsd__pubengine_submit_batch(jsd__pubengine *e, const jsd__pub_req *reqs, size_t n, void *user,
+                                 jsd_publish_result *res, size_t *bad_idx)
+{
+    char lss[24], reply[96], first_reply[96], seqbuf[16], bid[33];
+    result_init(res, JSD_OUTCOME_REJECTED);
+    if (bad_idx)
+        *bad_idx = SIZE_MAX;
+    if (!e || !reqs || n == 0 || n > JSD__BATCH_MAX) {
+        set_reason(res, "an atomic batch holds 1..%d publications, not %zu", JSD__BATCH_MAX, n);
+        return false;
+    }
+    if (atomic_load(&e->used) >= e->cap) {
+        jsd__admission_full(res, e->cap);
+        return false;
+    }
+    /* Nats-Batch-Id (32 hex), Nats-Batch-Sequence (up to 4 digits) and
+     * Nats-Batch-Commit: 1 on top of each publication's own headers */
+    size_t extra = hdr_bytes(JSD__HDR_BATCH_ID, 32) + hdr_bytes(JSD__HDR_BATCH_SEQ, 4) +
+                   hdr_bytes(JSD__HDR_BATCH_COMMIT, 1);
+    for (size_t i = 0; i < n; i++) {
+        const jsd__pub_req *r = &reqs[i];
+        bool ok = validate(e, r, extra, lss, sizeof(lss), res);
+        if (ok && (r->has_expected_last_subject_seq ||
+                   strcmp(r->expected_stream, reqs[0].expected_stream) != 0)) {
+            set_reason(res, "an atomic batch is for one stream and no expected sequences");
+            ok = false;
+        }
+        if (!ok) {
+            if (bad_idx)
+                *bad_idx = i;
+            return false;
+        }
+    }
+    if (!jsd__random_hex(bid, 16)) {
+        res->outcome = JSD_OUTCOME_RETRYABLE;
+        set_reason(res, "no random bytes for the batch id; nothing was sent");
+        return false;
+    }
+    uint64_t epoch = jsd_conn_reconnects(e->conn);
+    if (!jsd_conn_is_connected(e->conn)) {
+        res->outcome = JSD_OUTCOME_UNAVAILABLE;
+        set_reason(res, "not connected to NATS; nothing was sent");
+        return false;
+    }
+
+    pthread_mutex_lock(&e->lk);
+    uint32_t slot = e->free_stack[--e->n_free];
+    atomic_fetch_add(&e->used, 1);
+    entry *en = &e->entries[slot];
+    en->gen++;
+    en->id = (en->gen << SLOT_BITS) | slot;
+    en->state = E_WRITING;
+    en->denied = en->lost = en->expired = false;
+    en->has_reply = false;
+    en->has_first = false;
+    en->batch_n = (uint32_t)n;
+    memcpy(en->batch_id, bid, sizeof(en->batch_id));
+    en->user = user;
+    en->epoch = epoch;
+    en->deadline_ms = reqs[0].deadline_ms ? reqs[0].deadline_ms : e->deadline_ms;
+    en->deadline_mono = jsd__mono_ms() + en->deadline_ms;
+    jsd__strlcpy(en->stream, reqs[0].expected_stream, sizeof(en->stream));
+    jsd__strlcpy(en->subject, reqs[0].subject, sizeof(en->subject));
+    uint64_t id = en->id;
+    pthread_mutex_unlock(&e->lk);
+
+    reply_subject(e, reply, "", id);
+    reply_subject(e, first_reply, "f", id);
+    natsStatus s = NATS_OK;
+    bool built = true;
+    size_t i = 0;
+    for (; i < n && s == NATS_OK; i++) {
+        const jsd__pub_req *r = &reqs[i];
+        natsMsg *m = NULL;
+        jsd__snprintf(seqbuf, sizeof(seqbuf), "%zu", i + 1);
+        const jsd_header fixed[] = {{"Nats-Msg-Id", r->msg_id},
+                                    {"Nats-Expected-Stream", r->expected_stream},
+                                    {JSD__HDR_BATCH_ID, bid},
+                                    {JSD__HDR_BATCH_SEQ, seqbuf},
+                                    {JSD__HDR_BATCH_COMMIT, "1"}};
+        bool commit = i + 1 == n;
+        /* the first must have a reply subject; those between need none */
+        const char *rs = commit ? reply : i == 0 ? first_reply : NULL;
+        s = jsd__msg_make(&m, r->subject, rs, fixed, commit ? 5 : 4, r->headers, r->n_headers,
+                          r->payload, r->len, &e->scratch);
+        built = s == NATS_OK;
+        if (built)
+            s = natsConnection_PublishMsg(e->nc, m);
+        jsd__msg_free(m);
+    }
+
+    pthread_mutex_lock(&e->lk);
+    if (s == NATS_OK) {
+        if (en->state == E_WRITING) {
+            if (en->denied) {
+                queue_slot(e, slot);
+            } else {
+                en->state = E_INFLIGHT;
+                if (en->deadline_mono < e->next_expiry)
+                    e->next_expiry = en->deadline_mono;
+            }
+        }
+        pthread_mutex_unlock(&e->lk);
+        return true;
+    }
+    if (en->state != E_WRITING) {
+        /* The commit's reply arrived, so it was written after all. */
+        pthread_mutex_unlock(&e->lk);
+        return true;
+    }
+    release_slot(e, slot);
+    pthread_mutex_unlock(&e->lk);
+    refused_write(res, s, built);
+    if (i < n && res->outcome == JSD_OUTCOME_UNKNOWN) {
+        /* the commit was not written: the server stores nothing of the batch
+         * (it drops an uncommitted one after its timeout) */
+        res->outcome = JSD_OUTCOME_UNAVAILABLE;
+        set_reason(res,
+                   "the write of publication %zu of an atomic batch of %zu failed (%s); the "
+                   "commit was not sent, so nothing is stored",
+                   i, n, natsStatus_GetText(s));
     }
     return false;
 }
@@ -621,6 +801,16 @@ static void settle_reply(const entry *en, const jsd__reply *p, jsd_publish_resul
                        "acknowledgement with sequence %lld; the message may be stored: retry "
                        "with the same id",
                        (long long)p->seq);
+        } else if (en->batch_n > 0 &&
+                   (p->count != (int64_t)en->batch_n || strcmp(p->batch, en->batch_id) != 0 ||
+                    p->seq < (int64_t)en->batch_n)) {
+            char shown[64];
+            jsd__copy_printable(shown, sizeof(shown), p->batch);
+            set_reason(res,
+                       "the acknowledgement of atomic batch %s of %u names batch \"%s\" of "
+                       "%lld (sequence %lld); the messages may be stored: retry with the same "
+                       "ids",
+                       en->batch_id, en->batch_n, shown, (long long)p->count, (long long)p->seq);
         } else {
             res->outcome = JSD_OUTCOME_ACCEPTED;
             jsd__strlcpy(res->receipt.stream, p->text, sizeof(res->receipt.stream));
@@ -641,6 +831,10 @@ static void settle_reply(const entry *en, const jsd__reply *p, jsd_publish_resul
 
 static void settle(const entry *en, jsd_publish_result *res)
 {
+    if (en->has_first) {
+        settle_reply(en, &en->first, res);
+        return;
+    }
     if (en->has_reply) {
         settle_reply(en, &en->rp, res);
         return;

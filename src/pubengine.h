@@ -102,6 +102,31 @@ void jsd__pubengine_destroy(jsd__pubengine *e);
 bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *req, jsd_publish_result *res);
 
 /*
+ * Submit n publications (1..JSD__BATCH_MAX, all with the same
+ * expected_stream) as one atomic batch (src/atomic.h): a fresh Nats-Batch-Id
+ * for this attempt, Nats-Batch-Sequence 1..n, Nats-Batch-Commit on the
+ * last; each keeps its Nats-Msg-Id and Nats-Expected-Stream (nats-server
+ * 2.15.1 checks the latter inside a batch: a wrong stream refuses the batch
+ * with 10060). The first publication carries a reply subject of its own,
+ * whose empty answer (the server's flow control) is dropped and whose error
+ * (10210 too many batches in flight comes there, and the commit is then
+ * answered 10176 incomplete) decides the batch; the commit's reply is the
+ * batch's one PubAck. The batch takes one admission slot and settles as one
+ * outcome with user: ACCEPTED with receipt.seq the last publication's
+ * sequence (publication i, from 0, is seq - n + 1 + i) once the PubAck
+ * names this batch id and count n; else FAILED/UNKNOWN/DENIED as for one
+ * publication, for the batch as a whole (nothing of a FAILED batch was
+ * stored). Returns false with the outcome in *res (as submit), and for a
+ * REJECTED batch *bad_idx is the publication that was refused (the others
+ * may be fine: publish them alone). A write that fails after the first
+ * publication and before the commit is UNAVAILABLE: without its commit the
+ * server stores nothing of the batch.
+ */
+#define JSD__BATCH_MAX 1000 /* the server's limit (err_code 10199 beyond) */
+bool jsd__pubengine_submit_batch(jsd__pubengine *e, const jsd__pub_req *reqs, size_t n, void *user,
+                                 jsd_publish_result *res, size_t *bad_idx);
+
+/*
  * Move up to max finished publications into done[] (user pointer + result),
  * oldest completion first. Settles entries whose deadline passed and, when
  * the connection was lost or replaced since they were written, entries in

@@ -146,10 +146,12 @@ typedef struct entry {
     int64_t expires_ms;                   /* monotonic */
 } entry;
 
-/* A stream's duplicate window, re-read after expires_ms (it may change). */
+/* A stream's duplicate window and allow_atomic, re-read after expires_ms
+ * (they may change). */
 typedef struct window {
     char stream[JSD_STREAM_NAME_MAX + 1];
     int64_t window_ms;
+    bool atomic;
     int64_t expires_ms;
 } window;
 
@@ -329,38 +331,43 @@ jsd_status jsd__streams_lookup(jsd__streams *c, const char *subject, char *name_
     return JSD_OK;
 }
 
-jsd_status jsd__streams_dup_window(jsd__streams *c, const char *stream, int64_t *window_ms,
-                                   jsd_error *err)
+jsd_status jsd__streams_info(jsd__streams *c, const char *stream, int64_t *window_ms,
+                             bool *allow_atomic, jsd_error *err)
 {
-    if (!c || !stream || !window_ms)
-        return jsd__err(err, JSD_ERR_INVALID, "duplicate window: cache, stream and output needed");
+    if (!c || !stream || !window_ms || !allow_atomic)
+        return jsd__err(err, JSD_ERR_INVALID, "stream info: cache, stream and outputs needed");
     int64_t now = jsd__mono_ms();
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n_windows; i++) {
         window *w = &c->windows[i];
         if (!strcmp(w->stream, stream) && w->expires_ms > now) {
             *window_ms = w->window_ms;
+            *allow_atomic = w->atomic;
             pthread_mutex_unlock(&c->mu);
             return JSD_OK;
         }
     }
     pthread_mutex_unlock(&c->mu);
 
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    natsStatus ns = js_GetStreamInfo(&si, jsd__conn_js(c->conn), stream, NULL, &jerr);
-    if (ns != NATS_OK) {
-        jsd_status st = jsd__err(err, ns == NATS_NOT_FOUND ? JSD_ERR_NOT_FOUND : JSD_ERR_NATS,
-                                 "reading the duplicate window of stream %s: %s (%d)", stream,
-                                 natsStatus_GetText(ns), (int)jerr);
+    /* raw, for allow_atomic, which nats.c 3.4.1 does not read */
+    json_t *cfg = NULL;
+    jsd_error ierr;
+    jsd_error_clear(&ierr);
+    jsd_status st = jsd__stream_config_json(c->conn, stream, &cfg, &ierr);
+    if (st != JSD_OK) {
+        jsd_status out =
+            jsd__err(err, st == JSD_ERR_NOT_FOUND ? JSD_ERR_NOT_FOUND : JSD_ERR_NATS,
+                     "reading the duplicate window of stream %s: %s", stream, ierr.msg);
         if (err) {
-            err->nats_status = (int)ns;
-            err->js_err_code = (int)jerr;
+            err->nats_status = ierr.nats_status;
+            err->js_err_code = ierr.js_err_code;
         }
-        return st;
+        return out;
     }
-    int64_t win = si->Config ? si->Config->Duplicates / 1000000 : 0;
-    jsStreamInfo_Destroy(si);
+    json_t *jd = json_object_get(cfg, "duplicate_window");
+    int64_t win = json_is_integer(jd) ? (int64_t)json_integer_value(jd) / 1000000 : 0;
+    bool atomic = json_is_true(json_object_get(cfg, "allow_atomic"));
+    json_decref(cfg);
 
     pthread_mutex_lock(&c->mu);
     now = jsd__mono_ms();
@@ -375,8 +382,17 @@ jsd_status jsd__streams_dup_window(jsd__streams *c, const char *stream, int64_t 
         jsd__strlcpy(w->stream, stream, sizeof(w->stream));
     }
     w->window_ms = win;
+    w->atomic = atomic;
     w->expires_ms = now + c->pos_ttl_ms;
     pthread_mutex_unlock(&c->mu);
     *window_ms = win;
+    *allow_atomic = atomic;
     return JSD_OK;
+}
+
+jsd_status jsd__streams_dup_window(jsd__streams *c, const char *stream, int64_t *window_ms,
+                                   jsd_error *err)
+{
+    bool atomic = false;
+    return jsd__streams_info(c, stream, window_ms, &atomic, err);
 }

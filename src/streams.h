@@ -7,12 +7,13 @@
  * found ("negative") alike, each for its own TTL, in a bounded table, and
  * beside them what the relay needs per found stream: its duplicate window,
  * read lazily with one stream info request and kept as long as a positive
- * answer. The relay, the publication engine's callers and the dead-letter
- * code all ask here.
+ * answer (and, read with it, whether it allows atomic batches). The relay, the publication engine's
+ * callers and the dead-letter code all ask here.
  */
 #ifndef JSD_STREAMS_H
 #define JSD_STREAMS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,5 +88,9 @@ void jsd__streams_clear(jsd__streams *c);
  */
 jsd_status jsd__streams_dup_window(jsd__streams *c, const char *stream, int64_t *window_ms,
                                    jsd_error *err);
+/* The same read, with the stream's allow_atomic (false on a server that
+ * does not know the field): whether atomic batches may be tried on it. */
+jsd_status jsd__streams_info(jsd__streams *c, const char *stream, int64_t *window_ms,
+                             bool *allow_atomic, jsd_error *err);
 
 #endif
