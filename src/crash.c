@@ -35,6 +35,13 @@ static void crash_init(void)
     atomic_store(&crash_left, (long)n);
 }
 
+bool jsd__crash_armed(const char *point)
+{
+    pthread_once(&crash_once, crash_init);
+    return atomic_load_explicit(&crash_left, memory_order_relaxed) > 0 &&
+           strcmp(point, crash_name) == 0;
+}
+
 void jsd__crash_point(const char *point)
 {
     pthread_once(&crash_once, crash_init);

@@ -111,6 +111,9 @@ jsd_status jsd__ld_sha256_hex(const char *const *parts, const size_t *lens, size
  * JSD_CRASH_AT="<point>:<n>" makes the process SIGKILL itself the n-th time it
  * reaches <point>. Inert (one relaxed load) when the variable is unset. */
 void jsd__crash_point(const char *point);
+/* Whether point is the one armed (so that it may first make its state
+ * visible, e.g. write what is buffered, before the crash). */
+bool jsd__crash_armed(const char *point);
 #define JSD_CRASH_POINT(name) jsd__crash_point(name)
 
 #endif

@@ -469,11 +469,33 @@ jsd_status jsd_relay_create(jsd_relay **out, jsd_store *store, jsd_conn *conn,
                                      "effect's first attempt: each a possible duplicate.",
                                      NULL, NULL, NULL, 0, &r->m_horizon_passed, err);
         if (s == JSD_OK)
+            s = jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_relay_atomic_batches_total",
+                                     "Atomic batches the relay published and JetStream "
+                                     "acknowledged with one PubAck.",
+                                     NULL, NULL, NULL, 0, &r->m_atomic_batches, err);
+        if (s == JSD_OK)
+            s = jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_relay_batch_resends_total",
+                                     "Atomic batches the relay sent again whole, with a fresh "
+                                     "batch id: the stream's batches in flight were taken "
+                                     "(10210) or one went incomplete (10176).",
+                                     NULL, NULL, NULL, 0, &r->m_resends, err);
+        for (int k = 0; s == JSD_OK && k < FB_N; k++)
+            s = jsd_metrics_register(reg, JSD_METRIC_COUNTER, "jsd_relay_batch_fallbacks_total",
+                                     "Claims (per stream) or atomic batches whose effects the "
+                                     "relay published one by one instead, by reason.",
+                                     "reason", jsd__relay_fallback_names[k], NULL, 0,
+                                     &r->m_fallback[k], err);
+        if (s == JSD_OK)
             s = jsd_metrics_register(reg, JSD_METRIC_GAUGE, "jsd_relay_in_flight",
                                      "Relay publications awaiting their PubAck.", NULL, NULL, NULL,
                                      0, &r->m_inflight, err);
         if (s != JSD_OK)
             goto fail;
+    }
+    r->breqs = jsd__calloc(JSD__BATCH_MAX, sizeof(*r->breqs));
+    if (!r->breqs) {
+        s = jsd__err(err, JSD_ERR_NOMEM, "out of memory creating the relay");
+        goto fail;
     }
     jsd__pubengine_opts eo = {.admission = opts->max_in_flight,
                               .deadline_ms = opts->publish_deadline_ms};
@@ -523,6 +545,7 @@ void jsd_relay_destroy(jsd_relay *r)
     if (!r)
         return;
     jsd__pubengine_destroy(r->eng);
+    jsd__free(r->breqs);
     free_chain(r->head);
     free_chain(r->wq_head);
     free_chain(r->spare);
@@ -644,8 +667,13 @@ static int drain(jsd_relay *r, int timeout_ms, size_t *collected)
     jsd_publish_done done[64];
     size_t got, total = 0;
     int wait = timeout_ms;
+    jsd__relay_resend_due(r);
     while ((got = jsd__pubengine_poll(r->eng, done, JSD_ARRAY_LEN(done), wait)) > 0) {
         for (size_t i = 0; i < got; i++) {
+            if (*(const uint8_t *)done[i].user == REF_GROUP) {
+                jsd__relay_group_done(r, done[i].user, &done[i].result);
+                continue;
+            }
             slot *sl = done[i].user;
             rbatch *b = sl->b;
             jsd__relay_settle(r, sl, &done[i].result, &b->eb.items[sl->idx]);

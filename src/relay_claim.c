@@ -68,13 +68,13 @@ int64_t jsd__relay_retry_horizon_ms(const jsd_relay_opts *o)
  * twice); another status when the stream could not be read (why says so; the
  * effect is released and tried again).
  */
-static jsd_status window_fits(jsd_relay *r, const char *stream, int64_t *window_out, char *why,
-                              size_t why_cap)
+static jsd_status window_fits(jsd_relay *r, const char *stream, int64_t *window_out, bool *atomic,
+                              char *why, size_t why_cap)
 {
     int64_t window_ms = 0;
     jsd_error err;
     jsd_error_clear(&err);
-    jsd_status s = jsd__streams_dup_window(r->streams, stream, &window_ms, &err);
+    jsd_status s = jsd__streams_info(r->streams, stream, &window_ms, atomic, &err);
     *window_out = window_ms;
     if (s != JSD_OK) {
         jsd__snprintf(why, why_cap, "%s", err.msg);
@@ -105,6 +105,7 @@ void jsd__relay_batch_free(rbatch *b)
         return;
     jsd__effect_batch_free(&b->eb);
     jsd__free(b->slots);
+    jsd__free(b->gidx);
     jsd__free(b);
 }
 
@@ -132,7 +133,10 @@ static rbatch *batch_new(jsd_relay *r, size_t cap)
         cap = 1;
     if (b->slots_cap < cap) {
         jsd__free(b->slots);
-        if (!(b->slots = jsd__calloc(cap, sizeof(slot)))) {
+        jsd__free(b->gidx);
+        b->gidx = NULL;
+        if (!(b->slots = jsd__calloc(cap, sizeof(slot))) ||
+            !(b->gidx = jsd__calloc(cap, sizeof(uint32_t)))) {
             jsd__relay_batch_free(b);
             return NULL;
         }
@@ -142,6 +146,7 @@ static rbatch *batch_new(jsd_relay *r, size_t cap)
     }
     b->next = NULL;
     b->pending = 0;
+    b->n_groups = 0;
     return b;
 }
 
@@ -358,10 +363,10 @@ void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res, co
 
 /* Whether e's subject may be published now: valid, captured by a stream
  * (into stream, cap JSD_STREAM_NAME_MAX + 1) whose duplicate window
- * (*window_ms) fits the retry horizon. When not, sl gets its fate
- * (DESIGN 4, 4b) and false comes back. */
+ * (*window_ms) fits the retry horizon; *atomic: the stream allows atomic
+ * batches. When not, sl gets its fate (DESIGN 4, 4b) and false comes back. */
 static bool publishable(jsd_relay *r, slot *sl, const jsd__claimed *e, char *stream,
-                        int64_t *window_ms)
+                        int64_t *window_ms, bool *atomic)
 {
     jsd_error verr;
     jsd_error_clear(&verr);
@@ -380,8 +385,9 @@ static bool publishable(jsd_relay *r, slot *sl, const jsd__claimed *e, char *str
         return false;
     }
     *window_ms = 0;
+    *atomic = false;
     if (s == JSD_OK)
-        s = window_fits(r, stream, window_ms, why, sizeof(why));
+        s = window_fits(r, stream, window_ms, atomic, why, sizeof(why));
     if (s == JSD_ERR_CONFIG) {
         slot_fail(sl, FATE_RELEASE, "%s", why);
         return false;
@@ -444,9 +450,17 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want)
     const char *memo = NULL;
     char memo_stream[JSD_STREAM_NAME_MAX + 1];
     int64_t memo_window_ms = 0;
+    bool memo_atomic = false;
+    uint8_t memo_group = 0; /* 1 + memo_stream's index in gstreams: in a batch */
+    /* The streams whose effects go in atomic batches (DESIGN 13), sent
+     * after the loop; the fallback reasons counted for this claim. */
+    char gstreams[JSD__RELAY_GROUPS_MAX][JSD_STREAM_NAME_MAX + 1];
+    size_t n_gstreams = 0;
+    unsigned counted = 0;
     for (size_t i = 0; i < b->eb.n; i++) {
         const jsd__claimed *e = &b->eb.items[i];
         slot *sl = &b->slots[i];
+        sl->ref = REF_SLOT;
         sl->b = b;
         sl->idx = (uint32_t)i;
         if (atomic_load_explicit(&r->stop, memory_order_relaxed)) {
@@ -466,33 +480,35 @@ int jsd__relay_claim_and_submit(jsd_relay *r, int want)
         }
         if (!memo || strcmp(memo, e->subject) != 0) {
             memo = NULL;
-            if (!publishable(r, sl, e, memo_stream, &memo_window_ms))
+            if (!publishable(r, sl, e, memo_stream, &memo_window_ms, &memo_atomic))
                 continue;
             memo = e->subject;
+            memo_group = 0;
+            fallback_reason why = FB_N;
+            if (jsd__relay_atomic_ok(r, memo_stream, memo_atomic, &why)) {
+                size_t k = 0;
+                while (k < n_gstreams && strcmp(gstreams[k], memo_stream) != 0)
+                    k++;
+                if (k == n_gstreams && n_gstreams < JSD__RELAY_GROUPS_MAX)
+                    jsd__strlcpy(gstreams[n_gstreams++], memo_stream, sizeof(gstreams[0]));
+                if (k < n_gstreams)
+                    memo_group = (uint8_t)(k + 1);
+            } else if (why != FB_N && !(counted & (1u << why))) {
+                counted |= 1u << why;
+                jsd__relay_fallback(r, why, memo_stream, 0, NULL);
+            }
         }
         jsd__relay_horizon_on_send(r, sl, e, memo_window_ms, b->claimed_ms);
-        jsd__pub_req req = {
-            .subject = e->subject,
-            .msg_id = e->msg_id,
-            .expected_stream = memo_stream,
-            .headers = e->headers,
-            .n_headers = e->n_headers,
-            .payload = e->payload,
-            .len = e->len,
-            .user = sl,
-        };
-        jsd_publish_result res;
-        if (jsd__pubengine_submit(r->eng, &req, &res)) {
-            sl->state = SLOT_PENDING;
-            b->pending++;
-            r->in_flight++;
-        } else {
-            memo = NULL;
-            jsd__relay_settle(r, sl, &res, e);
-            if (res.outcome == JSD_OUTCOME_UNAVAILABLE)
-                r->broker_out = true;
+        if (memo_group) {
+            sl->sgroup = memo_group;
+            continue;
         }
+        jsd__relay_submit_one(r, sl, memo_stream);
+        if (sl->state != SLOT_PENDING)
+            memo = NULL; /* refused: the stream may have been forgotten (settle) */
     }
+    if (n_gstreams > 0)
+        jsd__relay_submit_groups(r, b, gstreams, n_gstreams);
     atomic_store(&r->n_inflight, r->in_flight);
     JSD_CRASH_POINT("relay.after_publish");
     return (int)b->eb.n;

@@ -36,7 +36,13 @@ typedef enum slot_fate {
 
 typedef struct rbatch rbatch;
 
+/* What a publication's user pointer names: one slot, or an atomic batch of
+ * slots (relay_batch.c); the first byte of both says which. */
+enum { REF_SLOT = 1, REF_GROUP = 2 };
+
 typedef struct slot {
+    uint8_t ref;    /* REF_SLOT */
+    uint8_t sgroup; /* while claiming: 1 + its stream's index when it goes in a batch */
     rbatch *b;
     uint32_t idx;
     uint8_t state;
@@ -54,8 +60,26 @@ typedef struct slot {
     char reason[256];
 } slot;
 
+/* An atomic batch of one claim (relay_batch.c): slots gidx[first..first+n)
+ * of its rbatch, all to one stream, published all or nothing. */
+typedef struct bgroup {
+    uint8_t ref; /* REF_GROUP */
+    rbatch *b;
+    uint32_t first, n;
+    int tries;               /* attempts sent (each with a fresh batch id) */
+    int64_t first_sent_mono; /* the first attempt */
+    int64_t resend_at_mono;  /* while in the resend queue */
+    struct bgroup *next_resend;
+    char stream[JSD_STREAM_NAME_MAX + 1];
+} bgroup;
+
+#define JSD__RELAY_GROUPS_MAX 16 /* atomic batches per claim; the rest goes one by one */
+
 struct rbatch {
     rbatch *next;
+    bgroup groups[JSD__RELAY_GROUPS_MAX];
+    size_t n_groups;
+    uint32_t *gidx; /* slots_cap: the slots of its groups, group by group */
     char token[JSD__LEASE_TOKEN_MAX];
     jsd__effect_batch eb;
     slot *slots;
@@ -83,6 +107,17 @@ struct jsd_relay {
     jsd_relay_opts o;
     jsd__backoff backoff;
     jsd__pubengine *eng;
+    /* atomic batches (relay_batch.c), the publishing thread's: requests
+     * built for one (JSD__BATCH_MAX), batches waiting to be sent again, and
+     * the streams found not to take them, until when (monotonic) */
+    jsd__pub_req *breqs;
+    bgroup *resend_head;
+    struct {
+        char stream[JSD_STREAM_NAME_MAX + 1];
+        int64_t until_mono;
+        uint8_t why; /* fallback_reason */
+    } atomic_off[16];
+    size_t n_atomic_off;
     jsd__streams *streams; /* subject -> stream, and each stream's duplicate window */
     jsd_status fatal;      /* JSD_OK, or why the run stopped itself (a window too short) */
 
@@ -132,7 +167,10 @@ struct jsd_relay {
     const jsd_metrics_std *mstd;
     jsd_metric *m_dead, *m_inflight, *m_first_dup, *m_horizon_at_risk, *m_horizon_passed;
     jsd_metric *m_commit_to_puback; /* jsd_relay_commit_to_puback_seconds */
-    int64_t gauges_due_ms;          /* the publishing thread's next backlog count (mono) */
+    jsd_metric *m_atomic_batches;   /* jsd_relay_atomic_batches_total */
+    jsd_metric *m_resends;          /* jsd_relay_batch_resends_total */
+    jsd_metric *m_fallback[6]; /* jsd_relay_batch_fallbacks_total{reason}, by fallback_reason */
+    int64_t gauges_due_ms;     /* the publishing thread's next backlog count (mono) */
 
     int64_t last_store_warn_ms; /* under err_mu */
     int64_t last_nats_warn_ms;  /* under err_mu */
@@ -216,6 +254,45 @@ void jsd__relay_settle(jsd_relay *r, slot *sl, const jsd_publish_result *res,
  * due), -1 on a store error. A publication or stream lookup that finds the
  * broker out sets r->broker_out. */
 int jsd__relay_claim_and_submit(jsd_relay *r, int want);
+
+/* ---- relay_batch.c -------------------------------------------------------------- */
+
+/* Why a claim's effects went one by one instead of in an atomic batch: the
+ * label values of jsd_relay_batch_fallbacks_total. */
+typedef enum fallback_reason {
+    FB_NOT_ALLOWED,        /* the stream's config has no allow_atomic */
+    FB_DISABLED,           /* answered 10174: atomic publish is disabled */
+    FB_UNSUPPORTED_HEADER, /* answered 10177: no Nats-Msg-Id in a batch (2.12.0) */
+    FB_DUPLICATE,          /* answered 10201: an id the stream already holds */
+    FB_INCOMPLETE,         /* answered 10176 again and again */
+    FB_REFUSED,            /* another refusal, or a publication the engine rejects:
+                              one by one, the bad one fails alone */
+    FB_N
+} fallback_reason;
+extern const char *const jsd__relay_fallback_names[FB_N];
+
+/* Whether effects for stream go in atomic batches now: allow_atomic (read
+ * with its duplicate window) and not refused lately. A stream found without
+ * allow_atomic or refusing batches is remembered for a while (said once at
+ * info); when false, *why is the reason to count (FB_N: batches are off). */
+bool jsd__relay_atomic_ok(jsd_relay *r, const char *stream, bool allow_atomic,
+                          fallback_reason *why);
+/* Count (and log at info) a fallback of n effects for stream. */
+void jsd__relay_fallback(jsd_relay *r, fallback_reason why, const char *stream, size_t n,
+                         const char *detail);
+/* Publish the slots a claim marked for atomic batches (sl->sgroup, with
+ * streams[sgroup - 1]), in claim order, split per stream and at
+ * JSD__BATCH_MAX. */
+void jsd__relay_submit_groups(jsd_relay *r, rbatch *b, char (*streams)[JSD_STREAM_NAME_MAX + 1],
+                              size_t n_streams);
+/* The outcome of an atomic batch's publication (from the engine). */
+void jsd__relay_group_done(jsd_relay *r, bgroup *g, const jsd_publish_result *res);
+/* Send again the batches whose back-off has passed (all of them released
+ * when the relay stops); sleeps a little when only they are left. */
+void jsd__relay_resend_due(jsd_relay *r);
+/* Publish one slot alone (the per-message path); its outcome comes from the
+ * engine, or at once. */
+void jsd__relay_submit_one(jsd_relay *r, slot *sl, const char *stream);
 
 /* ---- relay_horizon.c ------------------------------------------------------------ */
 

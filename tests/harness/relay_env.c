@@ -5,9 +5,12 @@
  * a thread or as a `jsdurable relay` process.
  */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "relay_env.h"
 
@@ -256,6 +259,55 @@ void rt_stream_add_with(rt_nats *n, const char *name, const char *subject, int64
     if (s != NATS_OK)
         fail_msg("js_AddStream %s: %s (%d)", name, natsStatus_GetText(s), (int)jerr);
     jsStreamInfo_Destroy(si);
+    const char *env = getenv("JSD_TEST_ATOMIC");
+    if (!env || strcmp(env, "0") != 0)
+        (void)rt_stream_set_atomic(n, name, true);
+}
+
+/* One JetStream API request, raw; the answer's root (the caller's). */
+static json_t *js_api(rt_nats *n, const char *api, const char *body)
+{
+    natsMsg *reply = NULL;
+    char subj[256];
+    snprintf(subj, sizeof(subj), "$JS.API.%s", api);
+    natsStatus s = natsConnection_RequestString(&reply, n->nc, subj, body ? body : "", 5000);
+    if (s != NATS_OK)
+        fail_msg("%s: %s", subj, natsStatus_GetText(s));
+    json_error_t jerr;
+    json_t *root =
+        json_loadb(natsMsg_GetData(reply), (size_t)natsMsg_GetDataLength(reply), 0, &jerr);
+    natsMsg_Destroy(reply);
+    if (!root)
+        fail_msg("%s: the answer is not JSON", subj);
+    return root;
+}
+
+bool rt_stream_set_atomic(rt_nats *n, const char *name, bool on)
+{
+    char api[160];
+    snprintf(api, sizeof(api), "STREAM.INFO.%s", name);
+    json_t *info = js_api(n, api, NULL);
+    json_t *cfg = json_object_get(info, "config");
+    if (!json_is_object(cfg))
+        fail_msg("stream info %s: no config", name);
+    /* a server before 2.12 does not know the field (it shows no
+     * allow_atomic, and its stream stays without) */
+    bool known = json_object_get(cfg, "metadata") != NULL &&
+                 json_object_get(json_object_get(cfg, "metadata"), "_nats.ver") != NULL;
+    json_object_set_new(cfg, "allow_atomic", json_boolean(on));
+    char *body = json_dumps(cfg, JSON_COMPACT);
+    json_decref(info);
+    snprintf(api, sizeof(api), "STREAM.UPDATE.%s", name);
+    json_t *ans = js_api(n, api, body);
+    free(body);
+    bool set = json_is_boolean(json_object_get(json_object_get(ans, "config"), "allow_atomic")) &&
+               json_is_true(json_object_get(json_object_get(ans, "config"), "allow_atomic")) == on;
+    json_t *e = json_object_get(ans, "error");
+    if (e && known)
+        fail_msg("stream update %s (allow_atomic %d): %s", name, (int)on,
+                 json_string_value(json_object_get(e, "description")));
+    json_decref(ans);
+    return set || (!on && !known);
 }
 
 uint64_t rt_stream_count(rt_nats *n, const char *name)

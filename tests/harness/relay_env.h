@@ -96,12 +96,17 @@ void rt_nats_open(rt_nats *n, const char *url);
 void rt_nats_close(rt_nats *n);
 
 /* A file-storage, limits-retention stream on subjects with a 10-minute
- * duplicate window. */
+ * duplicate window, and allow_atomic where the server knows it (2.12+), so
+ * the relay publishes atomic batches to it; JSD_TEST_ATOMIC=0 in the
+ * environment makes it without (the relay's per-message path). */
 void rt_stream_add(rt_nats *n, const char *name, const char *subject);
 /* The same with the given duplicate window and max_msg_size (0: unlimited). */
 void rt_stream_add_with(rt_nats *n, const char *name, const char *subject, int64_t window_ms,
                         int32_t max_msg_size);
 uint64_t rt_stream_count(rt_nats *n, const char *name);
+/* Set or clear a stream's allow_atomic (a stream update). True when the
+ * stream now has it as asked; false on a server that does not know it. */
+bool rt_stream_set_atomic(rt_nats *n, const char *name, bool on);
 
 /* One stored message, as read back. */
 typedef struct rt_msg {
