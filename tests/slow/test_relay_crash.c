@@ -138,6 +138,16 @@ static void crash_at(rt_backend kind, const char *point)
         ASSERT_TRUE(receipts_before >= 256);
     } else if (!strncmp(point, "relay.after_receipt_commit", 26)) {
         ASSERT_TRUE(receipts_before >= 256);
+    } else if (!strncmp(point, "relay.batch_before_receipts", 27)) {
+        /* the first atomic batch's PubAck came (the whole batch stored,
+         * one sequence each), none of it recorded */
+        ASSERT_TRUE(stored_before >= 256);
+        ASSERT_EQ(stored_before % 256, 0);
+        ASSERT_EQ(receipts_before, 0);
+    }
+    if (!strncmp(point, "relay.batch_", 12)) {
+        /* atomic: every batch is in the stream whole or not at all */
+        ASSERT_EQ(stored_before % 256, 0);
     }
     ASSERT_LE(receipts_before, (long long)stored_before);
 
@@ -155,6 +165,17 @@ static void crash_at(rt_backend kind, const char *point)
         ASSERT_EQ(dups, (long long)stored_before - receipts_before);
     else
         ASSERT_TRUE(dups >= (long long)stored_before - receipts_before);
+    if (!strncmp(point, "relay.batch_", 12) && stored_before > (uint64_t)receipts_before) {
+        /* the restart's batch met ids the stream holds (10201) and went one
+         * by one, collecting the duplicate acknowledgements */
+        char text[1 << 16];
+        FILE *f = fopen(e.log, "r");
+        ASSERT_TRUE(f != NULL);
+        size_t n = fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        ASSERT_CONTAINS(text, "instead of in an atomic batch (duplicate)");
+    }
     jsd_store_close(app);
     rt_nats_close(&e.nt);
     rt_store_close(&e.st);
@@ -177,6 +198,10 @@ CRASH_CASE(crash_after_publish, "relay.after_publish:3")
 CRASH_CASE(crash_before_receipt_commit, "relay.before_receipt_commit:1")
 CRASH_CASE(crash_before_receipt_sync, "relay.before_receipt_sync:1")
 CRASH_CASE(crash_after_receipt_commit, "relay.after_receipt_commit:2")
+/* the atomic path (the stream has allow_atomic on 2.12+): between the
+ * commit's publication and its PubAck, between the PubAck and the receipts */
+CRASH_CASE(crash_batch_after_commit_publish, "relay.batch_after_commit_publish:2")
+CRASH_CASE(crash_batch_before_receipts, "relay.batch_before_receipts:1")
 
 /* ---- a receipt lost before its flush ---------------------------------------------------- */
 
@@ -404,5 +429,9 @@ JSD_TEST_MAIN(cmocka_unit_test(crash_after_claim_sqlite), cmocka_unit_test(crash
               cmocka_unit_test(receipt_lost_before_its_flush_pg),
               cmocka_unit_test(crash_after_receipt_commit_sqlite),
               cmocka_unit_test(crash_after_receipt_commit_pg),
+              cmocka_unit_test(crash_batch_after_commit_publish_sqlite),
+              cmocka_unit_test(crash_batch_after_commit_publish_pg),
+              cmocka_unit_test(crash_batch_before_receipts_sqlite),
+              cmocka_unit_test(crash_batch_before_receipts_pg),
               cmocka_unit_test(order_across_crash_sqlite), cmocka_unit_test(order_across_crash_pg),
               cmocka_unit_test(three_relays_pg))
