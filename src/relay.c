@@ -12,8 +12,9 @@
  * waiting for their receipt have a bound of their own (DESIGN 12). This file
  * holds create/destroy, the run loop and its waits, the counters and the
  * last error; claiming and submitting a batch (with the stream and
- * duplicate-window checks) is in relay_claim.c, the receipt writer in
- * relay_writer.c, and what the three share in relay_int.h.
+ * duplicate-window checks) is in relay_claim.c, its atomic batches in
+ * relay_batch.c, the receipt writer in relay_writer.c, and what they share
+ * in relay_int.h.
  *
  * DESIGN (crash ordering; see also src/store/store.h and docs/RELAY.md)
  *
@@ -220,6 +221,42 @@
  *    waiting for it (medians of 3, same-minute pairs: 36.3k -> 43.3k,
  *    46.2k -> 48.5k, 40.1k -> 54.3k msg/s). Nothing in points 1-11 changes:
  *    the receipt still follows the PubAck under the same lease token.
+ * 13. Atomic batches (issue 43; relay_batch.c). A claim's effects for a
+ *    stream that allows them (allow_atomic in its config, read with its
+ *    duplicate window; not answered 10174/10177 in the last 10 minutes) go
+ *    out as atomic batches of up to 1000, each with a fresh Nats-Batch-Id:
+ *
+ *      claim(T)                      -- relay.after_claim
+ *      batch: publications + commit  -- relay.batch_after_commit_publish
+ *      (relay.after_publish)
+ *      one PubAck for the batch      -- relay.batch_before_receipts
+ *      receipts(T), as in point 7    -- relay.before_receipt_commit ...
+ *
+ *    The batch is stored whole or not at all, in order, at consecutive
+ *    sequences ending with the PubAck's (effect i of n: seq - n + 1 + i),
+ *    and each message still carries its own M (1), so points 2-4 hold per
+ *    effect: the receipt follows the PubAck under T, a crash before it
+ *    leaves the batch maybe or surely stored with no receipt, and the next
+ *    claim republishes the same ids. That republication, as a batch, is
+ *    refused whole (10201: an id the stream holds; nothing stored), and the
+ *    relay then publishes that batch's effects one by one: the duplicate
+ *    window answers each stored one duplicate=true with its sequence
+ *    (test_relay_crash.c, crash_batch_*). So a batch adds no outcome of
+ *    its own: ACCEPTED gives every effect a receipt; no PubAck (deadline,
+ *    connection lost, 5xx) is UNKNOWN for every effect (maybe_stored, the
+ *    same-id retry); 10210 (the stream's 50 batches in flight are taken,
+ *    nothing stored) is waited out and the whole batch sent again (then
+ *    released, no attempt spent); 10176 (incomplete, nothing stored) is
+ *    sent again once, then one by one. Every attempt of a batch ends within
+ *    one publish deadline of the first (a resend's deadline is what is left
+ *    of it), so the lease still outlives the publication (point 3); any other refusal proves
+ *    nothing was stored and sends the batch one by one, where a row that can
+ *    never be published fails alone and is dead-lettered as in point 4.
+ *    Order (point 5): a claim holds at most one effect per ordering key, so
+ *    splitting it per stream and at 1000 puts no two effects of a key in
+ *    flight; several effects of one key in one batch (issue 43, item 2) is
+ *    not done yet: it needs the claim to take a key's consecutive effects
+ *    together and a failure of the batch to hold all of them back.
  */
 #include <pthread.h>
 #include <stdarg.h>

@@ -172,6 +172,10 @@ static void send_group(jsd_relay *r, bgroup *g)
             .len = e->len,
         };
     }
+    /* every attempt of a batch ends within one publish deadline of its
+     * first, so the lease still outlives the publication (DESIGN 3) */
+    int64_t left = (int64_t)r->o.publish_deadline_ms - (jsd__mono_ms() - g->first_sent_mono);
+    r->breqs[0].deadline_ms = (int)JSD_MAX(left, (int64_t)1);
     jsd_publish_result res;
     size_t bad = SIZE_MAX;
     g->tries++;
@@ -284,7 +288,8 @@ void jsd__relay_group_done(jsd_relay *r, bgroup *g, const jsd_publish_result *re
         queue_resend(r, g, JSD_MIN(delay, (int64_t)INFLIGHT_CAP_MS));
         return;
     }
-    if (code == JS_ATOMIC_INCOMPLETE && g->tries < INCOMPLETE_TRIES) {
+    if (code == JS_ATOMIC_INCOMPLETE && g->tries < INCOMPLETE_TRIES &&
+        r->o.publish_deadline_ms > jsd__mono_ms() - g->first_sent_mono) {
         /* a publication went missing (a dropped write, a leader change):
          * nothing was stored; the whole batch again with a fresh id */
         queue_resend(r, g, 0);

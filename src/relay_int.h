@@ -1,10 +1,11 @@
 /*
- * Private interface of the outbox relay, shared by its three files only:
+ * Private interface of the outbox relay, shared by its files only:
  * relay.c (create/destroy, the run loop and its DESIGN block, counters,
  * the last error), relay_claim.c (claiming a batch, the stream and
  * duplicate-window checks, submitting it and mapping each publication's
- * result onto its slot) and relay_writer.c (the receipt-writer thread that
- * settles a finished batch in the store). It holds the batches in flight,
+ * result onto its slot), relay_batch.c (a claim's atomic batches),
+ * relay_writer.c (the receipt-writer thread that settles a finished batch
+ * in the store), relay_horizon.c and relay_gauge.c. It holds the batches in flight,
  * struct jsd_relay and the small API each file offers the others.
  */
 #ifndef JSD_RELAY_INT_H
