@@ -46,7 +46,7 @@ trap 'exit 130' INT TERM
 needs_services=0
 for g in "${groups[@]}"; do [ "$g" != unit ] && needs_services=1; done
 
-COMPAT_TESTS="test_relay test_relay_faults test_relay_horizon test_consumer test_consumer_batch
+COMPAT_TESTS="test_relay test_relay_atomic test_relay_faults test_relay_horizon test_consumer test_consumer_batch
   test_consumer_cli test_consumer_foreign test_publisher test_publisher_cli test_publisher_faults test_publisher_proxy
   test_publisher_replies test_doctor test_topology"
 compat_url="" compat_bin=""
