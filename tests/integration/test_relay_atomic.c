@@ -8,11 +8,14 @@
  * duplicate acknowledgements; a row the stream refuses does not sink its
  * batch (the batch comes back incomplete, is sent again once, then one by
  * one, where that row alone is dead-lettered); a stream whose 50 batches
- * in flight are taken (10210) is waited for and the whole batch sent again.
+ * in flight are taken (10210) is waited for and the whole batch sent again;
+ * a batch whose PubAck is lost is UNKNOWN for every effect, and the retry
+ * collects the duplicates.
  * On a server without atomic batches (the compat lane) the cases that need
  * them are skipped.
  */
 #include "jsd_int.h"
+#include "proxy.h"
 #include "relay_env.h"
 
 typedef struct at_env {
@@ -379,7 +382,62 @@ static void too_many_inflight(void **state)
     env_down(&e);
 }
 
+/* ---- the commit's PubAck lost ------------------------------------------------------------ */
+
+/* The fault proxy drops the batch's one PubAck: every effect of the batch is
+ * UNKNOWN (an attempt each), the batch was stored whole; the retry, a new
+ * batch with the same ids, is refused 10201 and goes one by one: 50
+ * duplicates with the original sequences, 50 messages in the stream. */
+static void lost_commit_puback(rt_backend kind)
+{
+    at_env e;
+    env_up(&e, kind, 0, true);
+    SKIP_WITHOUT_ATOMIC(&e);
+    jsd_fx_proxy px;
+    ASSERT_EQ(jsd_fx_proxy_start(jsd_fx_url_port(e.nats_url), "drop-first-puback", &px), 0);
+    jsd_store *app = rt_open(&e.st);
+    rt_enqueue_opts q = {.owner = "o", .id_prefix = "e", .n = 50, .subject = e.subject};
+    rt_enqueue(app, &q);
+    jsd_metrics *mx = NULL;
+    ASSERT_OK(jsd_metrics_create(&mx, NULL));
+    jsd_relay_opts o = quick_opts(mx);
+    o.publish_deadline_ms = 1000;
+    o.lease_ms = 2500;
+    rt_relay t;
+    rt_relay_make(&t, &e.st, px.url, &o);
+    rt_relay_start(&t, false);
+    ASSERT_WAIT(rt_published(&e.st) == 50, 20000);
+    ASSERT_EQ(jsd_fx_proxy_dropped_acks(&px), 1);
+    rt_relay_finish(&t);
+    ASSERT_EQ(rt_q(&e.st, RT_SQL_DUPLICATES), 50);
+    ASSERT_EQ(rt_q(&e.st, "SELECT count(*) FROM jsd_outbox_state WHERE attempts = 1"), 50);
+    char err[1100];
+    rt_qs(&e.st, "SELECT last_error FROM jsd_outbox_state WHERE effect_id = 'e7'", err,
+          sizeof(err));
+    ASSERT_CONTAINS(err, "unknown");
+    ASSERT_EQ(fallbacks(mx, "duplicate"), 1);
+    ASSERT_EQ(metric(mx, "jsd_relay_atomic_batches_total", NULL), 0);
+    rt_assert_exactly_once(&e.st, &e.nt, e.stream, "o", "e", 0, 50);
+    rt_assert_receipts_match(&e.st, &e.nt, e.stream);
+    jsd_fx_proxy_stop(&px);
+    jsd_metrics_destroy(mx);
+    jsd_store_close(app);
+    env_down(&e);
+}
+
+static void lost_commit_puback_sqlite(void **state)
+{
+    (void)state;
+    lost_commit_puback(RT_SQLITE);
+}
+static void lost_commit_puback_pg(void **state)
+{
+    (void)state;
+    lost_commit_puback(RT_PG);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(batches_sqlite), cmocka_unit_test(batches_pg),
               cmocka_unit_test(not_allowed), cmocka_unit_test(duplicate_in_batch_sqlite),
               cmocka_unit_test(duplicate_in_batch_pg), cmocka_unit_test(bad_row_isolated_sqlite),
-              cmocka_unit_test(bad_row_isolated_pg), cmocka_unit_test(too_many_inflight))
+              cmocka_unit_test(bad_row_isolated_pg), cmocka_unit_test(too_many_inflight),
+              cmocka_unit_test(lost_commit_puback_sqlite), cmocka_unit_test(lost_commit_puback_pg))
