@@ -318,10 +318,13 @@ void jsd__relay_group_done(jsd_relay *r, bgroup *g, const jsd_publish_result *re
         why = FB_UNSUPPORTED_HEADER;
     else if (code == JS_ATOMIC_INCOMPLETE)
         why = FB_INCOMPLETE;
-    else if (res->outcome == JSD_OUTCOME_FAILED && res->status_code != 503)
-        why = FB_REFUSED; /* something in the batch: one by one, it fails alone */
+    else if ((res->outcome == JSD_OUTCOME_FAILED && res->status_code != 503) ||
+             res->outcome == JSD_OUTCOME_DENIED)
+        why = FB_REFUSED; /* something in the batch (a row, a subject the
+                             user may not publish to): one by one, it fails
+                             alone */
     if (why == FB_N) {
-        /* no responders, DENIED, or UNKNOWN (no PubAck: the batch may be
+        /* no responders, or UNKNOWN (no PubAck: the batch may be
          * stored, whole): each effect takes the outcome, and an UNKNOWN one
          * is retried with its own id, collapsed by the duplicate window
          * (one by one, or a new batch answered 10201) */

@@ -16,6 +16,7 @@
  */
 #include "jsd_int.h"
 #include "proxy.h"
+#include "publisher_env.h"
 #include "relay_env.h"
 
 typedef struct at_env {
@@ -436,8 +437,92 @@ static void lost_commit_puback_pg(void **state)
     lost_commit_puback(RT_PG);
 }
 
+/* ---- a subject the user may not publish to ------------------------------------------------ */
+
+/* On a server of its own where the relay's user may not publish to
+ * "denied.>", one stream captures "denied.<root>.>" and "fine.<root>.>".
+ * A batch whose first publication is denied settles DENIED, one whose later
+ * publication is denied comes back incomplete: both go one by one, where
+ * only the denied effects fail (and are dead-lettered at the budget). */
+static void denied_subject(void **state)
+{
+    (void)state;
+    jsd_fx_nats fx;
+    ASSERT_EQ(jsd_fx_nats_start(JSD_FX_USERPASS, &fx), 0);
+    rt_nats nt;
+    nt.nc = ph_direct(fx.url, fx.user, fx.password);
+    nt.js = ph_js(nt.nc);
+    char stream[64], root[64], denied[120], fine[120];
+    snprintf(stream, sizeof(stream), "%s", jsd_test_unique("RDENY"));
+    snprintf(root, sizeof(root), "%s", jsd_test_unique("rdeny"));
+    snprintf(denied, sizeof(denied), "denied.%s.a", root);
+    snprintf(fine, sizeof(fine), "fine.%s.a", root);
+    /* two subjects: nats.c's config is enough, a raw create is shorter */
+    char api[160], body[512];
+    snprintf(api, sizeof(api), "$JS.API.STREAM.CREATE.%s", stream);
+    snprintf(body, sizeof(body),
+             "{\"name\":\"%s\",\"subjects\":[\"denied.%s.>\",\"fine.%s.>\"],"
+             "\"storage\":\"file\",\"duplicate_window\":600000000000}",
+             stream, root, root);
+    natsMsg *reply = NULL;
+    ASSERT_EQ(natsConnection_RequestString(&reply, nt.nc, api, body, 5000), NATS_OK);
+    if (strstr(natsMsg_GetData(reply), "\"error\""))
+        fail_msg("creating %s: %s", stream, natsMsg_GetData(reply));
+    natsMsg_Destroy(reply);
+    if (!rt_stream_set_atomic(&nt, stream, true)) {
+        rt_nats_close(&nt);
+        jsd_fx_nats_stop(&fx);
+        jsd_test_skip_because("the server has no atomic batches (before 2.12)");
+    }
+    rt_store st;
+    rt_store_new(&st, RT_SQLITE);
+    jsd_store *app = rt_open(&st);
+    /* claim 1: denied first; claim 2: denied in the middle */
+    rt_enqueue_opts d1 = {.owner = "o", .id_prefix = "d", .n = 1, .subject = denied};
+    rt_enqueue_opts f1 = {.owner = "o", .id_prefix = "f", .n = 20, .subject = fine};
+    rt_enqueue(app, &d1);
+    rt_enqueue(app, &f1);
+    rt_enqueue_opts f2 = {.owner = "o", .id_prefix = "f", .first = 20, .n = 10, .subject = fine};
+    rt_enqueue_opts d2 = {.owner = "o", .id_prefix = "d", .first = 1, .n = 1, .subject = denied};
+    rt_enqueue_opts f3 = {.owner = "o", .id_prefix = "f", .first = 30, .n = 10, .subject = fine};
+    jsd_metrics *mx = NULL;
+    ASSERT_OK(jsd_metrics_create(&mx, NULL));
+    jsd_relay_opts o = quick_opts(mx);
+    o.batch_size = 21;
+    o.attempt_budget = 2;
+    jsd_conn *c = ph_open_user(fx.url, fx.limited_user, fx.limited_password);
+    jsd_store *rs_store = rt_open(&st);
+    jsd_relay *relay = NULL;
+    jsd_error err;
+    ASSERT_OK_E(jsd_relay_create(&relay, rs_store, c, &o, &err), err.msg);
+    ASSERT_OK_E(jsd_relay_run_until_idle(relay), jsd_relay_errmsg(relay));
+    rt_enqueue(app, &f2);
+    rt_enqueue(app, &d2);
+    rt_enqueue(app, &f3);
+    ASSERT_OK_E(jsd_relay_run_until_idle(relay), jsd_relay_errmsg(relay));
+    jsd_relay_stats rs;
+    jsd_relay_stats_get(relay, &rs);
+    ASSERT_EQ(rs.published, 40);
+    ASSERT_EQ(rs.dead_lettered, 2);
+    ASSERT_EQ(rt_q(&st, RT_SQL_DEAD), 2);
+    ASSERT_EQ(rt_q(&st, "SELECT count(*) FROM jsd_outbox_state WHERE dead_lettered_at IS NOT "
+                        "NULL AND effect_id LIKE 'd%'"),
+              2);
+    ASSERT_TRUE(fallbacks(mx, "refused") + fallbacks(mx, "incomplete") >= 2);
+    ASSERT_EQ(rt_stream_count(&nt, stream), 40);
+    jsd_relay_destroy(relay);
+    jsd_store_close(rs_store);
+    jsd_conn_close(c);
+    jsd_metrics_destroy(mx);
+    jsd_store_close(app);
+    rt_store_close(&st);
+    rt_nats_close(&nt);
+    jsd_fx_nats_stop(&fx);
+}
+
 JSD_TEST_MAIN(cmocka_unit_test(batches_sqlite), cmocka_unit_test(batches_pg),
               cmocka_unit_test(not_allowed), cmocka_unit_test(duplicate_in_batch_sqlite),
               cmocka_unit_test(duplicate_in_batch_pg), cmocka_unit_test(bad_row_isolated_sqlite),
               cmocka_unit_test(bad_row_isolated_pg), cmocka_unit_test(too_many_inflight),
-              cmocka_unit_test(lost_commit_puback_sqlite), cmocka_unit_test(lost_commit_puback_pg))
+              cmocka_unit_test(lost_commit_puback_sqlite), cmocka_unit_test(lost_commit_puback_pg),
+              cmocka_unit_test(denied_subject))
