@@ -57,6 +57,7 @@
 
 #include "fixture.h"
 #include "proxy.h"
+#include "relay_env.h"
 #include "test.h"
 
 #define MAX_PROCS   8
@@ -782,6 +783,13 @@ static void add_stream(run *R, nconn *n, const char *name, const char *subject)
     if (s != NATS_OK)
         fail_msg("js_AddStream %s: %s (%d)", name, natsStatus_GetText(s), (int)jerr);
     jsStreamInfo_Destroy(si);
+    /* the relay's atomic batches where the server has them (2.12+), as
+     * rt_stream_add does; JSD_TEST_ATOMIC=0: one by one */
+    const char *atomic = getenv("JSD_TEST_ATOMIC");
+    if (!atomic || strcmp(atomic, "0") != 0) {
+        rt_nats rn = {.nc = n->nc, .js = n->js};
+        (void)rt_stream_set_atomic(&rn, name, true);
+    }
 }
 
 static void add_durable(nconn *n)
