@@ -3,6 +3,7 @@
  * what nats-server really sends, and what nothing should send.
  */
 #include "test.h"
+#include "puback.h"
 #include "pubengine.h"
 
 static jsd_outcome judge(const char *body, const char *status, jsd_publish_result *r)
@@ -80,5 +81,36 @@ static void untrusted_replies(void **state)
     ASSERT_EQ(r.status_code, 408);
 }
 
-JSD_TEST_MAIN(cmocka_unit_test(server_acks), cmocka_unit_test(known_failures),
-              cmocka_unit_test(untrusted_replies))
+/* An atomic batch's commit, as nats-server 2.15.1 answers it: the batch id
+ * and count are read (the engine checks them against the batch it sent);
+ * the refusals the relay tells apart keep their codes. */
+static void atomic_batch_replies(void **state)
+{
+    (void)state;
+    jsd__reply p;
+    const char *ack = "{\"stream\":\"A\",\"seq\":9,\"batch\":\"c6e6fe3b\",\"count\":3}";
+    jsd__reply_parse_body(ack, (int)strlen(ack), NULL, &p);
+    ASSERT_EQ(p.kind, JSD__REPLY_ACK);
+    ASSERT_EQ(p.seq, 9);
+    ASSERT_EQ(p.count, 3);
+    ASSERT_STREQ(p.batch, "c6e6fe3b");
+    const char *plain = "{\"stream\":\"A\",\"seq\":9}";
+    jsd__reply_parse_body(plain, (int)strlen(plain), NULL, &p);
+    ASSERT_EQ(p.count, 0);
+    ASSERT_STREQ(p.batch, "");
+    jsd_publish_result r;
+    ASSERT_EQ(judge("{\"error\":{\"code\":429,\"err_code\":10210,\"description\":\"atomic "
+                    "publish too many inflight\"},\"stream\":\"ORDERS\",\"seq\":0}",
+                    NULL, &r),
+              JSD_OUTCOME_FAILED);
+    ASSERT_EQ(r.js_err_code, 10210);
+    ASSERT_EQ(judge("{\"error\":{\"code\":400,\"err_code\":10201,\"description\":\"atomic "
+                    "publish batch contains duplicate message id\"},\"stream\":\"ORDERS\","
+                    "\"seq\":0}",
+                    NULL, &r),
+              JSD_OUTCOME_FAILED);
+    ASSERT_EQ(r.js_err_code, 10201);
+}
+
+JSD_TEST_MAIN(cmocka_unit_test(server_acks), cmocka_unit_test(atomic_batch_replies),
+              cmocka_unit_test(known_failures), cmocka_unit_test(untrusted_replies))
