@@ -326,12 +326,13 @@ int cmd_relay(int argc, char **argv)
         printf("{\"published\":%llu,\"duplicates\":%llu,\"errors\":%llu,\"dead_lettered\":%llu,"
                "\"batches\":%llu,\"lease_lost\":%llu,\"store_errors\":%llu,"
                "\"first_attempt_duplicates\":%llu,\"left_failing\":%lld,"
-               "\"left_dead_lettered\":%lld}\n",
+               "\"left_dead_lettered\":%lld,\"atomic_batches\":%llu,\"atomic_effects\":%llu}\n",
                (unsigned long long)st.published, (unsigned long long)st.duplicates,
                (unsigned long long)st.errors, (unsigned long long)st.dead_lettered,
                (unsigned long long)st.batches, (unsigned long long)st.lease_lost,
                (unsigned long long)st.store_errors, (unsigned long long)st.first_attempt_duplicates,
-               (long long)st.left_failing, (long long)st.left_dead_lettered);
+               (long long)st.left_failing, (long long)st.left_dead_lettered,
+               (unsigned long long)st.atomic_batches, (unsigned long long)st.atomic_effects);
         fflush(stdout);
     }
 

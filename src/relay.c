@@ -642,6 +642,8 @@ void jsd_relay_stats_get(jsd_relay *r, jsd_relay_stats *out)
     out->lease_lost = atomic_load(&r->n_lease_lost);
     out->store_errors = atomic_load(&r->n_store_errors);
     out->first_attempt_duplicates = atomic_load(&r->n_first_dup);
+    out->atomic_batches = atomic_load(&r->n_atomic_batches);
+    out->atomic_effects = atomic_load(&r->n_atomic_effects);
     out->horizon_at_risk = atomic_load(&r->n_horizon_at_risk);
     out->horizon_passed = atomic_load(&r->n_horizon_passed);
     out->store_down = atomic_load(&r->store_down);

@@ -274,6 +274,8 @@ void jsd__relay_group_done(jsd_relay *r, bgroup *g, const jsd_publish_result *re
         }
         if (r->mstd)
             jsd_counter_add(r->m_atomic_batches, 1);
+        atomic_fetch_add(&r->n_atomic_batches, 1);
+        atomic_fetch_add(&r->n_atomic_effects, g->n);
         b->pending -= g->n;
         r->in_flight -= g->n;
         JSD_CRASH_POINT("relay.batch_before_receipts");

@@ -160,7 +160,8 @@ struct jsd_relay {
 
     /* counters (read from any thread) */
     atomic_uint_fast64_t n_published, n_duplicates, n_errors, n_dead, n_inflight, n_batches,
-        n_lease_lost, n_store_errors, n_first_dup, n_horizon_at_risk, n_horizon_passed;
+        n_lease_lost, n_store_errors, n_first_dup, n_horizon_at_risk, n_horizon_passed,
+        n_atomic_batches, n_atomic_effects;
     /* what the last run_until_idle left behind (from the store), -1 unknown */
     atomic_int_fast64_t left_failing, left_dead;
 

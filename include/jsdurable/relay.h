@@ -172,6 +172,11 @@ typedef struct jsd_relay_stats {
      * once and wait for a retry, and every dead-lettered effect of the store. */
     int64_t left_failing;
     int64_t left_dead_lettered;
+    /* Atomic batches whose commit the stream acknowledged (docs/RELAY.md,
+     * "Atomic batches"), and the effects they carried: the rest went one by
+     * one (a stream without allow_atomic, an older server, a fallback). */
+    uint64_t atomic_batches;
+    uint64_t atomic_effects;
 } jsd_relay_stats;
 
 /* A snapshot of the counters. Thread-safe. */

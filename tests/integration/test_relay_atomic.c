@@ -128,6 +128,9 @@ static void batches(rt_backend kind)
     ASSERT_EQ(rt_published(&e.st), 2000);
     double nb = metric(mx, "jsd_relay_atomic_batches_total", NULL);
     ASSERT_TRUE(nb >= 2000.0 / o.batch_size && nb < 2000);
+    /* the stats say the same: every effect went in an atomic batch */
+    ASSERT_EQ(rs.atomic_batches, (uint64_t)nb);
+    ASSERT_EQ(rs.atomic_effects, 2000);
     for (int k = 0; k < 6; k++)
         ASSERT_EQ(metric(mx, "jsd_relay_batch_fallbacks_total",
                          (const char *[]){"not_allowed", "disabled", "unsupported_header",
@@ -168,6 +171,7 @@ static void not_allowed(void **state)
     jsd_relay_stats rs = relay_once(&e, &e.st, &o);
     ASSERT_EQ(rs.published, 300);
     ASSERT_EQ(metric(mx, "jsd_relay_atomic_batches_total", NULL), 0);
+    ASSERT_EQ(rs.atomic_batches + rs.atomic_effects, 0);
     /* one count per claim that went one by one (300 effects: two claims) */
     ASSERT_TRUE(fallbacks(mx, "not_allowed") >= 2);
     ASSERT_EQ(fallbacks(mx, "duplicate"), 0);
