@@ -64,6 +64,8 @@
 #define STREAM      "CHAOS"
 #define DLQ_STREAM  "CHAOS_DLQ"
 #define DURABLE     "sink"
+#define AUDIT       "audit" /* dlq-replay: a second jsdurable durable, its own store */
+#define PLAIN       "plain" /* dlq-replay: a plain JetStream durable the checker reads */
 #define OWNER       "chaos"
 #define ACK_WAIT_MS 3000
 #define MAX_DELIVER 4
@@ -72,6 +74,8 @@
 #define SCHEDULE_MS (ACK_WAIT_MS * MAX_DELIVER)
 static const char sink_sql[] = "INSERT INTO chaos_sink(msg_id, seq, payload, deliveries) "
                                "VALUES (:msg_id, :stream_seq, :payload, :deliveries)";
+static const char audit_sql[] = "INSERT INTO chaos_audit(msg_id, seq, payload, deliveries) "
+                                "VALUES (:msg_id, :stream_seq, :payload, :deliveries)";
 
 /* ---- faults -------------------------------------------------------------------------------- */
 
@@ -94,6 +98,7 @@ enum {
     F_HANDLER_LOCK,
     F_GC_OUTAGE,
     F_DURABLE_DELETE,
+    F_DLQ_REPLAY,
     F_N
 };
 
@@ -121,19 +126,24 @@ static const struct {
     [F_HANDLER_LOCK] = {"handler-lock", 0, 0},
     [F_GC_OUTAGE] = {"gc-outage", 0, 0},
     [F_DURABLE_DELETE] = {"durable-delete", 0, 0},
+    [F_DLQ_REPLAY] = {"dlq-replay", 0, 0},
 };
 
-/* Kinds that cannot share a run (see exclusive_kinds()): gc-outage removes
- * inbox rows at or below the durable's ack floor and durable-delete re-creates
- * the durable at the inbox's high-water mark, both trusting the broker to keep
- * what it acknowledged; stream-recreate and broker-rollback take that away. */
+/* Kinds that cannot share a run (see chaos_run()): gc-outage removes inbox
+ * rows at or below the durable's ack floor and durable-delete re-creates the
+ * durable at the inbox's high-water mark, both trusting the broker to keep
+ * what it acknowledged; stream-recreate and broker-rollback take that away.
+ * dlq-replay trusts it too: its checker counts what the plain durable was
+ * delivered against the stream and requires each replayed message stored
+ * once, and a replay request names a stream sequence (a re-created stream
+ * reuses it, and the replay fails by design). */
 static bool kind_loses_broker_state(int k)
 {
     return k == F_STREAM_RECREATE || k == F_BROKER_ROLLBACK;
 }
 static bool kind_trusts_broker_state(int k)
 {
-    return k == F_GC_OUTAGE || k == F_DURABLE_DELETE;
+    return k == F_GC_OUTAGE || k == F_DURABLE_DELETE || k == F_DLQ_REPLAY;
 }
 
 /* The kinds CI draws from: every kind (each case keeps those its store and
@@ -141,7 +151,7 @@ static bool kind_trusts_broker_state(int k)
 #define CI_KINDS                                                                                   \
     "relay-kill,relay-stop,consumer-kill,consumer-stop,broker-kill,broker-stop,pg-restart,"        \
     "pg-outage,disk-full,proxy-cut,proxy-withhold,leader-kill,stream-recreate,broker-rollback,"    \
-    "foreign-publish,handler-lock,gc-outage,durable-delete"
+    "foreign-publish,handler-lock,gc-outage,durable-delete,dlq-replay"
 
 /* ---- a seeded PRNG (splitmix64) -------------------------------------------------------------- */
 
@@ -248,6 +258,13 @@ typedef struct run {
     char mnt[400];         /* tmpfs under the SQLite stores (disk-full) */
     bool mounted;
     proc relay[MAX_PROCS], cons[MAX_PROCS];
+    /* dlq-replay: the audit durable's consumer and its store (chaos_audit,
+     * its own inbox), and the plain durable's deliveries so far (the checker
+     * fetches them; counted per id, foreign ones per foreign message) */
+    bool multi;
+    proc audit;
+    char audit_url[512];
+    int *plain_count, f_plain[64], plain_total;
     bool stopping;
     /* producer */
     pthread_t prod;
@@ -262,10 +279,12 @@ typedef struct run {
     struct foreign {
         char payload[48];
         bool poison; /* malformed id or headers: poison on its own, never applied */
+        bool replay; /* dlq-replay: refused by the sink's durable, parked, replayed */
     } foreign[64];
     int n_foreign;
     int repairs;      /* stream-recreate, broker-rollback: verify --repair at drain too */
     int unrestored;   /* durable-delete: the consumers did not restore it within 20 s */
+    int unreplayed;   /* dlq-replay: messages not parked, or not replayed, within deadline */
     int64_t deadline; /* of the whole run (mono ms) */
 } run;
 
@@ -369,6 +388,34 @@ static void start_consumer(run *R, int i)
     p->stopped = p->held_down = false;
 }
 
+/* dlq-replay: the audit durable's one consumer, on its own store (no
+ * --topology: nothing deletes its durable). */
+static void start_audit(run *R)
+{
+    const char *args[] = {jsd_fx_bin("jsdurable"),
+                          "consume",
+                          "--store",
+                          R->audit_url,
+                          "--nats",
+                          R->daemon_nats,
+                          "--stream",
+                          STREAM,
+                          "--durable",
+                          AUDIT,
+                          "--batch",
+                          "64",
+                          "--sql",
+                          audit_sql,
+                          "--startup-budget-ms",
+                          "30000",
+                          "--log-level",
+                          "warn",
+                          NULL};
+    proc *p = &R->audit;
+    p->pid = spawn(R, "audit", 0, p->starts++, args);
+    p->stopped = p->held_down = false;
+}
+
 static void tail_log(const char *path, int lines);
 
 /* Reap a process of ours that ended without being asked to; restart it
@@ -376,10 +423,12 @@ static void tail_log(const char *path, int lines);
  * stays down past its start-up budget, and its supervisor restarts it). */
 static void supervise(run *R)
 {
-    for (int kind = 0; kind < 2; kind++) {
-        int n = kind ? R->c.consumers : R->c.relays;
+    static const char *const what[3] = {"relay", "consumer", "audit consumer"};
+    static const char *const logname[3] = {"relay", "consume", "audit"};
+    for (int kind = 0; kind < 3; kind++) {
+        int n = kind == 2 ? (R->multi ? 1 : 0) : kind ? R->c.consumers : R->c.relays;
         for (int i = 0; i < n; i++) {
-            proc *p = kind ? &R->cons[i] : &R->relay[i];
+            proc *p = kind == 2 ? &R->audit : kind ? &R->cons[i] : &R->relay[i];
             if (p->pid <= 0)
                 continue;
             int st = 0;
@@ -389,17 +438,16 @@ static void supervise(run *R)
             p->pid = 0;
             p->last_status = st;
             p->self_exits++;
-            SAY(R, "%s#%d ended by itself (%s %d); restarting", kind ? "consumer" : "relay", i,
+            SAY(R, "%s#%d ended by itself (%s %d); restarting", what[kind], i,
                 WIFSIGNALED(st) ? "signal" : "exit",
                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
             if (WIFSIGNALED(st)) { /* a crash, not a give-up: show why */
                 char log[PATH_MAX];
-                snprintf(log, sizeof(log), "%s/%s-%d.log", jsd_test_dir(),
-                         kind ? "consume" : "relay", i);
+                snprintf(log, sizeof(log), "%s/%s-%d.log", jsd_test_dir(), logname[kind], i);
                 tail_log(log, 20);
             }
             if (!R->stopping)
-                kind ? start_consumer(R, i) : start_relay(R, i);
+                kind == 2 ? start_audit(R) : kind ? start_consumer(R, i) : start_relay(R, i);
         }
     }
 }
@@ -447,6 +495,7 @@ static void chaos_cleanup(void)
         kill_wait(&R->relay[i], SIGKILL);
         kill_wait(&R->cons[i], SIGKILL);
     }
+    kill_wait(&R->audit, SIGKILL);
     if (R->prod_started) {
         atomic_store(&R->prod_done, 2); /* asks the producer to stop */
         pthread_join(R->prod, NULL);
@@ -792,11 +841,11 @@ static void add_stream(run *R, nconn *n, const char *name, const char *subject)
     }
 }
 
-static void add_durable(nconn *n)
+static void add_durable_named(nconn *n, const char *name)
 {
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
-    cc.Durable = DURABLE;
+    cc.Durable = name;
     cc.AckPolicy = js_AckExplicit;
     cc.DeliverPolicy = js_DeliverAll;
     cc.AckWait = (int64_t)ACK_WAIT_MS * 1000 * 1000;
@@ -806,7 +855,29 @@ static void add_durable(nconn *n)
     jsErrCode jerr = 0;
     natsStatus s = js_AddConsumer(&ci, n->js, STREAM, &cc, NULL, &jerr);
     if (s != NATS_OK)
-        fail_msg("js_AddConsumer: %s (%d)", natsStatus_GetText(s), (int)jerr);
+        fail_msg("js_AddConsumer %s: %s (%d)", name, natsStatus_GetText(s), (int)jerr);
+    jsConsumerInfo_Destroy(ci);
+}
+
+static void add_durable(nconn *n)
+{
+    add_durable_named(n, DURABLE);
+}
+
+/* dlq-replay: a plain JetStream pull durable, no acks; the checker fetches
+ * what it is delivered (fetch_plain()). */
+static void add_plain(nconn *n)
+{
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = PLAIN;
+    cc.AckPolicy = js_AckNone;
+    cc.DeliverPolicy = js_DeliverAll;
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_AddConsumer(&ci, n->js, STREAM, &cc, NULL, &jerr);
+    if (s != NATS_OK)
+        fail_msg("js_AddConsumer %s: %s (%d)", PLAIN, natsStatus_GetText(s), (int)jerr);
     jsConsumerInfo_Destroy(ci);
 }
 
@@ -871,6 +942,7 @@ static void fill_disk(run *R, const char *path)
 }
 
 static long long durable_backlog(const char *urls);
+static long long durable_backlog_of(const char *urls, const char *durable);
 
 /* A fault that could not be made: a failure in CI (CI=true), where every
  * kind must run, else said and skipped. */
@@ -1001,6 +1073,125 @@ static void foreign_publish(run *R, int nth, const char *tag)
         "%s: %d foreign messages (%d past the limits: a 300-byte id, a control byte in the "
         "id, a 600-byte tracestate; one without an id)",
         tag, sent, poison);
+}
+
+static void one_seq(void *user, int nc, const char *const *cols)
+{
+    char *list = user; /* " 12 13", bounded */
+    size_t l = strlen(list);
+    if (nc > 0 && cols[0] && l + 24 < 256)
+        snprintf(list + l, 256 - l, " %lld", strtoll(cols[0], NULL, 10));
+}
+
+/* dlq-replay: 1-3 valid foreign messages that the sink durable's handler
+ * refuses while the switch in its store is on (a trigger on chaos_sink), so
+ * it parks them after max_deliver; then the switch off and `jsdurable dlq
+ * replay --store <sink store>` of their dead letters, which that durable's
+ * consumers apply from their poison records, and no other durable: the
+ * audit durable applied them once the first time, the plain durable was
+ * delivered them once (the checker proves both). */
+static void dlq_replay(run *R, int nth, const char *tag)
+{
+    nconn n;
+    db d;
+    if (!nconn_open(&n, R->direct_nats)) {
+        fault_unavailable(R, tag, "cannot connect to the broker");
+        return;
+    }
+    if (!db_open(&d, R->sink_url)) {
+        nconn_close(&n);
+        fault_unavailable(R, tag, "cannot open the sink");
+        return;
+    }
+    db_exec(&d, "UPDATE chaos_switch SET refuse = 1");
+    db_close(&d);
+    int want = rng_range(&R->r, 1, 3), sent = 0;
+    for (int k = 0; k < want && R->n_foreign < 64; k++) {
+        struct foreign *f = &R->foreign[R->n_foreign];
+        char id[96];
+        f->poison = false;
+        f->replay = true;
+        snprintf(f->payload, sizeof(f->payload), "foreign %d.%d replay", nth, k);
+        snprintf(id, sizeof(id), "replay-%d-%d-seed%" PRIu64, nth, k, R->c.seed);
+        jsPubOptions po;
+        jsPubOptions_Init(&po);
+        po.MsgId = id;
+        jsPubAck *pa = NULL;
+        jsErrCode jerr = 0;
+        natsStatus s =
+            js_Publish(&pa, n.js, "chaos.foreign", f->payload, (int)strlen(f->payload), &po, &jerr);
+        if (s == NATS_OK && pa && pa->Duplicate) {
+            SAY(R, "%s: \"%s\" taken for a duplicate by the stream", tag, f->payload);
+        } else if (s == NATS_OK) {
+            R->n_foreign++;
+            sent++;
+        } else {
+            SAY(R, "%s: publish \"%s\": %s (%d)", tag, f->payload, natsStatus_GetText(s),
+                (int)jerr);
+        }
+        jsPubAck_Destroy(pa);
+    }
+    nconn_close(&n);
+    /* parked: a poison record of the sink durable with its dead letter */
+    const char *txt = R->c.pg ? "convert_from(payload, 'UTF8')" : "CAST(payload AS TEXT)";
+    char where[256], q[512], seqs[256] = "";
+    snprintf(where, sizeof(where),
+             "consumer = '%s' AND dlq_seq IS NOT NULL AND %s LIKE 'foreign %d.%% replay'", DURABLE,
+             txt, nth);
+    snprintf(q, sizeof(q), "SELECT count(*) FROM jsd_poison WHERE %s", where);
+    SAY(R, "%s: %d messages the sink durable refuses; waiting until they are dead-lettered", tag,
+        sent);
+    int64_t t0 = jsd_test_mono_ms(), end = t0 + 60000;
+    long long parked = -1;
+    while ((parked = q_once(R->sink_url, q)) < sent && jsd_test_mono_ms() < end)
+        hold(R, 100);
+    if (parked < 0)
+        parked = 0;
+    snprintf(q, sizeof(q), "SELECT dlq_seq FROM jsd_poison WHERE %s ORDER BY dlq_seq", where);
+    char why[256] = "";
+    ASSERT_TRUE(db_open(&d, R->sink_url));
+    if (!db_rows(&d, q, one_seq, seqs, why, sizeof(why)))
+        SAY(R, "%s: reading the dead letters' sequences: %s", tag, why);
+    db_exec(&d, "UPDATE chaos_switch SET refuse = 0");
+    db_close(&d);
+    SAY(R, "%s: %lld of %d dead-lettered after %.1f s (%s:%s); switch off", tag, parked, sent,
+        (double)(jsd_test_mono_ms() - t0) / 1000.0, DLQ_STREAM, seqs);
+    if (parked < sent) {
+        R->unreplayed += sent - (int)parked;
+        SAY(R, "%s: %d not dead-lettered within 60 s", tag, sent - (int)parked);
+    }
+    if (!seqs[0])
+        return;
+    char args[3 * PATH_MAX], out[2048];
+    snprintf(args, sizeof(args), "dlq replay --store '%s' --nats '%s' --stream %s%s 2>&1",
+             R->sink_url, R->direct_nats, DLQ_STREAM, seqs);
+    int rc = jsd_cli(args, out, sizeof(out));
+    for (char *p = out; (p = strchr(p, '\n')) != NULL;)
+        *p = p[1] ? ';' : '\0';
+    SAY(R, "%s: dlq replay --store <sink>%s: exit %d: %s", tag, seqs, rc, out);
+    /* applied: the requests completed by the sink durable's consumers */
+    char in[300];
+    snprintf(in, sizeof(in), "%s", seqs + 1);
+    for (char *p = in; *p; p++)
+        if (*p == ' ')
+            *p = ',';
+    snprintf(q, sizeof(q),
+             "SELECT count(*) FROM jsd_replay WHERE consumer = '%s' AND state = %d AND dlq_seq "
+             "IN (%s)",
+             DURABLE, (int)JSD_REPLAY_APPLIED, in);
+    t0 = jsd_test_mono_ms();
+    end = t0 + 30000;
+    long long applied = -1;
+    while ((applied = q_once(R->sink_url, q)) < parked && jsd_test_mono_ms() < end)
+        hold(R, 100);
+    if (applied < 0)
+        applied = 0;
+    SAY(R, "%s: %lld of %lld replay requests applied after %.1f s", tag, applied, parked,
+        (double)(jsd_test_mono_ms() - t0) / 1000.0);
+    if (applied < parked) {
+        R->unreplayed += (int)(parked - applied);
+        SAY(R, "%s: %lld replay requests not applied within 30 s", tag, parked - applied);
+    }
 }
 
 static void apply_fault(run *R, int kind, int nth)
@@ -1197,7 +1388,11 @@ static void apply_fault(run *R, int kind, int nth)
         char q1[200], q2[200];
         snprintf(q1, sizeof(q1),
                  "SELECT count(*) FROM chaos_sink WHERE CAST(payload AS TEXT) LIKE 'foreign %%'");
-        snprintf(q2, sizeof(q2), "SELECT count(*) FROM jsd_poison WHERE dlq_seq IS NOT NULL");
+        /* the sink durable's, not dlq-replay's */
+        snprintf(q2, sizeof(q2),
+                 "SELECT count(*) FROM jsd_poison WHERE dlq_seq IS NOT NULL AND consumer = '%s' "
+                 "AND %s NOT LIKE 'foreign %% replay'",
+                 DURABLE, R->c.pg ? "convert_from(payload, 'UTF8')" : "CAST(payload AS TEXT)");
         int64_t t0 = jsd_test_mono_ms(), end = t0 + 30000;
         long long a = -1, b = -1;
         while (jsd_test_mono_ms() < end &&
@@ -1316,6 +1511,9 @@ static void apply_fault(run *R, int kind, int nth)
             (double)(jsd_test_mono_ms() - t0) / 1000.0);
         break;
     }
+    case F_DLQ_REPLAY:
+        dlq_replay(R, nth, tag);
+        break;
     default:
         break;
     }
@@ -1335,6 +1533,13 @@ typedef struct tally {
     int nf;
     int f_stream[64], f_sink[64], f_poison[64], f_dlq[64];
     int dlq_other; /* dead letters that are not an expected foreign poison */
+    /* dlq-replay: the audit durable's sink, poison records and dead letters
+     * (rows read while `audit` is set count here) */
+    bool audit;
+    int *audit_count, audit_unexpected;
+    char ex_audit_unexp[4][96];
+    int n_ex_audit_unexp;
+    int f_audit[64], f_apoison[64], f_adlq[64];
 } tally;
 
 /* The foreign message with this payload (foreign-publish), -1 if none. */
@@ -1391,7 +1596,13 @@ static void sink_row(void *u, int nc, const char *const *c)
     int i = parse_idx(id, t->n);
     int f = nc >= 1 && c[0] ? foreign_idx(t, c[0], strlen(c[0])) : -1;
     if (f >= 0) {
-        t->f_sink[f]++;
+        (t->audit ? t->f_audit : t->f_sink)[f]++;
+        return;
+    }
+    if (i < 0 && t->audit) {
+        if (t->n_ex_audit_unexp < 4)
+            snprintf(t->ex_audit_unexp[t->n_ex_audit_unexp++], 96, "%.90s", c[0] ? c[0] : "(null)");
+        t->audit_unexpected++;
         return;
     }
     if (i < 0) {
@@ -1400,7 +1611,7 @@ static void sink_row(void *u, int nc, const char *const *c)
         t->sink_unexpected++;
         return;
     }
-    t->sink_count[i]++;
+    (t->audit ? t->audit_count : t->sink_count)[i]++;
 }
 
 /* Read the stream message by message with a fresh connection; false when it
@@ -1486,11 +1697,13 @@ static void poison_row(void *u, int nc, const char *const *c)
     tally *t = u;
     int f = nc >= 1 && c[0] ? foreign_idx(t, c[0], strlen(c[0])) : -1;
     if (f >= 0)
-        t->f_poison[f]++;
+        (t->audit ? t->f_apoison : t->f_poison)[f]++;
 }
 
 /* The consumers' dead-letter stream: each message an expected foreign poison
- * (counted) or not (dlq_other). UINT64_MAX when it cannot be read. */
+ * or, of the sink durable, a message dlq-replay had it refuse (counted by
+ * the durable that parked it), or not (dlq_other). UINT64_MAX when it cannot
+ * be read. */
 static uint64_t read_dlq(run *R, tally *t)
 {
     nconn n;
@@ -1514,8 +1727,11 @@ static uint64_t read_dlq(run *R, tally *t)
         if (s != NATS_OK)
             continue;
         int f = foreign_idx(t, natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m));
-        if (f >= 0 && t->fr[f].poison)
-            t->f_dlq[f]++;
+        const char *by = NULL;
+        natsMsgHeader_Get(m, JSD_HDR_DLQ_CONSUMER, &by);
+        bool audit = by && !strcmp(by, AUDIT);
+        if (f >= 0 && (t->fr[f].poison || t->fr[f].replay)) /* judged with the message */
+            (audit ? t->f_adlq : t->f_dlq)[f]++;
         else
             t->dlq_other++;
         natsMsg_Destroy(m);
@@ -1524,8 +1740,65 @@ static uint64_t read_dlq(run *R, tally *t)
     return stored;
 }
 
-/* The durable's pending + ack pending; -1 when unknown. */
-static long long durable_backlog(const char *urls)
+/* dlq-replay: fetch what the plain durable (no acks) has not been delivered
+ * yet, counted into R per id (foreign messages per foreign message); the
+ * counts add up over the checks of a run. False (why) when it cannot be
+ * read to its end. */
+static bool fetch_plain(run *R, const tally *t, char *why, size_t cap)
+{
+    nconn n;
+    if (!nconn_open(&n, R->direct_nats)) {
+        snprintf(why, cap, "cannot connect to %.400s", R->direct_nats);
+        return false;
+    }
+    natsSubscription *sub = NULL;
+    jsSubOptions so;
+    jsErrCode jerr = 0;
+    jsSubOptions_Init(&so);
+    so.Stream = STREAM;
+    so.Consumer = PLAIN;
+    natsStatus s = js_PullSubscribe(&sub, n.js, NULL, PLAIN, NULL, &so, &jerr);
+    bool ok = s == NATS_OK;
+    if (!ok)
+        snprintf(why, cap, "binding to %s: %s (%d)", PLAIN, natsStatus_GetText(s), (int)jerr);
+    int64_t end = jsd_test_mono_ms() + 60000;
+    while (ok) {
+        natsMsgList list = {0};
+        s = natsSubscription_Fetch(&list, sub, 256, 1000, &jerr);
+        for (int k = 0; k < list.Count; k++) {
+            natsMsg *m = list.Msgs[k];
+            int dl = natsMsg_GetDataLength(m), f = foreign_idx(t, natsMsg_GetData(m), (size_t)dl);
+            char id[16];
+            snprintf(id, sizeof(id), "%.*s", dl < 8 ? dl : 8, natsMsg_GetData(m));
+            int i = parse_idx(id, t->n);
+            if (f >= 0)
+                R->f_plain[f]++;
+            else if (i >= 0)
+                R->plain_count[i]++;
+            R->plain_total++;
+        }
+        int got = list.Count;
+        natsMsgList_Destroy(&list);
+        if (got > 0)
+            continue;
+        if (s != NATS_OK && s != NATS_TIMEOUT) {
+            snprintf(why, cap, "fetching from %s: %s (%d)", PLAIN, natsStatus_GetText(s),
+                     (int)jerr);
+            ok = false;
+        } else if (durable_backlog_of(R->direct_nats, PLAIN) == 0) {
+            break; /* delivered everything the stream holds */
+        } else if (jsd_test_mono_ms() > end) {
+            snprintf(why, cap, "%s still has messages pending after 60 s", PLAIN);
+            ok = false;
+        }
+    }
+    natsSubscription_Destroy(sub);
+    nconn_close(&n);
+    return ok;
+}
+
+/* A durable's pending + ack pending; -1 when unknown. */
+static long long durable_backlog_of(const char *urls, const char *durable)
 {
     nconn n;
     if (!nconn_open(&n, urls))
@@ -1533,11 +1806,17 @@ static long long durable_backlog(const char *urls)
     jsConsumerInfo *ci = NULL;
     jsErrCode jerr = 0;
     long long v = -1;
-    if (js_GetConsumerInfo(&ci, n.js, STREAM, DURABLE, NULL, &jerr) == NATS_OK)
+    if (js_GetConsumerInfo(&ci, n.js, STREAM, durable, NULL, &jerr) == NATS_OK)
         v = (long long)ci->NumPending + (long long)ci->NumAckPending;
     jsConsumerInfo_Destroy(ci);
     nconn_close(&n);
     return v;
+}
+
+/* The sink durable's pending + ack pending; -1 when unknown. */
+static long long durable_backlog(const char *urls)
+{
+    return durable_backlog_of(urls, DURABLE);
 }
 
 static void list_ids(const char *what, const int *idx, int n)
@@ -1566,6 +1845,7 @@ typedef struct verdict {
     int total;
     int cnt[V_N];
     int stream_unexpected, sink_unexpected, order, mismatch;
+    int audit, plain, foreign; /* dlq-replay's classes, foreign messages */
 } verdict;
 
 /* Compare what was committed with what the stream and the sink hold. Returns
@@ -1582,9 +1862,10 @@ static int check(run *R, verdict *out)
     t.published = calloc((size_t)n, sizeof(int));
     t.dead = calloc((size_t)n, sizeof(int));
     t.last_in_key = calloc((size_t)R->c.keys + 1, sizeof(int));
+    t.audit_count = calloc((size_t)n, sizeof(int));
     int *ex = calloc(8 * 16, sizeof(int));
     ASSERT_TRUE(t.stream_count && t.sink_count && t.outbox && t.app && t.published && t.dead &&
-                t.last_in_key && ex);
+                t.last_in_key && t.audit_count && ex);
     char why[512] = "";
     db d;
     bool ok_src =
@@ -1607,22 +1888,52 @@ static int check(run *R, verdict *out)
     db_close(&d);
     if (!ok_sink)
         fail_msg("checker: cannot read the sink: %s", why);
+    if (R->multi) { /* dlq-replay: the audit durable's sink and poison records */
+        t.audit = true;
+        bool ok_audit = db_open(&d, R->audit_url) &&
+                        db_rows(&d, "SELECT payload, msg_id FROM chaos_audit", sink_row, &t, why,
+                                sizeof(why)) &&
+                        db_rows(&d,
+                                R->c.pg ? "SELECT convert_from(payload, 'UTF8') FROM jsd_poison"
+                                        : "SELECT CAST(payload AS TEXT) FROM jsd_poison",
+                                poison_row, &t, why, sizeof(why));
+        db_close(&d);
+        t.audit = false;
+        if (!ok_audit)
+            fail_msg("checker: cannot read the audit durable's store: %s", why);
+    }
     uint64_t stored = 0;
     if (!read_stream(R, &t, &stored, why, sizeof(why)))
         fail_msg("checker: cannot read stream %s: %s", STREAM, why);
     uint64_t dlq = read_dlq(R, &t);
+    if (R->multi && !fetch_plain(R, &t, why, sizeof(why)))
+        fail_msg("checker: cannot read the plain durable %s: %s", PLAIN, why);
     /* foreign-publish: a valid foreign message applied once; one past the
-     * limits never applied, one poison record and one dead letter */
-    int foreign_bad = 0, n_poison = 0;
+     * limits never applied, one poison record and one dead letter (each
+     * jsdurable durable alike). dlq-replay: a message the sink durable parked
+     * and had replayed is stored once in the stream, applied once by each
+     * durable, parked (one poison record, one dead letter) by the sink
+     * durable alone, and delivered once to the plain durable. */
+    int foreign_bad = 0, n_poison = 0, n_replay = 0;
     for (int f = 0; f < t.nf; f++) {
         bool ok = t.fr[f].poison ? t.f_sink[f] == 0 && t.f_poison[f] == 1 && t.f_dlq[f] == 1
                                  : t.f_sink[f] == 1;
+        if (R->multi && t.fr[f].poison)
+            ok = ok && t.f_audit[f] == 0 && t.f_apoison[f] == 1 && t.f_adlq[f] == 1;
+        else if (R->multi)
+            ok = ok && t.f_audit[f] == 1 && t.f_apoison[f] == 0 && t.f_adlq[f] == 0;
+        if (t.fr[f].replay)
+            ok = ok && t.f_poison[f] == 1 && t.f_dlq[f] == 1 && t.f_stream[f] == 1 &&
+                 R->f_plain[f] == 1;
         n_poison += t.fr[f].poison;
+        n_replay += t.fr[f].replay;
         if (!ok && foreign_bad++ < 8)
             fprintf(stderr,
                     "  foreign \"%s\": %d in the stream, %d in the sink, %d poison records, %d "
-                    "dead letters\n",
-                    t.fr[f].payload, t.f_stream[f], t.f_sink[f], t.f_poison[f], t.f_dlq[f]);
+                    "dead letters; audit: %d applied, %d poison records, %d dead letters; %d "
+                    "delivered to %s\n",
+                    t.fr[f].payload, t.f_stream[f], t.f_sink[f], t.f_poison[f], t.f_dlq[f],
+                    t.f_audit[f], t.f_apoison[f], t.f_adlq[f], R->f_plain[f], PLAIN);
     }
     char durable[256] = "unknown";
     nconn dn;
@@ -1649,6 +1960,7 @@ static int check(run *R, verdict *out)
                                      "without a receipt"};
     int cnt[V_N] = {0};
     int expected = 0, sink_rows = 0, applied = 0, in_outbox = 0;
+    int audit_bad = 0, plain_bad = 0, ex_audit[16], ex_plain[16];
     for (int i = 0; i < n; i++) {
         bool committed = R->committed[i] != 0 || t.outbox[i] > 0;
         int v[V_N] = {0};
@@ -1680,6 +1992,19 @@ static int check(run *R, verdict *out)
             v[V_STREAM_DUP] = 1;
         if (t.sink_count[i] > 1)
             v[V_SINK_DUP] = 1;
+        if (R->multi) { /* the audit durable: each committed id once, nothing else */
+            if (committed ? t.audit_count[i] != 1 : t.audit_count[i] > 0) {
+                if (audit_bad < 16)
+                    ex_audit[audit_bad] = i;
+                audit_bad++;
+            }
+            /* the plain durable: each stored message delivered once */
+            if (R->plain_count[i] != t.stream_count[i]) {
+                if (plain_bad < 16)
+                    ex_plain[plain_bad] = i;
+                plain_bad++;
+            }
+        }
         for (int k = 0; k < V_N; k++)
             if (v[k]) {
                 if (cnt[k] < 16)
@@ -1692,6 +2017,9 @@ static int check(run *R, verdict *out)
                      foreign_bad + R->unrestored;
     for (int k = 0; k < V_N; k++)
         violations += cnt[k];
+    for (int f = 0; R->multi && f < t.nf; f++) /* foreign ones are judged above */
+        plain_bad += R->f_plain[f] != t.f_stream[f] && !t.fr[f].replay;
+    violations += audit_bad + t.audit_unexpected + plain_bad + R->unreplayed;
 
     fprintf(stderr,
             "\n==== chaos checker: %s, %s, %d relays, %d consumers, seed %" PRIu64 " ====\n",
@@ -1702,10 +2030,18 @@ static int check(run *R, verdict *out)
             "  stream %s: %" PRIu64 " messages; sink: %d applications of %d distinct ids; "
             "expected %d\n"
             "  consumer dead letters (%s): %" PRIu64 "; durable %s: %s\n"
-            "  foreign messages: %d (%d past the limits)\n",
+            "  foreign messages: %d (%d past the limits, %d replayed)\n",
             atomic_load(&R->prod_committed), n, (long long)atomic_load(&R->prod_errors), in_outbox,
             STREAM, stored, sink_rows, applied, expected, DLQ_STREAM, dlq, DURABLE, durable, t.nf,
-            n_poison);
+            n_poison, n_replay);
+    if (R->multi) {
+        int arows = 0;
+        for (int i = 0; i < n; i++)
+            arows += t.audit_count[i];
+        fprintf(stderr,
+                "  durable %s: %d applications of ours; durable %s: %d messages delivered\n", AUDIT,
+                arows, PLAIN, R->plain_total);
+    }
     for (int k = 0; k < V_N; k++) {
         if (!cnt[k])
             continue;
@@ -1744,11 +2080,33 @@ static int check(run *R, verdict *out)
                 "  VIOLATION the durable deleted under the consumers was not restored within 20 s: "
                 "%d times\n",
                 R->unrestored);
+    if (audit_bad) {
+        fprintf(stderr, "  VIOLATION the %s durable did not apply once (committed) or never: %d\n",
+                AUDIT, audit_bad);
+        list_ids("ids", ex_audit, audit_bad < 16 ? audit_bad : 16);
+    }
+    if (t.audit_unexpected) {
+        fprintf(stderr, "  VIOLATION unexpected in the %s sink: %d\n", AUDIT, t.audit_unexpected);
+        for (int k = 0; k < t.n_ex_audit_unexp; k++)
+            fprintf(stderr, "    \"%s\"\n", t.ex_audit_unexp[k]);
+    }
+    if (plain_bad) {
+        fprintf(stderr,
+                "  VIOLATION messages delivered to the %s durable not once per stored copy: %d\n",
+                PLAIN, plain_bad);
+        list_ids("ids", ex_plain, plain_bad < 16 ? plain_bad : 16);
+    }
+    if (R->unreplayed)
+        fprintf(stderr,
+                "  VIOLATION dlq-replay messages not dead-lettered within 60 s or not replayed "
+                "within 30 s: %d\n",
+                R->unreplayed);
     if (foreign_bad)
         fprintf(stderr,
                 "  VIOLATION foreign messages not applied once (valid) or not dead-lettered once "
-                "(past the limits): %d\n",
-                foreign_bad);
+                "(past the limits), or dlq-replay's not parked and replayed by the %s durable "
+                "alone: %d\n",
+                DURABLE, foreign_bad);
     fprintf(stderr, "  result: %s (%d violations)\n", violations ? "FAILED" : "passed", violations);
     fprintf(stderr,
             "  reproduce: make chaos CHAOS_SEED=%" PRIu64 " CHAOS_MESSAGES=%d CHAOS_FAULTS=%d "
@@ -1764,6 +2122,9 @@ static int check(run *R, verdict *out)
         out->sink_unexpected = t.sink_unexpected;
         out->order = t.order_violations;
         out->mismatch = t.msgid_mismatch;
+        out->audit = audit_bad + t.audit_unexpected;
+        out->plain = plain_bad;
+        out->foreign = foreign_bad;
     }
     free(t.stream_count);
     free(t.sink_count);
@@ -1772,6 +2133,7 @@ static int check(run *R, verdict *out)
     free(t.published);
     free(t.dead);
     free(t.last_in_key);
+    free(t.audit_count);
     free(ex);
     return violations;
 }
@@ -1842,12 +2204,31 @@ static void tamper_and_recheck(run *R)
     pa = NULL;
     ASSERT_EQ(js_Publish(&pa, nn.js, "chaos.free", "zzz", 3, NULL, &jerr), NATS_OK);
     jsPubAck_Destroy(pa);
+    pa = NULL;
+    /* dlq-replay's rules: an application doubled in the audit sink; a replayed
+     * message republished (as `dlq replay --republish` would: every durable
+     * gets it again) */
+    int rf = 0;
+    while (rf < R->n_foreign && !R->foreign[rf].replay)
+        rf++;
+    ASSERT_TRUE(R->multi && rf < R->n_foreign);
+    db_open(&d, R->audit_url);
+    db_exec(&d,
+            "INSERT INTO chaos_audit(msg_id, seq, payload, deliveries) SELECT msg_id, seq, "
+            "payload, deliveries FROM chaos_audit WHERE CAST(payload AS TEXT) LIKE 'c0000009 %'");
+    db_close(&d);
+    po.MsgId = "tampered-replay";
+    ASSERT_EQ(js_Publish(&pa, nn.js, "chaos.foreign", R->foreign[rf].payload,
+                         (int)strlen(R->foreign[rf].payload), &po, &jerr),
+              NATS_OK);
+    jsPubAck_Destroy(pa);
     nconn_close(&nn);
     SAY(R,
         "tampered: sink c0000005 twice, c0000007 removed, one foreign row; stream c%07d twice, "
         "c%07d moved "
-        "to the end without its id, one foreign message; checking again",
-        last, early);
+        "to the end without its id (the plain durable gets it twice), one foreign message; audit "
+        "sink c0000009 twice; \"%s\" republished; checking again",
+        last, early, R->foreign[rf].payload);
     verdict v;
     check(R, &v);
     ASSERT_EQ(v.cnt[V_SINK_DUP], 1);
@@ -1858,7 +2239,10 @@ static void tamper_and_recheck(run *R)
     ASSERT_EQ(v.mismatch, 2);
     ASSERT_EQ(v.order, 1);
     ASSERT_EQ(v.sink_unexpected, 1);
-    ASSERT_EQ(v.total, 8);
+    ASSERT_EQ(v.audit, 1);
+    ASSERT_EQ(v.plain, 1);
+    ASSERT_EQ(v.foreign, 1);
+    ASSERT_EQ(v.total, 11);
 }
 
 /* ---- one run ----------------------------------------------------------------------------- */
@@ -1874,13 +2258,20 @@ static int drained(run *R, long long *last_applied, int64_t *since)
                            "AND dead_lettered_at IS NULL");
     long long applied = q_once(R->sink_url, "SELECT count(DISTINCT msg_id) FROM chaos_sink");
     long long backlog = durable_backlog(R->direct_nats);
-    if (applied != *last_applied) {
-        *last_applied = applied;
+    long long audited = want, audit_backlog = 0; /* dlq-replay: the audit durable too */
+    if (R->multi) {
+        audited = q_once(R->audit_url, "SELECT count(DISTINCT msg_id) FROM chaos_audit");
+        audit_backlog = durable_backlog_of(R->direct_nats, AUDIT);
+    }
+    long long progress = applied < 0 || audited < 0 ? -1 : applied + audited;
+    if (progress != *last_applied) {
+        *last_applied = progress;
         *since = jsd_test_mono_ms();
     }
-    if (unpub == 0 && applied >= want && backlog == 0)
+    if (unpub == 0 && applied >= want && audited >= want && backlog == 0 && audit_backlog == 0)
         return 1;
-    if (unpub == 0 && backlog == 0 && applied >= 0 && jsd_test_mono_ms() - *since > 3 * ACK_WAIT_MS)
+    if (unpub == 0 && backlog == 0 && audit_backlog == 0 && progress >= 0 &&
+        jsd_test_mono_ms() - *since > 3 * ACK_WAIT_MS)
         return -1;
     return 0;
 }
@@ -1943,6 +2334,14 @@ static void setup_services(run *R)
         snprintf(R->src_url, sizeof(R->src_url), "sqlite:%s/producer.db", jsd_test_dir());
         snprintf(R->sink_url, sizeof(R->sink_url), "sqlite:%s/sink.db", R->mnt);
     }
+    /* dlq-replay: the audit durable's own store (SQLite: off the small disk;
+     * PostgreSQL: a database of its own on the sink's server) */
+    if (R->multi) {
+        if (!R->c.pg)
+            snprintf(R->audit_url, sizeof(R->audit_url), "sqlite:%s/audit.db", jsd_test_dir());
+        else if (jsd_fx_pg_database_on(R->pg[1].url, R->audit_url, sizeof(R->audit_url)) != 0)
+            fail_msg("cannot create the audit durable's PostgreSQL database");
+    }
     /* The consumers meet handler-lock's lock with a lock timeout (55P03), or
      * its deadlock (40P01): held, never the message's failure. */
     snprintf(R->cons_url, sizeof(R->cons_url), "%s", R->sink_url);
@@ -1988,13 +2387,48 @@ static void setup_services(run *R)
                           "deliveries INTEGER, at TIMESTAMPTZ DEFAULT now())"
                         : "CREATE TABLE chaos_sink(msg_id TEXT, seq INTEGER, payload TEXT, "
                           "deliveries INTEGER)");
+    if (R->multi) {
+        /* dlq-replay: while chaos_switch says so, the sink durable's handler
+         * refuses dlq-replay's messages (an error that is the message's:
+         * RETRY until max_deliver parks it); the audit durable's does not */
+        db_exec(&d, "CREATE TABLE chaos_switch(refuse INTEGER NOT NULL)");
+        db_exec(&d, "INSERT INTO chaos_switch(refuse) VALUES (0)");
+        if (R->c.pg) {
+            db_exec(&d, "CREATE FUNCTION chaos_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                        "BEGIN IF NEW.payload LIKE 'foreign % replay' AND "
+                        "(SELECT refuse FROM chaos_switch) = 1 THEN "
+                        "RAISE EXCEPTION 'chaos: % refused while the switch is on', NEW.payload; "
+                        "END IF; RETURN NEW; END $$");
+            db_exec(&d, "CREATE TRIGGER chaos_refuse BEFORE INSERT ON chaos_sink FOR EACH ROW "
+                        "EXECUTE FUNCTION chaos_refuse()");
+        } else {
+            db_exec(&d, "CREATE TRIGGER chaos_refuse BEFORE INSERT ON chaos_sink "
+                        "WHEN CAST(NEW.payload AS TEXT) LIKE 'foreign % replay' AND "
+                        "(SELECT refuse FROM chaos_switch) = 1 "
+                        "BEGIN SELECT RAISE(ABORT, 'chaos: refused while the switch is on'); END");
+        }
+    }
     db_close(&d);
+    if (R->multi) {
+        ASSERT_OK_E(jsd_store_open(&s, R->audit_url, &err), err.msg);
+        jsd_store_close(s);
+        ASSERT_TRUE(db_open(&d, R->audit_url));
+        db_exec(&d, R->c.pg ? "CREATE TABLE chaos_audit(msg_id TEXT, seq BIGINT, payload TEXT, "
+                              "deliveries INTEGER)"
+                            : "CREATE TABLE chaos_audit(msg_id TEXT, seq INTEGER, payload TEXT, "
+                              "deliveries INTEGER)");
+        db_close(&d);
+    }
     nconn n;
     if (!nconn_open(&n, R->direct_nats))
         fail_msg("cannot connect to %s", R->direct_nats);
     add_stream(R, &n, STREAM, "chaos.>");
     add_stream(R, &n, DLQ_STREAM, "jsd.dlq.>");
     add_durable(&n);
+    if (R->multi) {
+        add_durable_named(&n, AUDIT);
+        add_plain(&n);
+    }
     nconn_close(&n);
 }
 
@@ -2030,6 +2464,7 @@ static void chaos_run(chaos_cfg *c)
             keep_losses ? "gc-outage and durable-delete" : "stream-recreate and broker-rollback",
             keep_losses ? "odd" : "even");
     }
+    R->multi = R->c.kind_on[F_DLQ_REPLAY];
     live = R;
     static bool registered;
     if (!registered) {
@@ -2038,7 +2473,8 @@ static void chaos_run(chaos_cfg *c)
     }
     R->committed = calloc((size_t)c->messages, 1);
     R->key_of = calloc((size_t)c->messages, sizeof(int16_t));
-    ASSERT_TRUE(R->committed && R->key_of);
+    R->plain_count = calloc((size_t)c->messages, sizeof(int));
+    ASSERT_TRUE(R->committed && R->key_of && R->plain_count);
     rng kr = {c->seed ^ 0x6b6579ULL};
     for (int i = 0; i < c->messages; i++)
         R->key_of[i] = (int16_t)(rng_range(&kr, 0, 3) == 0 ? -1 : rng_range(&kr, 0, c->keys - 1));
@@ -2077,6 +2513,8 @@ static void chaos_run(chaos_cfg *c)
         start_relay(R, i);
     for (int i = 0; i < c->consumers; i++)
         start_consumer(R, i);
+    if (R->multi)
+        start_audit(R);
     ASSERT_EQ(pthread_create(&R->prod, NULL, producer, R), 0);
     R->prod_started = true;
 
@@ -2126,16 +2564,21 @@ static void chaos_run(chaos_cfg *c)
         if (R->cons[i].pid > 0)
             kill(R->cons[i].pid, SIGTERM);
     }
-    for (int kind = 0; kind < 2; kind++) {
-        int nproc = kind ? c->consumers : c->relays;
+    if (R->audit.pid > 0)
+        kill(R->audit.pid, SIGTERM);
+    for (int kind = 0; kind < 3; kind++) {
+        int nproc = kind == 2 ? (R->multi ? 1 : 0) : kind ? c->consumers : c->relays;
         for (int i = 0; i < nproc; i++) {
-            proc *p = kind ? &R->cons[i] : &R->relay[i];
+            proc *p = kind == 2 ? &R->audit : kind ? &R->cons[i] : &R->relay[i];
             if (p->pid <= 0)
                 continue;
             kill_wait(p, SIGTERM);
             int st = p->last_status;
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                SAY(R, "%s#%d did not exit 0 on SIGTERM (status %d)", kind ? "consumer" : "relay",
+                SAY(R, "%s#%d did not exit 0 on SIGTERM (status %d)",
+                    kind == 2 ? "audit consumer"
+                    : kind    ? "consumer"
+                              : "relay",
                     i, st);
                 bad_exit++;
             }
@@ -2144,6 +2587,7 @@ static void chaos_run(chaos_cfg *c)
     int self_exits = 0;
     for (int i = 0; i < MAX_PROCS; i++)
         self_exits += R->relay[i].self_exits + R->cons[i].self_exits;
+    self_exits += R->audit.self_exits;
     pthread_join(R->prod, NULL);
     R->prod_started = false;
     int v = check(R, NULL);
@@ -2162,10 +2606,14 @@ static void chaos_run(chaos_cfg *c)
             snprintf(log, sizeof(log), "%s/consume-%d.log", jsd_test_dir(), i);
             if (i < c->consumers)
                 tail_log(log, 6);
+            snprintf(log, sizeof(log), "%s/audit-%d.log", jsd_test_dir(), i);
+            if (i == 0 && R->multi)
+                tail_log(log, 6);
         }
     chaos_cleanup();
     free(R->committed);
     free(R->key_of);
+    free(R->plain_count);
     if (v)
         fail_msg("chaos run with seed %" PRIu64 " found %d violations (report above)", c->seed, v);
 }
@@ -2213,12 +2661,14 @@ static void ci_cluster(void **state)
     chaos_run(&c);
 }
 
-/* The checker itself: a short clean run, then a falsified history. */
+/* The checker itself: a short run (one dlq-replay, so that there are an audit
+ * and a plain durable to falsify), then a falsified history. */
 static void ci_checker(void **state)
 {
     (void)state;
     chaos_cfg c;
-    ci_cfg(&c, 4, false, false, 300, 0);
+    ci_cfg(&c, 4, false, false, 300, 1);
+    cfg_kinds(&c, "dlq-replay");
     c.tamper = true;
     chaos_run(&c);
 }
