@@ -2217,7 +2217,7 @@ static void tamper_and_recheck(run *R)
     while (rf < R->n_foreign && !R->foreign[rf].replay)
         rf++;
     ASSERT_TRUE(R->multi && rf < R->n_foreign);
-    db_open(&d, R->audit_url);
+    ASSERT_TRUE(db_open(&d, R->audit_url));
     db_exec(&d,
             "INSERT INTO chaos_audit(msg_id, seq, payload, deliveries) SELECT msg_id, seq, "
             "payload, deliveries FROM chaos_audit WHERE CAST(payload AS TEXT) LIKE 'c0000009 %'");
@@ -2451,8 +2451,8 @@ static void chaos_run(chaos_cfg *c)
             (faults[k].store == 'p' && !c->pg) || (faults[k].store == 's' && c->pg))
             R->c.kind_on[k] = false;
     }
-    /* gc-outage and durable-delete trust the broker to keep what it
-     * acknowledged (the ack floor, the stream's sequences); stream-recreate
+    /* gc-outage, durable-delete and dlq-replay trust the broker to keep what
+     * it acknowledged (the ack floor, the stream's sequences); stream-recreate
      * and broker-rollback take that away: a run has one side or the other,
      * by the seed's parity (odd: the broker's losses). */
     bool loses = false, trusts = false;
@@ -2466,7 +2466,7 @@ static void chaos_run(chaos_cfg *c)
             if (keep_losses ? kind_trusts_broker_state(k) : kind_loses_broker_state(k))
                 R->c.kind_on[k] = false;
         SAY(R, "%s left out of this run: they cannot share one (seed %s)",
-            keep_losses ? "gc-outage and durable-delete" : "stream-recreate and broker-rollback",
+            keep_losses ? "gc-outage, durable-delete and dlq-replay" : "stream-recreate and broker-rollback",
             keep_losses ? "odd" : "even");
     }
     /* A known failure, left out of the CI-sized cases (make chaos keeps it)
