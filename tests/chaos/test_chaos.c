@@ -2466,7 +2466,8 @@ static void chaos_run(chaos_cfg *c)
             if (keep_losses ? kind_trusts_broker_state(k) : kind_loses_broker_state(k))
                 R->c.kind_on[k] = false;
         SAY(R, "%s left out of this run: they cannot share one (seed %s)",
-            keep_losses ? "gc-outage, durable-delete and dlq-replay" : "stream-recreate and broker-rollback",
+            keep_losses ? "gc-outage, durable-delete and dlq-replay"
+                        : "stream-recreate and broker-rollback",
             keep_losses ? "odd" : "even");
     }
     /* A known failure, left out of the CI-sized cases (make chaos keeps it)
