@@ -52,7 +52,7 @@ typedef struct jsd__death {
 } jsd__death;
 
 /* Publish one death envelope to dlq_subject, expecting dlq_stream, with the
- * stable Nats-Msg-Id jsd_dlq_msg_id(stream, seq), and wait up to timeout_ms
+ * stable Nats-Msg-Id jsd_dlq_msg_id(stream, consumer, seq), and wait up to timeout_ms
  * for the PubAck. A duplicate PubAck is success (an earlier attempt stored
  * it). *dlq_seq (may be NULL) receives the DLQ stream sequence. */
 jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dlq_stream,

@@ -5,10 +5,13 @@
  * consumer's dead-letter subject with headers that say where it came from
  * (subject, stream, stream sequence, consumer), how many deliveries it had,
  * why it died ("poison" or "max_deliver"), the last error and when. Its
- * Nats-Msg-Id is derived from (stream, stream sequence) only, so every attempt
- * to bury one delivery — a retry after a failed PubAck, a redelivery after a
- * crash before TERM/ACK — is collapsed by the dead-letter stream's duplicate
- * window into one stored message. The caller settles the original delivery
+ * Nats-Msg-Id is derived from (stream, consumer, stream sequence), so every
+ * attempt of one durable to bury one delivery — a retry after a failed
+ * PubAck, a redelivery after a crash before TERM/ACK — is collapsed by the
+ * dead-letter stream's duplicate window into one stored message, while
+ * another durable that parks the same message has a dead letter of its own
+ * (with the stream sequence alone, the second was taken for a duplicate of
+ * the first and never stored). The caller settles the original delivery
  * (TERM for poison, ACK for a parked message) only after jsd__death_publish
  * returned JSD_OK.
  *
@@ -30,13 +33,14 @@
 #include "puback.h"
 #include "subject.h"
 
-jsd_status jsd_dlq_msg_id(const char *stream, uint64_t seq, char out[65])
+jsd_status jsd_dlq_msg_id(const char *stream, const char *consumer, uint64_t seq, char out[65])
 {
     char num[24];
     jsd__snprintf(num, sizeof(num), "%" PRIu64, seq);
-    const char *parts[] = {"jsd.death", stream ? stream : "", num};
-    size_t lens[] = {9, strlen(parts[1]), strlen(num)};
-    return jsd__ld_sha256_hex(parts, lens, 3, out);
+    /* "jsd.death2": the parts changed (the consumer joined them) */
+    const char *parts[] = {"jsd.death2", stream ? stream : "", consumer ? consumer : "", num};
+    size_t lens[] = {10, strlen(parts[1]), strlen(parts[2]), strlen(num)};
+    return jsd__ld_sha256_hex(parts, lens, 4, out);
 }
 
 static void rfc3339(int64_t ms, char *out, size_t cap)
@@ -84,7 +88,7 @@ jsd_status jsd__death_publish(jsCtx *js, const char *dlq_subject, const char *dl
     jsd_status st = JSD_OK;
     char id[65], seq[24], dlv[24], when[40];
 
-    if ((st = jsd_dlq_msg_id(d->stream, d->stream_seq, id)) != JSD_OK)
+    if ((st = jsd_dlq_msg_id(d->stream, d->consumer, d->stream_seq, id)) != JSD_OK)
         return jsd__err(err, st, "cannot derive the death envelope's message id (%s)",
                         jsd_status_str(st));
     jsd__snprintf(seq, sizeof(seq), "%" PRIu64, d->stream_seq);

@@ -19,8 +19,10 @@ extern "C" {
 
 /* ---- death envelopes (DLQ-1..3) ------------------------------------------------
  * Header names a death envelope carries; the body is the original payload,
- * verbatim. Its Nats-Msg-Id is derived from (stream, stream sequence), so a
- * repeated park or poison of one delivery is one message in the DLQ stream. */
+ * verbatim. Its Nats-Msg-Id is derived from (stream, consumer, stream
+ * sequence), so a repeated park or poison of one delivery by one durable is
+ * one message in the DLQ stream, and each durable that parks a message has
+ * its own. */
 #define JSD_HDR_DLQ_SUBJECT    "Jsd-Dlq-Subject"
 #define JSD_HDR_DLQ_STREAM     "Jsd-Dlq-Stream"
 #define JSD_HDR_DLQ_CONSUMER   "Jsd-Dlq-Consumer"
@@ -33,9 +35,12 @@ extern "C" {
 #define JSD_HDR_DLQ_TYPE       "Jsd-Dlq-Type"
 #define JSD_HDR_REPLAY_OF      "Jsd-Replay-Of"
 
-/* The death envelope's Nats-Msg-Id for (stream, seq); out holds 65 bytes.
- * JSD_OK, or JSD_ERR_NOMEM / JSD_ERR_INTERNAL (the digest failed; out is ""). */
-JSD_EXTERN jsd_status jsd_dlq_msg_id(const char *stream, uint64_t seq, char out[65]);
+/* The death envelope's Nats-Msg-Id for message seq of stream parked by the
+ * durable consumer; out holds 65 bytes. JSD_OK, or JSD_ERR_NOMEM /
+ * JSD_ERR_INTERNAL (the digest failed; out is ""). (Before 0.2 the id left
+ * the consumer out: two durables parking one message got one dead letter.) */
+JSD_EXTERN jsd_status jsd_dlq_msg_id(const char *stream, const char *consumer, uint64_t seq,
+                                     char out[65]);
 
 /*
  * Republish one dead letter (`jsdurable dlq replay --republish`): fetch

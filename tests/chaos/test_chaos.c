@@ -184,7 +184,6 @@ typedef struct chaos_cfg {
     int messages, faults, relays, consumers, keys, drain_s;
     bool pg, cluster;
     bool tamper; /* the checker's own test: falsify the history, expect each class */
-    bool ci;     /* a CI-sized case (ci_cfg): known failures are left out (chaos_run) */
     bool live;   /* CHAOS_LIVE_LOSS=1: stream-recreate and broker-rollback under running
                     relays and consumers (docs/CHAOS.md: what that finds) */
     bool kind_on[F_N];
@@ -2470,29 +2469,6 @@ static void chaos_run(chaos_cfg *c)
                         : "stream-recreate and broker-rollback",
             keep_losses ? "odd" : "even");
     }
-    /* A known failure, left out of the CI-sized cases (make chaos keeps it)
-     * until it is fixed: a death envelope's Nats-Msg-Id is derived from
-     * (stream, stream sequence) only (jsd_dlq_msg_id), so when a second
-     * durable of the stream parks the same message (foreign-publish's poison
-     * ones, parked by the audit durable too) within the dead-letter stream's
-     * duplicate window, its dead letter is taken for a duplicate of the first
-     * durable's: stored never, its poison record marked with the other
-     * durable's dead-letter sequence. The checker reports it as "foreign
-     * messages not ... dead-lettered once" (0 dead letters of the audit
-     * durable); docs/CHAOS.md has the command. */
-    if (c->ci && R->c.kind_on[F_DLQ_REPLAY] && R->c.kind_on[F_FOREIGN_PUBLISH]) {
-        R->c.kind_on[F_FOREIGN_PUBLISH] = false;
-        /* the reproduce line (make chaos) must not give it back */
-        char kept[sizeof(R->c.kinds)] = "", *save = NULL;
-        for (char *t = strtok_r(R->c.kinds, ",", &save); t; t = strtok_r(NULL, ",", &save))
-            if (strcmp(t, faults[F_FOREIGN_PUBLISH].name) != 0) {
-                size_t l = strlen(kept);
-                snprintf(kept + l, sizeof(kept) - l, "%s%s", l ? "," : "", t);
-            }
-        memcpy(R->c.kinds, kept, sizeof(kept));
-        SAY(R, "foreign-publish left out of this CI run: with dlq-replay's second durable it "
-               "meets a known failure (one dead letter for two durables, docs/CHAOS.md)");
-    }
     R->multi = R->c.kind_on[F_DLQ_REPLAY];
     live = R;
     static bool registered;
@@ -2661,7 +2637,6 @@ static void ci_cfg(chaos_cfg *c, uint64_t seed, bool pg, bool cluster, int messa
     c->consumers = 2;
     c->keys = 8;
     c->drain_s = 120;
-    c->ci = true;
     const char *kinds = getenv("CHAOS_CI_KINDS");
     cfg_kinds(c, kinds && *kinds ? kinds : CI_KINDS);
 }

@@ -95,17 +95,18 @@ static void death_msg_id_is_stable_and_distinct(void **state)
 {
     (void)state;
     char a[65], b[65], c[65], d[65];
-    jsd_dlq_msg_id("ORDERS", 12, a);
-    jsd_dlq_msg_id("ORDERS", 12, b);
-    jsd_dlq_msg_id("ORDERS", 13, c);
-    jsd_dlq_msg_id("ORDERS1", 2, d);
+    jsd_dlq_msg_id("ORDERS", "billing", 12, a);
+    jsd_dlq_msg_id("ORDERS", "billing", 12, b);
+    jsd_dlq_msg_id("ORDERS", "billing", 13, c);
     ASSERT_STREQ(a, b);
     ASSERT_EQ(strlen(a), 64);
     ASSERT_TRUE(strcmp(a, c) != 0);
-    jsd_dlq_msg_id("ORDERS", 12, c);
-    jsd_dlq_msg_id("ORDERS1", 2, b);
-    ASSERT_TRUE(strcmp(b, a) != 0);
-    (void)d;
+    jsd_dlq_msg_id("ORDERS1", "billing", 2, b);
+    jsd_dlq_msg_id("ORDERS", "billing1", 2, c);
+    ASSERT_TRUE(strcmp(b, c) != 0); /* the parts are length-delimited */
+    /* another durable parking the same message has its own dead letter */
+    jsd_dlq_msg_id("ORDERS", "audit", 12, d);
+    ASSERT_TRUE(strcmp(a, d) != 0);
 }
 
 /* An id the store takes is kept as it is; any other as printable ASCII,
