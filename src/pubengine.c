@@ -479,6 +479,8 @@ static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, size_t extr
 }
 
 static void refused_write(jsd_publish_result *res, natsStatus s, bool built);
+static bool after_write(jsd__pubengine *e, entry *en, uint32_t slot, natsStatus s, bool built,
+                        jsd_publish_result *res);
 
 bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish_result *res)
 {
@@ -547,6 +549,16 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
         s = natsConnection_PublishMsg(e->nc, m);
     jsd__msg_free(m); /* written (or not) by now: nats.c keeps no reference */
 
+    return after_write(e, en, slot, s, built, res);
+}
+
+/* An entry's write is over (s: nats.c's answer; built: the message was
+ * made): in flight, or queued for settlement when a denial came meanwhile;
+ * or, refused, its slot released and res filled. true when it counts as
+ * written (a reply that arrived proves it was). */
+static bool after_write(jsd__pubengine *e, entry *en, uint32_t slot, natsStatus s, bool built,
+                        jsd_publish_result *res)
+{
     pthread_mutex_lock(&e->lk);
     if (s == NATS_OK) {
         if (en->state == E_WRITING) {
@@ -705,28 +717,8 @@ bool jsd__pubengine_submit_batch(jsd__pubengine *e, const jsd__pub_req *reqs, si
         jsd__msg_free(m);
     }
 
-    pthread_mutex_lock(&e->lk);
-    if (s == NATS_OK) {
-        if (en->state == E_WRITING) {
-            if (en->denied) {
-                queue_slot(e, slot);
-            } else {
-                en->state = E_INFLIGHT;
-                if (en->deadline_mono < e->next_expiry)
-                    e->next_expiry = en->deadline_mono;
-            }
-        }
-        pthread_mutex_unlock(&e->lk);
+    if (after_write(e, en, slot, s, built, res))
         return true;
-    }
-    if (en->state != E_WRITING) {
-        /* The commit's reply arrived, so it was written after all. */
-        pthread_mutex_unlock(&e->lk);
-        return true;
-    }
-    release_slot(e, slot);
-    pthread_mutex_unlock(&e->lk);
-    refused_write(res, s, built);
     if (i < n && res->outcome == JSD_OUTCOME_UNKNOWN) {
         /* the commit was not written: the server stores nothing of the batch
          * (it drops an uncommitted one after its timeout) */
