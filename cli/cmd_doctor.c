@@ -126,13 +126,14 @@ int cli_doctor_gate(const char *cmd, jsd_store *store, jsd_conn *conn, const jsd
             cli_err(cmd, "refused by check %s (%s): %s; fix: %s", x->check, x->subject, x->message,
                     x->fix);
         } else if (x->level == JSD_DOCTOR_ERROR) {
-            fprintf(stderr,
-                    "jsdurable %s: WARNING: running although check %s fails (%s), because "
-                    "--allow-unsafe names it: %s\n",
-                    cmd, x->check, x->subject, x->message);
+            /* cli_say: a JSON line in a JSON-mode run, like every other */
+            cli_say(cmd, "warn",
+                    "WARNING: running although check %s fails (%s), because --allow-unsafe "
+                    "names it: %s",
+                    x->check, x->subject, x->message);
         } else if (x->level == JSD_DOCTOR_WARN) {
-            fprintf(stderr, "jsdurable %s: warning: %s (%s): %s; fix: %s\n", cmd, x->check,
-                    x->subject, x->message, x->fix);
+            cli_say(cmd, "warn", "warning: %s (%s): %s; fix: %s", x->check, x->subject, x->message,
+                    x->fix);
         }
     }
     jsd_doctor_report_destroy(r);
@@ -157,10 +158,10 @@ int cli_doctor_allow_check(const char *cmd, const char *allow)
         return CLI_USAGE;
     }
     if (allow && *allow)
-        fprintf(stderr,
-                "jsdurable %s: WARNING: --allow-unsafe %s: these start-up checks do not stop "
-                "this process; its deployment may lose or double messages\n",
-                cmd, allow);
+        cli_say(cmd, "warn",
+                "WARNING: --allow-unsafe %s: these start-up checks do not stop this process; "
+                "its deployment may lose or double messages",
+                allow);
     return 0;
 }
 

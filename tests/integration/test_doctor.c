@@ -449,6 +449,40 @@ static void relay_refuses(bool pg)
     ASSERT_CONTAINS(out, l);
     ASSERT_EQ(rt_stream_count(&e.nt, e.mem), 3);
     ASSERT_EQ(rt_published(&e.st), 3);
+    /* in a JSON-mode run the start-up warnings are JSON lines like every
+     * other (they were plain text between them); one more effect, so the
+     * start-up checks look at its stream */
+    s = rt_open(&e.st);
+    rt_enqueue(s, &(rt_enqueue_opts){.subject = subj, .n = 1, .id_prefix = "json"});
+    jsd_store_close(s);
+    snprintf(cmd, sizeof(cmd),
+             "%s relay --store '%s' --nats %s --until-idle --allow-unsafe stream.storage "
+             "--log-format json",
+             bin, e.st.url, e.fx.url);
+    rc = jsd_test_run(cmd, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("relay --log-format json exited %d:\n%s", rc, out);
+    int warns = 0;
+    for (char *line = out, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
+        if ((nl = strchr(line, '\n')) != NULL)
+            *nl = '\0';
+        if (!*line)
+            continue;
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        if (!o || !json_is_string(json_object_get(o, "msg")))
+            fail_msg("not a JSON log line: %s", line);
+
+        const char *lv = json_string_value(json_object_get(o, "level"));
+        const char *msg = json_string_value(json_object_get(o, "msg"));
+        if (lv && !strcmp(lv, "warn") &&
+            (strstr(msg, "WARNING: running although check stream.storage") ||
+             strstr(msg, "WARNING: --allow-unsafe") || strstr(msg, "warning: stream.replicas")))
+            warns++;
+        json_decref(o);
+    }
+    if (warns != 3)
+        fail_msg("%d of the 3 start-up warnings as JSON lines at level warn", warns);
     denv_down(&e);
 }
 
