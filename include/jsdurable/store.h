@@ -121,7 +121,7 @@ JSD_EXTERN const char *jsd_store_id(const jsd_store *s);
 /* ---- the schema (docs/SQL-CONTRACT.md) --------------------------------------- */
 /* The schema version this library makes: opening a store migrates it to this
  * version. */
-#define JSD_STORE_SCHEMA_VERSION 10
+#define JSD_STORE_SCHEMA_VERSION 11
 /* The version the store had before this handle's open migrated it: 0 when the
  * open created the tables, JSD_STORE_SCHEMA_VERSION when nothing was to do;
  * -1 for NULL. */
@@ -281,6 +281,25 @@ JSD_EXTERN void jsd_inbox_aged_free(jsd_inbox_aged *a, size_t n);
  * it (jsd_consumer_ensure_inbox). Outside any transaction. */
 JSD_EXTERN jsd_status jsd_store_inbox_high_water(jsd_store *s, const char *stream,
                                                  const char *durable, uint64_t *seq);
+
+/* The acknowledged floor of (stream, durable) recorded in the store
+ * (schema 11, table jsd_durable_floor): the durable's ack_floor.stream_seq
+ * as the server reported it, so every delivery at or below it was
+ * acknowledged (applied, answered from the inbox, or parked). A running
+ * consumer records it every few seconds and at a clean stop; `jsdurable gc`
+ * records the floor it uses before it removes inbox rows under it. A durable
+ * re-created after it was lost resumes after it (jsd_consumer_ensure_inbox,
+ * jsd_consumer_redeliver_from_inbox).
+ *
+ * _record raises it (a lower floor leaves it as it is) and, when it rises,
+ * stamps it with the time it was recorded. _get: *floor 0 and *recorded_at_ms
+ * 0 when none is recorded (recorded_at_ms may be NULL). Both outside any
+ * transaction. */
+JSD_EXTERN jsd_status jsd_store_durable_floor_record(jsd_store *s, const char *stream,
+                                                     const char *durable, uint64_t floor);
+JSD_EXTERN jsd_status jsd_store_durable_floor_get(jsd_store *s, const char *stream,
+                                                  const char *durable, uint64_t *floor,
+                                                  int64_t *recorded_at_ms);
 
 /* One bounded transaction removing at most batch inbox rows of (stream,
  * durable) older than older_than_ms whose stream sequence is at or below

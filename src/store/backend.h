@@ -128,6 +128,14 @@ typedef struct jsd__store_ops {
                                 int64_t now, bool *done);
     /* Inside a transaction: the inbox row's outcome set to code unless it
      * has it; *changed whether a row was written. */
+    /* The durable's recorded ack floor: floor_put raises it (set: puts it
+     * as it is, for a durable re-created lower), now the time it is
+     * recorded; floor_get leaves *floor and *at alone when none is. In or
+     * out of a transaction. */
+    jsd_status (*floor_put)(jsd_store *s, const char *stream, const char *consumer, uint64_t floor,
+                            int64_t now, bool set);
+    jsd_status (*floor_get)(jsd_store *s, const char *stream, const char *consumer, uint64_t *floor,
+                            int64_t *at);
     jsd_status (*inbox_set)(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                             int code, const char *detail, bool *changed);
     /* inbox false: published effects only. */

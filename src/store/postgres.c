@@ -79,6 +79,9 @@ enum {
     P_REPLAY_PENDING,
     P_REPLAY_OPEN,
     P_REPLAY_FINISH,
+    P_DFLOOR_RAISE,
+    P_DFLOOR_SET,
+    P_DFLOOR_GET,
     P__COUNT
 };
 
@@ -448,6 +451,16 @@ static const char *const sql_text[P__COUNT] = {
                       "ORDER BY id LIMIT $2",
     [P_REPLAY_FINISH] = "UPDATE @jsd_replay SET state = $2, detail = $3, done_at = $4 "
                         "WHERE id = $1 AND state = 0",
+    /* a recorded floor only rises; recorded_at is when it last rose */
+    [P_DFLOOR_RAISE] = "INSERT INTO @jsd_durable_floor AS f (stream, consumer, ack_floor, "
+                       "recorded_at) VALUES ($1, $2, $3, $4) ON CONFLICT (stream, consumer) DO "
+                       "UPDATE SET ack_floor = excluded.ack_floor, recorded_at = "
+                       "excluded.recorded_at WHERE excluded.ack_floor > f.ack_floor",
+    [P_DFLOOR_SET] = "INSERT INTO @jsd_durable_floor (stream, consumer, ack_floor, recorded_at) "
+                     "VALUES ($1, $2, $3, $4) ON CONFLICT (stream, consumer) DO UPDATE SET "
+                     "ack_floor = excluded.ack_floor, recorded_at = excluded.recorded_at",
+    [P_DFLOOR_GET] = "SELECT ack_floor, recorded_at FROM @jsd_durable_floor "
+                     "WHERE stream = $1 AND consumer = $2",
 };
 
 /* Every migration records itself here. */
@@ -795,9 +808,20 @@ static const char *const migration_10[] = {
     " CONSTRAINT jsd_replay_delivery UNIQUE (stream, consumer, stream_seq))",
     "CREATE INDEX jsd_replay_pending ON @jsd_replay (stream, consumer, id) WHERE state = 0", NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
-                                                migration_5, migration_6, migration_7, migration_8,
-                                                migration_9, migration_10};
+/* 11: each durable's acknowledged floor as the server reported it, recorded
+ * by its running consumer and by gc before it removes inbox rows (issue 42):
+ * where a lost durable is re-created (consumer_position.c). */
+static const char *const migration_11[] = {"CREATE TABLE @jsd_durable_floor ("
+                                           " stream TEXT NOT NULL,"
+                                           " consumer TEXT NOT NULL,"
+                                           " ack_floor BIGINT NOT NULL,"
+                                           " recorded_at BIGINT NOT NULL,"
+                                           " PRIMARY KEY (stream, consumer))",
+                                           NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2,  migration_3, migration_4,
+                                                migration_5, migration_6,  migration_7, migration_8,
+                                                migration_9, migration_10, migration_11};
 
 const char *const *jsd__pg_migration(int v)
 {
@@ -2391,6 +2415,47 @@ static jsd_status pg_replay_finish(jsd_store *s, int64_t id, int state, const ch
     return JSD_OK;
 }
 
+static jsd_status pg_floor_put(jsd_store *s, const char *stream, const char *consumer,
+                               uint64_t floor, int64_t now, bool set)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    p_i64(&p, (int64_t)floor);
+    p_i64(&p, now);
+    PGresult *r = pexec(s, set ? P_DFLOOR_SET : P_DFLOOR_RAISE, p.n, p.v, p.len, p.fmt,
+                        PGRES_COMMAND_OK, "recording a durable's ack floor");
+    if (!r)
+        return s->err.status;
+    PQclear(r);
+    return JSD_OK;
+}
+
+static jsd_status pg_floor_get(jsd_store *s, const char *stream, const char *consumer,
+                               uint64_t *floor, int64_t *at)
+{
+    jsd_status rc = ready(s);
+    if (rc != JSD_OK)
+        return rc;
+    params p = {.n = 0};
+    p_text(&p, stream);
+    p_text(&p, consumer);
+    PGresult *r = pexec(s, P_DFLOOR_GET, p.n, p.v, p.len, p.fmt, PGRES_TUPLES_OK,
+                        "reading a durable's recorded ack floor");
+    if (!r)
+        return s->err.status;
+    if (PQntuples(r) == 1) {
+        int64_t v = get_i64(r, 0, 0);
+        *floor = v > 0 ? (uint64_t)v : 0;
+        *at = get_i64(r, 0, 1);
+    }
+    PQclear(r);
+    return JSD_OK;
+}
+
 static jsd_status pg_inbox_set(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                                int code, const char *detail, bool *changed)
 {
@@ -2845,6 +2910,8 @@ static const jsd__store_ops pg_ops = {
     .replay_request = pg_replay_request,
     .replay_list = pg_replay_list,
     .replay_finish = pg_replay_finish,
+    .floor_put = pg_floor_put,
+    .floor_get = pg_floor_get,
     .inbox_set = pg_inbox_set,
     .poison_read = pg_poison_read,
     .gc_step = pg_gc_step,

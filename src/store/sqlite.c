@@ -122,6 +122,9 @@ enum {
     S_REPLAY_OPEN,
     S_REPLAY_FINISH,
     S_STATS_REPLAY,
+    S_DFLOOR_RAISE,
+    S_DFLOOR_SET,
+    S_DFLOOR_GET,
     S__COUNT
 };
 
@@ -377,6 +380,16 @@ static const char *const sql_text[S__COUNT] = {
                         "WHERE id = ?1 AND state = 0",
     [S_STATS_REPLAY] = "SELECT coalesce(sum(state = 0), 0), coalesce(sum(state = 2), 0) "
                        "FROM jsd_replay",
+    /* a recorded floor only rises; recorded_at is when it last rose */
+    [S_DFLOOR_RAISE] = "INSERT INTO jsd_durable_floor (stream, consumer, ack_floor, recorded_at) "
+                       "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (stream, consumer) DO UPDATE SET "
+                       "ack_floor = excluded.ack_floor, recorded_at = excluded.recorded_at "
+                       "WHERE excluded.ack_floor > jsd_durable_floor.ack_floor",
+    [S_DFLOOR_SET] = "INSERT INTO jsd_durable_floor (stream, consumer, ack_floor, recorded_at) "
+                     "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (stream, consumer) DO UPDATE SET "
+                     "ack_floor = excluded.ack_floor, recorded_at = excluded.recorded_at",
+    [S_DFLOOR_GET] = "SELECT ack_floor, recorded_at FROM jsd_durable_floor "
+                     "WHERE stream = ?1 AND consumer = ?2",
 };
 
 /* Schema migrations: MIGRATIONS[v - 1] takes the schema from v - 1 to v;
@@ -656,9 +669,20 @@ static const char *const migration_10[] = {
     " UNIQUE (stream, consumer, stream_seq))",
     "CREATE INDEX jsd_replay_pending ON jsd_replay (stream, consumer, id) WHERE state = 0", NULL};
 
-static const char *const *const MIGRATIONS[] = {migration_1, migration_2, migration_3, migration_4,
-                                                migration_5, migration_6, migration_7, migration_8,
-                                                migration_9, migration_10};
+/* 11: each durable's acknowledged floor as the server reported it, recorded
+ * by its running consumer and by gc before it removes inbox rows (issue 42):
+ * where a lost durable is re-created (consumer_position.c). */
+static const char *const migration_11[] = {"CREATE TABLE jsd_durable_floor ("
+                                           " stream TEXT NOT NULL,"
+                                           " consumer TEXT NOT NULL,"
+                                           " ack_floor INTEGER NOT NULL,"
+                                           " recorded_at INTEGER NOT NULL,"
+                                           " PRIMARY KEY (stream, consumer))",
+                                           NULL};
+
+static const char *const *const MIGRATIONS[] = {migration_1, migration_2,  migration_3, migration_4,
+                                                migration_5, migration_6,  migration_7, migration_8,
+                                                migration_9, migration_10, migration_11};
 
 const char *const *jsd__sqlite_migration(int v)
 {
@@ -2537,6 +2561,43 @@ static jsd_status sq_replay_finish(jsd_store *s, int64_t id, int state, const ch
     return JSD_OK;
 }
 
+static jsd_status sq_floor_put(jsd_store *s, const char *stream, const char *consumer,
+                               uint64_t floor, int64_t now, bool set)
+{
+    sqlite3_stmt *st = stmt(s, set ? S_DFLOOR_SET : S_DFLOOR_RAISE);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, stream);
+    bind_text(st, 2, consumer);
+    sqlite3_bind_int64(st, 3, (int64_t)floor);
+    sqlite3_bind_int64(st, 4, now);
+    int x = sqlite3_step(st);
+    done(st);
+    if (x != SQLITE_DONE)
+        return sq_fail(s, x, "recording a durable's ack floor");
+    return JSD_OK;
+}
+
+static jsd_status sq_floor_get(jsd_store *s, const char *stream, const char *consumer,
+                               uint64_t *floor, int64_t *at)
+{
+    sqlite3_stmt *st = stmt(s, S_DFLOOR_GET);
+    if (!st)
+        return s->err.status;
+    bind_text(st, 1, stream);
+    bind_text(st, 2, consumer);
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        int64_t v = sqlite3_column_int64(st, 0);
+        *floor = v > 0 ? (uint64_t)v : 0;
+        *at = sqlite3_column_int64(st, 1);
+    }
+    done(st);
+    if (x != SQLITE_ROW && x != SQLITE_DONE)
+        return sq_fail(s, x, "reading a durable's recorded ack floor");
+    return JSD_OK;
+}
+
 static jsd_status sq_inbox_set(jsd_store *s, const char *stream, const char *consumer, uint64_t seq,
                                int code, const char *detail, bool *changed)
 {
@@ -3219,6 +3280,8 @@ static const jsd__store_ops sqlite_ops = {
     .replay_request = sq_replay_request,
     .replay_list = sq_replay_list,
     .replay_finish = sq_replay_finish,
+    .floor_put = sq_floor_put,
+    .floor_get = sq_floor_get,
     .inbox_set = sq_inbox_set,
     .poison_read = sq_poison_read,
     .gc_step = sq_gc_step,

@@ -6,6 +6,7 @@
  * the failure policy in outbox.c, the rows shared with the SQLite
  * (sqlite.c) and PostgreSQL (postgres.c) back ends in rows.c.
  */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -577,6 +578,57 @@ jsd_status jsd_store_inbox_high_water(jsd_store *s, const char *stream, const ch
         return jsd__store_err(s, JSD_ERR_INVALID,
                               "inbox high-water mark: a stream and a durable are needed");
     return s->ops->inbox_high(s, stream, durable, seq);
+}
+
+static jsd_status floor_check(jsd_store *s, const char *stream, const char *durable,
+                              const char *what)
+{
+    if (!stream || !durable || !*stream || !*durable)
+        return jsd__store_err(s, JSD_ERR_INVALID, "%s: a stream and a durable are needed", what);
+    return jsd__store_need_idle(s, what);
+}
+
+jsd_status jsd_store_durable_floor_record(jsd_store *s, const char *stream, const char *durable,
+                                          uint64_t floor)
+{
+    if (!s)
+        return JSD_ERR_INVALID;
+    jsd_status rc = floor_check(s, stream, durable, "recording a durable's ack floor");
+    if (rc != JSD_OK)
+        return rc;
+    if (floor > (uint64_t)INT64_MAX)
+        return jsd__store_err(s, JSD_ERR_INVALID, "ack floor %" PRIu64 " is out of range", floor);
+    return s->ops->floor_put(s, stream, durable, floor, jsd__now_ms(), false);
+}
+
+jsd_status jsd__store_durable_floor_set(jsd_store *s, const char *stream, const char *durable,
+                                        uint64_t floor)
+{
+    if (!s)
+        return JSD_ERR_INVALID;
+    jsd_status rc = floor_check(s, stream, durable, "resetting a durable's ack floor");
+    if (rc != JSD_OK)
+        return rc;
+    if (floor > (uint64_t)INT64_MAX)
+        return jsd__store_err(s, JSD_ERR_INVALID, "ack floor %" PRIu64 " is out of range", floor);
+    return s->ops->floor_put(s, stream, durable, floor, jsd__now_ms(), true);
+}
+
+jsd_status jsd_store_durable_floor_get(jsd_store *s, const char *stream, const char *durable,
+                                       uint64_t *floor, int64_t *recorded_at_ms)
+{
+    int64_t at = 0;
+    if (!s || !floor)
+        return JSD_ERR_INVALID;
+    *floor = 0;
+    if (recorded_at_ms)
+        *recorded_at_ms = 0;
+    jsd_status rc = floor_check(s, stream, durable, "reading a durable's recorded ack floor");
+    if (rc == JSD_OK)
+        rc = s->ops->floor_get(s, stream, durable, floor, &at);
+    if (rc == JSD_OK && recorded_at_ms)
+        *recorded_at_ms = at;
+    return rc;
 }
 
 void jsd_inbox_aged_free(jsd_inbox_aged *a, size_t n)

@@ -536,4 +536,10 @@ typedef struct jsd__unpublish {
 jsd_status jsd__store_unpublish(jsd_store *s, const jsd__unpublish *u, size_t n, int64_t now_ms,
                                 size_t *done);
 
+/* The durable's recorded ack floor put to floor as it is, lower or not (a
+ * durable re-created at floor + 1 acknowledges nothing above it yet): the
+ * one way a recorded floor goes down (consumer_position.c's rewinds). */
+jsd_status jsd__store_durable_floor_set(jsd_store *s, const char *stream, const char *durable,
+                                        uint64_t floor);
+
 #endif

@@ -1607,7 +1607,8 @@ static void migration_keeps_stored_msg_ids(void **state)
     }
     app_sql(s, "DROP TABLE jsd_outbox_runs");
     app_sql(s, "DROP TABLE jsd_outbox_floor");
-    app_sql(s, "DROP TABLE jsd_replay"); /* schema 10 */
+    app_sql(s, "DROP TABLE jsd_replay");        /* schema 10 */
+    app_sql(s, "DROP TABLE jsd_durable_floor"); /* schema 11 */
     app_sql(s, "ALTER TABLE jsd_outbox DROP COLUMN first_attempt_at");
     app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN traceparent");
     app_sql(s, "ALTER TABLE jsd_inbox DROP COLUMN tracestate");
@@ -1640,6 +1641,66 @@ static void migration_keeps_stored_msg_ids(void **state)
     o.url = url;
     o.id_namespace = "restored";
     ASSERT_OK_E(jsd_store_open_opts(&s, &o, &e), e.msg);
+    jsd_store_close(s);
+}
+
+/* Issue 42: a schema-10 store (before durables' recorded floors) migrates
+ * to 11 with nothing recorded, keeping its inbox; the recorded floor then
+ * only rises, stamped with the time it rose, and the rewind's reset is the
+ * one way down. */
+static void migration_from_10_records_durable_floors(void **state)
+{
+    char url[512];
+    jsd_store *s = open_new(state, url, sizeof(url));
+    jsd_tx *tx;
+    ASSERT_OK(jsd_tx_begin(&tx, s));
+    ASSERT_OK_E(jsd__tx_inbox_insert(tx, "ORDERS", "app", 7, "m-7", 1, NULL, NULL),
+                jsd_store_errmsg(s));
+    ASSERT_OK(jsd_tx_commit(tx));
+    ASSERT_OK_E(jsd_store_durable_floor_record(s, "ORDERS", "app", 5), jsd_store_errmsg(s));
+    /* back to schema 10 */
+    app_sql(s, "DROP TABLE jsd_durable_floor");
+    app_sql(s, "DELETE FROM jsd_schema_version WHERE version = 11");
+    jsd_store_close(s);
+
+    s = open_url(url);
+    ASSERT_EQ(jsd_store_schema_found(s), 10);
+    ASSERT_EQ(q_i64(s, "SELECT max(version) FROM jsd_schema_version"), 11);
+    ASSERT_EQ(JSD_STORE_SCHEMA_VERSION, 11);
+    uint64_t floor = 99, high = 0;
+    int64_t at = -1;
+    ASSERT_OK_E(jsd_store_durable_floor_get(s, "ORDERS", "app", &floor, &at), jsd_store_errmsg(s));
+    ASSERT_U64_EQ(floor, 0);
+    ASSERT_I64_EQ(at, 0);
+    ASSERT_OK(jsd_store_inbox_high_water(s, "ORDERS", "app", &high));
+    ASSERT_U64_EQ(high, 7);
+
+    int64_t before = jsd__now_ms();
+    ASSERT_OK_E(jsd_store_durable_floor_record(s, "ORDERS", "app", 5), jsd_store_errmsg(s));
+    ASSERT_OK(jsd_store_durable_floor_get(s, "ORDERS", "app", &floor, &at));
+    ASSERT_U64_EQ(floor, 5);
+    ASSERT_I64_LE(before, at);
+    int64_t first_at = at;
+    /* lower or equal: left as it is, its time too */
+    ASSERT_OK(jsd_store_durable_floor_record(s, "ORDERS", "app", 3));
+    ASSERT_OK(jsd_store_durable_floor_record(s, "ORDERS", "app", 5));
+    ASSERT_OK(jsd_store_durable_floor_get(s, "ORDERS", "app", &floor, &at));
+    ASSERT_U64_EQ(floor, 5);
+    ASSERT_I64_EQ(at, first_at);
+    ASSERT_OK(jsd_store_durable_floor_record(s, "ORDERS", "app", 9));
+    ASSERT_OK(jsd_store_durable_floor_get(s, "ORDERS", "app", &floor, &at));
+    ASSERT_U64_EQ(floor, 9);
+    /* another durable of the stream has its own */
+    ASSERT_OK(jsd_store_durable_floor_get(s, "ORDERS", "other", &floor, &at));
+    ASSERT_U64_EQ(floor, 0);
+    /* a durable re-created lower (consumer_position.c's rewinds) */
+    ASSERT_OK(jsd__store_durable_floor_set(s, "ORDERS", "app", 2));
+    ASSERT_OK(jsd_store_durable_floor_get(s, "ORDERS", "app", &floor, &at));
+    ASSERT_U64_EQ(floor, 2);
+    /* bad input: a clear error */
+    ASSERT_STATUS(jsd_store_durable_floor_record(s, "ORDERS", "", 1), JSD_ERR_INVALID);
+    ASSERT_CONTAINS(jsd_store_errmsg(s), "a stream and a durable are needed");
+    ASSERT_STATUS(jsd_store_durable_floor_record(s, "ORDERS", "app", UINT64_MAX), JSD_ERR_INVALID);
     jsd_store_close(s);
 }
 
@@ -3451,38 +3512,41 @@ static void pending_lists_every_kind(void **state)
     jsd_store_close(s);
 }
 
-JSD_TEST_MAIN(
-    BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_nothing),
-    BOTH(duplicate_effect_identity), BOTH(limits_are_enforced),
-    BOTH(claim_returns_effects_in_order), BOTH(not_before_delays_claims),
-    BOTH(unsynced_receipts_are_committed_then_synced), BOTH(order_key_holds_back_later_effects),
-    BOTH(receipts_for_a_range_and_a_keyed_row_inside_it), BOTH(receipt_runs_keep_each_rows_values),
-    BOTH(receipts_leave_the_row_between_them), BOTH(expired_lease_takeover),
-    BOTH(two_processes_never_share_an_effect), BOTH(backoff_schedule_and_budget),
-    BOTH(release_and_requeue), BOTH(inbox_identity_and_outcome), BOTH(savepoint_per_delivery),
-    BOTH(poison_records_keep_the_evidence), BOTH(retention_in_bounded_batches),
-    BOTH(schema_from_the_future_is_refused), BOTH(wakeups_follow_commits),
-    BOTH(stats_count_what_they_name), BOTH(namespace_identity),
-    BOTH(migration_keeps_stored_msg_ids), cmocka_unit_test(two_stores_one_stream_keep_both),
-    cmocka_unit_test(pg_notices_go_through_the_logger), cmocka_unit_test(emit_oom_child),
-    cmocka_unit_test(emit_allocation_failures),
-    cmocka_unit_test(url_errors_are_clear_and_secret_free), cmocka_unit_test(sqlite_read_only_file),
-    cmocka_unit_test(sqlite_disk_full), cmocka_unit_test(sqlite_settings),
-    cmocka_unit_test(sqlite_receipts_as_runs_and_the_floor),
-    cmocka_unit_test(sqlite_takeover_of_a_range_partly_in_runs),
-    cmocka_unit_test(sqlite_writers_take_turns),
-    cmocka_unit_test(sqlite_writers_of_two_processes_take_turns),
-    cmocka_unit_test(sqlite_turn_file_unusable_is_said_once),
-    cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
-    cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
-    cmocka_unit_test(pg_claims_stay_on_their_page),
-    cmocka_unit_test(pg_claim_async_commit_stays_in_the_claim), BOTH(open_reader_same_database),
-    cmocka_unit_test(sqlite_memory_store_has_no_reader),
-    cmocka_unit_test(sqlite_existing_file_keeps_its_pages),
-    cmocka_unit_test(pg_reconnects_after_connection_loss),
-    cmocka_unit_test(pg_begin_goes_with_the_first_statement),
-    cmocka_unit_test(pg_concurrent_duplicate_identity),
-    cmocka_unit_test(pg_concurrent_inbox_retire),
-    cmocka_unit_test(pg_writer_handle_is_a_second_session),
-    cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable),
-    cmocka_unit_test(pg_receipts_as_runs_and_the_floor), BOTH(pending_lists_every_kind))
+JSD_TEST_MAIN(BOTH(atomic_commit_and_rollback), BOTH(crash_before_commit_leaves_nothing),
+              BOTH(duplicate_effect_identity), BOTH(limits_are_enforced),
+              BOTH(claim_returns_effects_in_order), BOTH(not_before_delays_claims),
+              BOTH(unsynced_receipts_are_committed_then_synced),
+              BOTH(order_key_holds_back_later_effects),
+              BOTH(receipts_for_a_range_and_a_keyed_row_inside_it),
+              BOTH(receipt_runs_keep_each_rows_values), BOTH(receipts_leave_the_row_between_them),
+              BOTH(expired_lease_takeover), BOTH(two_processes_never_share_an_effect),
+              BOTH(backoff_schedule_and_budget), BOTH(release_and_requeue),
+              BOTH(inbox_identity_and_outcome), BOTH(savepoint_per_delivery),
+              BOTH(poison_records_keep_the_evidence), BOTH(retention_in_bounded_batches),
+              BOTH(schema_from_the_future_is_refused), BOTH(wakeups_follow_commits),
+              BOTH(stats_count_what_they_name), BOTH(namespace_identity),
+              BOTH(migration_keeps_stored_msg_ids), BOTH(migration_from_10_records_durable_floors),
+              cmocka_unit_test(two_stores_one_stream_keep_both),
+              cmocka_unit_test(pg_notices_go_through_the_logger), cmocka_unit_test(emit_oom_child),
+              cmocka_unit_test(emit_allocation_failures),
+              cmocka_unit_test(url_errors_are_clear_and_secret_free),
+              cmocka_unit_test(sqlite_read_only_file), cmocka_unit_test(sqlite_disk_full),
+              cmocka_unit_test(sqlite_settings),
+              cmocka_unit_test(sqlite_receipts_as_runs_and_the_floor),
+              cmocka_unit_test(sqlite_takeover_of_a_range_partly_in_runs),
+              cmocka_unit_test(sqlite_writers_take_turns),
+              cmocka_unit_test(sqlite_writers_of_two_processes_take_turns),
+              cmocka_unit_test(sqlite_turn_file_unusable_is_said_once),
+              cmocka_unit_test(sqlite_options_payload_cap_and_busy), cmocka_unit_test(pg_disk_full),
+              cmocka_unit_test(pg_schema_option), cmocka_unit_test(pg_concurrent_open),
+              cmocka_unit_test(pg_claims_stay_on_their_page),
+              cmocka_unit_test(pg_claim_async_commit_stays_in_the_claim),
+              BOTH(open_reader_same_database), cmocka_unit_test(sqlite_memory_store_has_no_reader),
+              cmocka_unit_test(sqlite_existing_file_keeps_its_pages),
+              cmocka_unit_test(pg_reconnects_after_connection_loss),
+              cmocka_unit_test(pg_begin_goes_with_the_first_statement),
+              cmocka_unit_test(pg_concurrent_duplicate_identity),
+              cmocka_unit_test(pg_concurrent_inbox_retire),
+              cmocka_unit_test(pg_writer_handle_is_a_second_session),
+              cmocka_unit_test(pg_claim_floor_keeps_expired_leases_reachable),
+              cmocka_unit_test(pg_receipts_as_runs_and_the_floor), BOTH(pending_lists_every_kind))
