@@ -19,7 +19,12 @@
  * when it is older than the horizon and at or below its durable's ack floor
  * as the server reports it (ack_floor.stream_seq): everything there is
  * acknowledged and is never delivered again. The floor is read before the
- * rows are deleted; a floor that moves up meanwhile only keeps more. Rows of
+ * rows are deleted; a floor that moves up meanwhile only keeps more. It is
+ * recorded in the store (jsd_store_durable_floor_record) before any row
+ * under it goes, so a durable lost and re-created later resumes after it,
+ * never where the rows that would answer its redeliveries are gone; a
+ * durable ahead of its stream (the server lost the stream's tail) keeps
+ * its rows, its floor counting sequences the stream no longer has. Rows of
  * a durable the server does not have are kept until the operator drops them
  * with --durable NAME; when the server cannot be asked, every inbox row is
  * kept. Each kept row is counted and said why. With -j/--json the result is
@@ -263,12 +268,35 @@ static jsd_status gc_inbox(jsd_store *s, gc_run *r, int batch, const char *no_se
                         a[i].stream, a[i].durable, (long long)gone, (long long)r->older);
             continue;
         }
+        if (d->ahead) {
+            r->kept_floor += a[i].rows;
+            cli_say("gc", "warn",
+                    "durable \"%s/%s\": kept %lld inbox rows older than %lld ms: the durable is "
+                    "ahead of its stream (ack floor %llu past the stream's end: the server lost "
+                    "the stream's tail), so its floor does not say which rows are acknowledged; "
+                    "they go once it is re-created (consume --topology FILE)",
+                    a[i].stream, a[i].durable, (long long)a[i].rows, (long long)r->older,
+                    (unsigned long long)d->ack_floor_seq);
+            continue;
+        }
         int64_t floor =
             d->ack_floor_seq > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)d->ack_floor_seq;
-        /* The durable's highest row stays: its high-water mark (where a lost
-         * durable resumes; what tells a store restored from an older backup).
-         * At or below the floor it is the only row kept. */
+        /* The durable's highest row stays: its high-water mark (what tells a
+         * store restored from an older backup). At or below the floor it is
+         * the only row kept. The floor is recorded first: a durable lost
+         * later resumes after the recorded floor, never below rows gone. */
         uint64_t high = 0;
+        st = jsd_store_durable_floor_record(s, a[i].stream, a[i].durable, d->ack_floor_seq);
+        if (st != JSD_OK) {
+            r->kept_floor += a[i].rows;
+            cli_say("gc", "warn",
+                    "durable \"%s/%s\": kept %lld inbox rows: recording its ack floor %llu "
+                    "failed (%s); a row is removed only under a recorded floor",
+                    a[i].stream, a[i].durable, (long long)a[i].rows,
+                    (unsigned long long)d->ack_floor_seq, jsd_store_errmsg(s));
+            st = JSD_OK;
+            continue;
+        }
         st = jsd_store_inbox_high_water(s, a[i].stream, a[i].durable, &high);
         if (st == JSD_OK)
             st = gc_durable(s, r, &a[i], floor, batch, &gone);

@@ -433,6 +433,7 @@ static jsd_status poll_with(jsd_consumer *c, const jsd__handler *h, int *n)
     }
     jsd__bury_sweep(c, false);
     jsd__replay_sweep(c, h, false);
+    jsd__durable_floor_note(c, false);
 
     bool idle = false, committed = false;
     jsd_status st = jsd__fetch_batch(c, &idle);
@@ -519,6 +520,7 @@ static jsd_status run_with(jsd_consumer *c, const jsd__handler *h, bool until_id
                 jsd__bury_sweep(c, true);
                 jsd_consumer_stats s;
                 jsd_consumer_stats_get(c, &s);
+                jsd__durable_floor_note(c, true);
                 if (s.poison_unpublished == 0)
                     return JSD_OK;
                 return jsd__cerr(c, JSD_ERR_NATS,
@@ -531,6 +533,7 @@ static jsd_status run_with(jsd_consumer *c, const jsd__handler *h, bool until_id
     }
     jsd__fetch_drain(c);
     jsd__ack_collect(c->ack, true);
+    jsd__durable_floor_note(c, true);
     if (c->held_at_stop)
         return c->err.status != JSD_OK ? c->err.status : JSD_ERR_STORE;
     return JSD_OK;

@@ -184,7 +184,7 @@ static jsd_status check_position(jsd_conn *conn, jsd_store *store, const char *s
                             "that may be new",
                             durable, stream, p.ack_floor, p.stream_last);
         uint64_t at = jsd__durable_resume_seq(conn, store, stream, durable, &p);
-        if ((st = jsd__durable_rewind(conn, stream, durable, at, err)) != JSD_OK)
+        if ((st = jsd__durable_rewind(conn, store, stream, durable, at, err)) != JSD_OK)
             return st;
         JSD_WARN("consumer",
                  "%s/%s: durable \"%s\" re-created at stream sequence %" PRIu64
@@ -213,7 +213,7 @@ jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const cha
 {
     jsCtx *js = conn ? jsd__conn_js(conn) : NULL;
     bool exists = false;
-    uint64_t high = 0;
+    uint64_t high = 0, floor = 0;
 
     if (created)
         *created = false;
@@ -234,42 +234,59 @@ jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const cha
     if ((st = jsd_store_inbox_high_water(store, stream, durable, &high)) != JSD_OK)
         return jsd__err(err, st, "durable \"%s\" is missing; reading its inbox: %s", durable,
                         jsd_store_errmsg(store));
-    if (high == 0) /* a first start: nothing was applied from it */
+    if ((st = jsd_store_durable_floor_get(store, stream, durable, &floor, NULL)) != JSD_OK)
+        return jsd__err(err, st, "durable \"%s\" is missing; reading its recorded ack floor: %s",
+                        durable, jsd_store_errmsg(store));
+    if (high == 0 && floor == 0) /* a first start: nothing was applied from it */
         return jsd_consumer_ensure(conn, stream, durable, cfg, created, err);
     if (!restore)
         return jsd__err(err, JSD_ERR_CONFIG,
-                        "durable \"%s\" on stream \"%s\" is missing, but its inbox holds "
-                        "deliveries up to stream sequence %" PRIu64
-                        ": it existed and was lost; created again from defaults it would not be "
+                        "durable \"%s\" on stream \"%s\" is missing, but the store holds its "
+                        "deliveries (inbox high-water mark %" PRIu64 ", recorded ack floor %" PRIu64
+                        "): it existed and was lost; created again from defaults it would not be "
                         "the durable that was provisioned and would start from the stream's "
                         "start; restore it with `jsdurable provision`, or give its settings "
                         "(consume --topology FILE) to re-create it after sequence %" PRIu64,
-                        durable, stream, high, high);
+                        durable, stream, high, floor, floor ? floor : high);
     jsd_durable_config at = *restore;
-    at.start_seq = high + 1;
-    /* The stream lost its tail too (it ends below the mark): its sequences
-     * after its end are handed out again, so it resumes where a durable
-     * ahead of its stream would (consumer_position.c), not after the mark. */
+    char why[400];
+    if ((st = jsd__durable_lost_start(store, stream, durable, high, &at.start_seq, why, sizeof(why),
+                                      err)) != JSD_OK)
+        return st;
+    /* The stream lost its tail too (it ends below the floor, or without
+     * one below the mark): its sequences after its end are handed out
+     * again, so it resumes where a durable ahead of its stream would
+     * (consumer_position.c), not after them. */
+    uint64_t mark = floor ? floor : high;
+    bool tail_lost = false;
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
-    if (js_GetStreamInfo(&si, js, stream, NULL, &jerr) == NATS_OK && si->State.LastSeq < high) {
+    if (js_GetStreamInfo(&si, js, stream, NULL, &jerr) == NATS_OK && si->State.LastSeq < mark) {
         jsd_durable_position p = {.stream_first = si->State.FirstSeq,
                                   .stream_last = si->State.LastSeq};
         at.start_seq = jsd__durable_resume_seq(conn, store, stream, durable, &p);
+        tail_lost = true;
+        jsd__snprintf(why, sizeof(why),
+                      "where the old stream ends: the store holds deliveries up to stream "
+                      "sequence %" PRIu64 " but the stream ends at %" PRIu64
+                      " (the server lost the stream's tail)",
+                      mark, si->State.LastSeq);
         JSD_ERROR("consumer",
-                  "%s/%s: the inbox holds deliveries up to stream sequence %" PRIu64
+                  "%s/%s: the store holds deliveries up to stream sequence %" PRIu64
                   " but the stream ends at %" PRIu64 " (the server lost the stream's tail)",
-                  stream, durable, high, si->State.LastSeq);
+                  stream, durable, mark, si->State.LastSeq);
     }
     jsStreamInfo_Destroy(si);
     bool made = false;
     if ((st = jsd_consumer_ensure(conn, stream, durable, &at, &made, err)) != JSD_OK)
         return st;
+    if (made && tail_lost)
+        jsd__durable_floor_reset(store, stream, durable, at.start_seq);
     if (made)
         JSD_WARN("consumer",
-                 "durable %s was missing; re-created from the topology at stream sequence %" PRIu64
-                 ", after the last one its inbox holds (%" PRIu64 ") or the stream's end",
-                 durable, at.start_seq, high);
+                 "%s/%s: durable \"%s\" was missing; re-created from the topology at stream "
+                 "sequence %" PRIu64 ", %s",
+                 stream, durable, durable, at.start_seq, why);
     if (created)
         *created = made;
     if (start_seq && made)
@@ -281,9 +298,12 @@ jsd_status jsd_consumer_ensure_inbox(jsd_conn *conn, jsd_store *store, const cha
  * followed by a look at the durable: when the server no longer has it, the
  * consumer says so at once (an error in the log, durable_missing in the
  * stats for /readyz) and, with the provisioned settings (opts.restore),
- * re-creates it after its inbox's high-water mark: every delivery at or
- * below it was applied and recorded, every one above it was not ACKed, so
- * nothing is lost and nothing the inbox holds is delivered again. The
+ * re-creates it after its acknowledged floor as last recorded in the store
+ * (consumer_position.c, DESIGN "where a lost durable resumes"): every
+ * delivery at or below it was acknowledged; above it, what the inbox holds
+ * is answered as a duplicate and the rest (a retry pending, another
+ * consumer's uncommitted batch) is applied. Not after the inbox's
+ * high-water mark: a delivery below it may never have been applied. The
  * subscription stays bound: a pull request names the durable, not its
  * incarnation. Without restore the error is repeated once a minute. */
 #define MISSING_REPEAT_MS 60000
@@ -318,8 +338,8 @@ bool jsd__durable_lost(jsd_consumer *c)
         JSD_ERROR("consumer",
                   "%s/%s: durable \"%s\" does not exist on stream \"%s\" (deleted? %s); %s",
                   c->stream, c->durable, c->durable, c->stream, c->err.msg,
-                  c->has_restore ? "re-creating it from the topology after its inbox's "
-                                   "high-water mark"
+                  c->has_restore ? "re-creating it from the topology after its recorded "
+                                   "ack floor"
                                  : "nothing is consumed and /readyz fails until it is restored "
                                    "(`jsdurable provision`, or consume --topology FILE)");
     } else if (!c->has_restore && now - c->missing_said_ms >= MISSING_REPEAT_MS) {

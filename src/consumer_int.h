@@ -198,6 +198,11 @@ struct jsd_consumer {
     bool ahead, ahead_failed;
     int64_t ahead_look_ms, ahead_said_ms;
     jsd_metric *m_ahead;
+    /* The durable's ack floor last recorded in the store
+     * (jsd__durable_floor_note) and when it was last read. */
+    uint64_t floor_noted;
+    int64_t floor_note_ms;
+    bool floor_failed;
 
     natsSubscription *sub;
     jsd__ack *ack; /* the ACK pipeline (consumer_ack.c) */
@@ -275,8 +280,20 @@ bool jsd__durable_lost(jsd_consumer *c);
 void jsd__durable_ahead(jsd_consumer *c);
 uint64_t jsd__durable_resume_seq(jsd_conn *conn, jsd_store *store, const char *stream,
                                  const char *durable, const jsd_durable_position *p);
-jsd_status jsd__durable_rewind(jsd_conn *conn, const char *stream, const char *durable, uint64_t at,
-                               jsd_error *err);
+jsd_status jsd__durable_rewind(jsd_conn *conn, jsd_store *store, const char *stream,
+                               const char *durable, uint64_t at, jsd_error *err);
+/* The recorded floor of a durable re-created at `at` put to at - 1. */
+void jsd__durable_floor_reset(jsd_store *store, const char *stream, const char *durable,
+                              uint64_t at);
+/* Where a lost durable is re-created (DESIGN "where a lost durable
+ * resumes"): after its recorded ack floor, else after high (its inbox's
+ * high-water mark); why: the phrase the log says it with. */
+jsd_status jsd__durable_lost_start(jsd_store *store, const char *stream, const char *durable,
+                                   uint64_t high, uint64_t *at, char *why, size_t cap,
+                                   jsd_error *err);
+/* Between batches, at most every few seconds (at_stop: now), the durable's
+ * ack floor read from the server and recorded in the store. */
+void jsd__durable_floor_note(jsd_consumer *c, bool at_stop);
 
 /* consumer_fetch.c: the fetcher thread pulls one batch ahead. start/stop
  * run it (start again after a stop restarts it); drain gives back the

@@ -29,9 +29,47 @@
  * holds no row for, a message that cannot be read, the walk's bound) moves
  * the start down, never up. The walk looks at PROBE_MAX sequences at most
  * and then starts where it stopped.
+ *
+ * But starting early is safe only where the inbox still holds the rows:
+ * `jsdurable gc` removes a durable's rows at or below its ack floor, and a
+ * message there delivered again would be applied twice. gc records the
+ * floor it uses (jsd_durable_floor) before it removes a row, so a sequence
+ * at or below the recorded floor R without an inbox row may be one gc
+ * removed. The walk takes such a sequence as the old stream's when its
+ * stream message was stored no later than R was recorded (time T): a
+ * message published after the loss, which happened after T, is stored
+ * after T. So the walk stops there (start seq + 1), and never goes down
+ * into what gc emptied. The limits: the comparison is of the server's
+ * store time against the recording host's clock, so a skew between them
+ * shifts it by as much; and a floor recorded while the durable was already
+ * ahead (before a running consumer saw it; it records none once it has)
+ * makes messages of the new stream stored before T read as old, skipped.
+ * A rewind puts the recorded floor to the new start - 1, so that a later
+ * loss resumes in the new stream.
+ *
+ * DESIGN (where a lost durable resumes). A durable deleted (or missing at
+ * start) and re-created with its settings (consume --topology) resumes at
+ * R + 1, R its acknowledged floor recorded in the store
+ * (jsd_store_durable_floor_record: by the running consumer every
+ * FLOOR_NOTE_EVERY ms and at a clean stop, by gc before it removes rows).
+ * The server acknowledged every delivery at or below R (applied, answered
+ * from the inbox, or parked), so nothing there is lost; above it, what was
+ * applied is answered from the inbox as a duplicate (gc keeps every row
+ * above the floor it used, and that floor is at or below R), and what was
+ * not (a delivery NAKed for a retry, one another consumer of the durable
+ * held uncommitted) is delivered again and applied. The inbox's high-water
+ * mark H + 1 is no such point: a delivery below H may be unapplied (a
+ * handler's failure NAKed while later ones committed). Without a recorded
+ * floor (a store that never ran this version's consumer or gc) the durable
+ * resumes after H as before, with a warning that deliveries in flight when
+ * it was lost may have been skipped. What is left: acknowledgements after
+ * the last recording move the floor on the server only, so a few
+ * seconds' worth of applied deliveries come again, all answered from the
+ * inbox.
  */
 #include <inttypes.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -41,7 +79,8 @@
 #include "streams.h"
 
 #define PROBE_MAX        1000
-#define AHEAD_LOOK_EVERY 5000 /* ms between a running consumer's looks */
+#define AHEAD_LOOK_EVERY 5000  /* ms between a running consumer's looks */
+#define FLOOR_NOTE_EVERY 10000 /* ms between a running consumer's floor records */
 
 /* The first stream message at or after `from` the durable takes (its
  * filter; NULL: any), by STREAM.MSG.GET with next_by_subj: *seq, or 0 when
@@ -184,18 +223,27 @@ static jsd_status rewind_to(jsCtx *js, const char *stream, const char *durable, 
 }
 
 /* Whether the stream's message at seq is the one the inbox recorded there
- * (see DESIGN): 1 yes, 0 no or not known (no row, unreadable). */
+ * (see DESIGN): 1 yes, 0 no or not known (no row, unreadable). Without a
+ * row, a message at or below the recorded floor `floor` stored by floor_at
+ * (unix ms) counts as the one gc removed the row of. */
 static int same_message(jsCtx *js, jsd_tx *tx, const char *stream, const char *durable,
-                        uint64_t seq)
+                        uint64_t seq, uint64_t floor, int64_t floor_at)
 {
     bool found = false;
     jsd__inbox_outcome o;
-    if (jsd__tx_inbox_lookup(tx, stream, durable, seq, &found, &o) != JSD_OK || !found)
+    if (jsd__tx_inbox_lookup(tx, stream, durable, seq, &found, &o) != JSD_OK)
+        return 0;
+    if (!found && (seq > floor || floor_at <= 0))
         return 0;
     natsMsg *m = NULL;
     jsErrCode jerr = 0;
     if (js_GetMsg(&m, js, stream, seq, NULL, &jerr) != NATS_OK)
         return 0;
+    if (!found) {
+        int64_t stored_ms = natsMsg_GetTime(m) / 1000000;
+        natsMsg_Destroy(m);
+        return stored_ms <= floor_at;
+    }
     const char *id = NULL;
     char key[48];
     if (natsMsgHeader_Get(m, "Nats-Msg-Id", &id) != NATS_OK || !id || !*id) {
@@ -214,14 +262,19 @@ uint64_t jsd__durable_resume_seq(jsd_conn *conn, jsd_store *store, const char *s
     uint64_t first = JSD_MAX(p->stream_first, 1);
     uint64_t top = p->stream_last;
     jsd_tx *tx = NULL;
+    uint64_t high = 0, floor = 0;
+    int64_t floor_at = 0;
+    if (store && jsd_store_durable_floor_get(store, stream, durable, &floor, &floor_at) != JSD_OK)
+        floor = 0; /* unknown: every sequence without a row is taken as new */
     if (!store || jsd_tx_begin(&tx, store) != JSD_OK)
         return first; /* the inbox unreadable: from the stream's start, as a fresh durable would */
-    uint64_t high = 0;
-    if (jsd_store_inbox_high_water(store, stream, durable, &high) == JSD_OK && high < top)
-        top = high;
+    /* from the highest sequence the old stream may have had acknowledged */
+    if (jsd_store_inbox_high_water(store, stream, durable, &high) == JSD_OK &&
+        JSD_MAX(high, floor) < top)
+        top = JSD_MAX(high, floor);
     uint64_t at = first, seq = top;
     for (int n = 0; seq >= first && n < PROBE_MAX; seq--, n++) {
-        if (same_message(js, tx, stream, durable, seq)) {
+        if (same_message(js, tx, stream, durable, seq, floor, floor_at)) {
             at = seq + 1;
             break;
         }
@@ -233,10 +286,62 @@ uint64_t jsd__durable_resume_seq(jsd_conn *conn, jsd_store *store, const char *s
     return JSD_MIN(at, p->stream_last + 1);
 }
 
-jsd_status jsd__durable_rewind(jsd_conn *conn, const char *stream, const char *durable, uint64_t at,
-                               jsd_error *err)
+/* The recorded floor of a durable re-created at `at` is at - 1 (see the
+ * DESIGN): a failure is said, the re-creation stands. */
+void jsd__durable_floor_reset(jsd_store *store, const char *stream, const char *durable,
+                              uint64_t at)
 {
-    return rewind_to(jsd__conn_js(conn), stream, durable, at, err);
+    if (!store || at == 0)
+        return;
+    if (jsd__store_durable_floor_set(store, stream, durable, at - 1) != JSD_OK)
+        JSD_WARN("consumer",
+                 "%s/%s: the durable was re-created at stream sequence %" PRIu64
+                 " but its recorded ack floor could not be put back to %" PRIu64
+                 ": %s; if it is lost again before its consumer records a floor, it resumes "
+                 "after the old one",
+                 stream, durable, at, at - 1, jsd_store_errmsg(store));
+}
+
+jsd_status jsd__durable_rewind(jsd_conn *conn, jsd_store *store, const char *stream,
+                               const char *durable, uint64_t at, jsd_error *err)
+{
+    jsd_status st = rewind_to(jsd__conn_js(conn), stream, durable, at, err);
+    if (st == JSD_OK)
+        jsd__durable_floor_reset(store, stream, durable, at);
+    return st;
+}
+
+jsd_status jsd__durable_lost_start(jsd_store *store, const char *stream, const char *durable,
+                                   uint64_t high, uint64_t *at, char *why, size_t cap,
+                                   jsd_error *err)
+{
+    uint64_t floor = 0;
+    int64_t floor_at = 0;
+    jsd_status st = jsd_store_durable_floor_get(store, stream, durable, &floor, &floor_at);
+    if (st != JSD_OK)
+        return jsd__err(err, st, "reading the recorded ack floor of %s/%s: %s", stream, durable,
+                        jsd_store_errmsg(store));
+    if (floor == 0) {
+        *at = high + 1;
+        jsd__snprintf(why, cap,
+                      "after its inbox's high-water mark %" PRIu64
+                      ": no acknowledged floor is recorded in the store, so deliveries in flight "
+                      "when it was lost (a retry, or one another consumer held uncommitted) "
+                      "below the mark may have been skipped",
+                      high);
+        return JSD_OK;
+    }
+    char when[40] = "?";
+    time_t secs = (time_t)(floor_at / 1000);
+    struct tm tm;
+    if (gmtime_r(&secs, &tm))
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    *at = floor + 1;
+    jsd__snprintf(why, cap,
+                  "after its acknowledged floor %" PRIu64 " recorded at %s (inbox high-water "
+                  "mark %" PRIu64 "): what was applied above it is answered from the inbox",
+                  floor, when, high);
+    return JSD_OK;
 }
 
 jsd_status jsd_consumer_redeliver_from_inbox(jsd_conn *conn, jsd_store *store, const char *stream,
@@ -254,15 +359,22 @@ jsd_status jsd_consumer_redeliver_from_inbox(jsd_conn *conn, jsd_store *store, c
     if (st != JSD_OK)
         return jsd__err(err, st, "reading the inbox high-water mark of %s/%s: %s", stream, durable,
                         jsd_store_errmsg(store));
-    if ((st = rewind_to(js, stream, durable, high + 1, err)) != JSD_OK)
+    /* The store's recorded floor is as old as the store: every delivery at
+     * or below it was committed before it was recorded, so is in the
+     * restored store (see the DESIGN "where a lost durable resumes"). */
+    char why[400];
+    uint64_t start = 0;
+    if ((st = jsd__durable_lost_start(store, stream, durable, high, &start, why, sizeof(why),
+                                      err)) != JSD_OK)
+        return st;
+    if ((st = rewind_to(js, stream, durable, start, err)) != JSD_OK)
         return st;
     JSD_WARN("consumer",
              "%s/%s: durable re-created at stream sequence %" PRIu64
-             ", after its inbox's high-water mark %" PRIu64
-             ": what the inbox holds is answered as duplicates, the rest applied",
-             stream, durable, high + 1, high);
+             ", %s; what the inbox holds is answered as duplicates, the rest applied",
+             stream, durable, start, why);
     if (at)
-        *at = high + 1;
+        *at = start;
     return JSD_OK;
 }
 
@@ -323,7 +435,7 @@ void jsd__durable_ahead(jsd_consumer *c)
     if (!c->has_restore)
         return;
     uint64_t at = jsd__durable_resume_seq(c->conn, c->store, c->stream, c->durable, &p);
-    if (jsd__durable_rewind(c->conn, c->stream, c->durable, at, &e) != JSD_OK) {
+    if (jsd__durable_rewind(c->conn, c->store, c->stream, c->durable, at, &e) != JSD_OK) {
         /* refused (permissions, limits): said at once, then once a minute */
         if (!c->ahead_failed || now - c->ahead_said_ms >= 60000) {
             c->ahead_said_ms = now;
@@ -345,4 +457,53 @@ void jsd__durable_ahead(jsd_consumer *c)
              "%s/%s: durable \"%s\" re-created at stream sequence %" PRIu64
              " (the stream ends at %" PRIu64 ", its old ack floor was %" PRIu64 ")",
              c->stream, c->durable, c->durable, at, p.stream_last, p.ack_floor);
+}
+
+/* DESIGN (a running consumer records its durable's floor). Every
+ * FLOOR_NOTE_EVERY ms between batches, and once at a clean stop, one
+ * consumer-info request reads the durable's ack floor, and the store
+ * records it when it rose since the last record (one small upsert; never
+ * per message). Not while the durable is known to be ahead of its stream:
+ * that floor counts sequences the stream lost. A failure (the server or the
+ * store away) is said at warn once until a record succeeds again and costs
+ * nothing else: a lost durable then resumes after an older floor, lower,
+ * which only answers more deliveries from the inbox. */
+void jsd__durable_floor_note(jsd_consumer *c, bool at_stop)
+{
+    int64_t now = jsd__mono_ms();
+    if (!c->store || c->ahead || c->missing)
+        return;
+    if (!at_stop && c->floor_note_ms != 0 && now - c->floor_note_ms < FLOOR_NOTE_EVERY)
+        return;
+    c->floor_note_ms = now;
+    if (!c->nc || natsConnection_Status(c->nc) != NATS_CONN_STATUS_CONNECTED)
+        return;
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    jsOptions o;
+    jsOptions_Init(&o);
+    o.Wait = 1000;
+    natsStatus s = js_GetConsumerInfo(&ci, c->js, c->stream, c->durable, &o, &jerr);
+    if (s != NATS_OK)
+        return; /* a missing durable or an outage is the fetch's to see */
+    uint64_t floor = ci->AckFloor.Stream;
+    jsConsumerInfo_Destroy(ci);
+    if (floor <= c->floor_noted)
+        return;
+    if (jsd_store_durable_floor_record(c->store, c->stream, c->durable, floor) != JSD_OK) {
+        if (!c->floor_failed)
+            JSD_WARN("consumer",
+                     "%s/%s: recording the durable's ack floor %" PRIu64
+                     " in the store failed: %s; retried every %d s (if the durable is lost "
+                     "meanwhile it resumes after the floor recorded before)",
+                     c->stream, c->durable, floor, jsd_store_errmsg(c->store),
+                     FLOOR_NOTE_EVERY / 1000);
+        c->floor_failed = true;
+        return;
+    }
+    if (c->floor_failed)
+        JSD_INFO("consumer", "%s/%s: the durable's ack floor is recorded again (%" PRIu64 ")",
+                 c->stream, c->durable, floor);
+    c->floor_failed = false;
+    c->floor_noted = floor;
 }

@@ -41,7 +41,8 @@
  *       committed before the fix).
  *   inbox_behind: 5 applied, the store copied (SQLite: the online backup
  *       API; PostgreSQL: the inbox and sink rows above sequence 5 deleted in
- *       one transaction, which is what restoring that backup leaves), 5 more
+ *       one transaction and the recorded ack floor put back to 5, which is
+ *       what restoring that backup leaves), 5 more
  *       applied, the copy restored: `status` and `doctor`
  *       (consumer.inbox_behind) report sequences 6.. lost, consume refuses
  *       to start (exit 78) naming --redeliver-from-inbox, and consume
@@ -474,7 +475,8 @@ static void inbox_behind(bool pg)
     applied_once(&a, 10);
     if (pg) /* what restoring the backup taken after sequence 5 leaves */
         cenv_store_exec(a.e.store, "DELETE FROM jsd_inbox WHERE stream_seq > 5; "
-                                   "DELETE FROM sink WHERE seq > 5");
+                                   "DELETE FROM sink WHERE seq > 5; "
+                                   "UPDATE jsd_durable_floor SET ack_floor = 5");
     else
         sqlite_copy(copy, db);
     applied_once(&a, 5);

@@ -7,7 +7,8 @@
  *       more published; `consume --until-idle --topology FILE` re-creates it
  *       with the file's filter subject, max_deliver and max_ack_pending at
  *       stream sequence 11 (deliver policy by_start_sequence, opt_start_seq
- *       11): "5 committed, 0 duplicates", each sequence in the sink once.
+ *       11, after the ack floor the first run recorded at its stop): "5
+ *       committed, 0 duplicates", each sequence in the sink once.
  *       `provision --policy reconcile` then leaves it as it is. Before the
  *       fix --topology did not exist and the durable came back from
  *       defaults at the stream's start.
@@ -20,7 +21,8 @@
  *       until the durable is back; before the fix it warned every 2 s and
  *       /readyz stayed 200.
  *   restored_while_running: the same with --topology: the error line, then
- *       the durable re-created at the inbox's high-water mark + 1, and the
+ *       the durable re-created at 6 (after the recorded ack floor 5, or
+ *       without one yet after the inbox's high-water mark 5), and the
  *       messages published meanwhile applied once.
  */
 #include <inttypes.h>
@@ -148,7 +150,7 @@ static void recreated_at_high_water(bool pg)
     if (rc != 0)
         fail_msg("consume --topology exited %d: %s", rc, out);
     ASSERT_CONTAINS(out, "was missing; re-created from the topology at stream sequence 11, after "
-                         "the last one its inbox holds");
+                         "its acknowledged floor 10 recorded at ");
     ASSERT_CONTAINS(out, "5 fetched, 5 committed, 0 duplicates");
     check_restored(&e, 11);
     applied_once(&e, 15);
@@ -183,7 +185,8 @@ static void missing_refused_without_topology(bool pg)
     used_then_lost(&e);
     int rc = consume_idle(&e, NULL);
     ASSERT_EQ(rc, 78);
-    ASSERT_CONTAINS(out, "is missing, but its inbox holds deliveries up to stream sequence 10");
+    ASSERT_CONTAINS(out, "is missing, but the store holds its deliveries (inbox high-water mark "
+                         "10, recorded ack floor 10)");
     ASSERT_CONTAINS(out, "jsdurable provision");
     ASSERT_CONTAINS(out, "--topology");
     ASSERT_TRUE(!durable_exists(&e));
