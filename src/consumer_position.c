@@ -45,7 +45,9 @@
  * ahead (before a running consumer saw it; it records none once it has)
  * makes messages of the new stream stored before T read as old, skipped.
  * A rewind puts the recorded floor to the new start - 1, so that a later
- * loss resumes in the new stream.
+ * loss resumes in the new stream. One race is left: another consumer of
+ * the durable that read the old floor just before the rewind may write it
+ * back once, and a loss after that resumes after the old floor.
  *
  * DESIGN (where a lost durable resumes). A durable deleted (or missing at
  * start) and re-created with its settings (consume --topology) resumes at
@@ -449,6 +451,7 @@ void jsd__durable_ahead(jsd_consumer *c)
     }
     c->ahead_failed = false;
     c->ahead = false;
+    c->floor_noted = at > 0 ? at - 1 : 0; /* the reset's: what the new durable raises */
     pthread_mutex_lock(&c->mu);
     c->stats.durable_ahead = 0;
     c->stats.durables_rewound++;
