@@ -34,6 +34,9 @@ static void usage(FILE *f)
             "  --store URL            sqlite:PATH, a file path, or postgres://... (or $JSD_STORE)\n"
             "  --until-idle           exit once nothing is due and nothing is in flight\n"
             "  --batch N              effects per claim (default 256)\n"
+            "  --atomic-min N         the fewest effects of a claim for one stream sent as\n"
+            "                         one atomic batch where the stream allows them; fewer\n"
+            "                         go one by one (1..1000, default 16)\n"
             "  --max-in-flight N      publications awaiting a PubAck (default 1024, max 1024)\n"
             "  --poll-ms N            query at least this often when idle (default 1000)\n"
             "  --lease-ms N           claim lease (default 30000; > deadline + 1000)\n"
@@ -86,6 +89,7 @@ enum {
     OPT_STORE = 1,
     OPT_UNTIL_IDLE,
     OPT_BATCH,
+    OPT_ATOMIC_MIN,
     OPT_INFLIGHT,
     OPT_POLL,
     OPT_LEASE,
@@ -120,6 +124,7 @@ int cmd_relay(int argc, char **argv)
         {"store", required_argument, NULL, OPT_STORE},
         {"until-idle", no_argument, NULL, OPT_UNTIL_IDLE},
         {"batch", required_argument, NULL, OPT_BATCH},
+        {"atomic-min", required_argument, NULL, OPT_ATOMIC_MIN},
         {"max-in-flight", required_argument, NULL, OPT_INFLIGHT},
         {"poll-ms", required_argument, NULL, OPT_POLL},
         {"lease-ms", required_argument, NULL, OPT_LEASE},
@@ -168,6 +173,9 @@ int cmd_relay(int argc, char **argv)
             break;
         case OPT_BATCH:
             ok = parse_num(optarg, 1, 4096, &ro.batch_size);
+            break;
+        case OPT_ATOMIC_MIN:
+            ok = parse_num(optarg, 1, 1000, &ro.atomic_min);
             break;
         case OPT_INFLIGHT:
             ok = parse_num(optarg, 1, 1024, &ro.max_in_flight);

@@ -392,6 +392,7 @@ void jsd_relay_opts_init(jsd_relay_opts *o)
     o->backoff_base_ms = 500;
     o->backoff_cap_ms = 60000;
     o->attempt_budget = JSD__DEFAULT_BUDGET;
+    o->atomic_min = 16;
 }
 
 static jsd_status check_opts(const jsd_relay_opts *o, jsd_error *err)
@@ -417,6 +418,9 @@ static jsd_status check_opts(const jsd_relay_opts *o, jsd_error *err)
         return jsd__err(err, JSD_ERR_CONFIG,
                         "relay backoff base %d ms / cap %d ms: need 1 <= base <= cap",
                         o->backoff_base_ms, o->backoff_cap_ms);
+    if (o->atomic_min < 1 || o->atomic_min > 1000)
+        return jsd__err(err, JSD_ERR_CONFIG, "relay atomic_min %d is outside 1..1000",
+                        o->atomic_min);
     if (o->attempt_budget < 1 || o->attempt_budget > 100000)
         return jsd__err(err, JSD_ERR_CONFIG, "relay attempt_budget %d is outside 1..100000",
                         o->attempt_budget);

@@ -209,6 +209,21 @@ void jsd__relay_submit_groups(jsd_relay *r, rbatch *b, char (*streams)[JSD_STREA
     b->n_groups = 0;
     for (size_t s = 0; s < n_streams; s++) {
         bgroup *g = NULL;
+        /* Too few for a batch (jsd_relay_opts.atomic_min): one by one, the
+         * faster and sooner way for a handful (a choice, not a fallback). */
+        size_t members = 0;
+        for (size_t i = 0; i < b->eb.n; i++)
+            members += b->slots[i].sgroup == s + 1;
+        if (members < (size_t)r->o.atomic_min) {
+            for (size_t i = 0; i < b->eb.n; i++) {
+                slot *sl = &b->slots[i];
+                if (sl->sgroup != s + 1)
+                    continue;
+                sl->sgroup = 0;
+                jsd__relay_submit_one(r, sl, streams[s]);
+            }
+            continue;
+        }
         for (size_t i = 0; i < b->eb.n; i++) {
             slot *sl = &b->slots[i];
             if (sl->sgroup != s + 1)
