@@ -316,7 +316,8 @@ static void check_atomic(doc_run *d, const char *name, const json_t *raw)
             "provision --policy reconcile` (it can be changed in place)",
             "stream \"%s\" does not allow atomic batches, though nats-server %s stores them "
             "with message ids: every publication waits for its own acknowledgement (on a "
-            "server with sync_interval: always, its own fsync)",
+            "server with sync_interval: always, its own fsync; with the lazy default, one by "
+            "one is the faster way and this warning can be ignored)",
             name, v ? v : "");
         break;
     case JSD__ATOMIC_NO_IDS:
