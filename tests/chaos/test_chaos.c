@@ -359,6 +359,12 @@ static void start_relay(run *R, int i)
                           "--log-level",
                           "warn",
                           "--stats",
+                          /* every claim of two or more effects for the
+                           * stream as an atomic batch (the default, 16,
+                           * leaves a small run's trickle one by one): both
+                           * ways are drawn, the atomic one mostly */
+                          "--atomic-min",
+                          "2",
                           NULL};
     proc *p = &R->relay[i];
     p->pid = spawn(R, "relay", i, p->starts++, args);
