@@ -172,8 +172,12 @@ void cenv_store_exec(jsd_store *s, const char *sql)
     jsd_tx *tx = NULL;
     ASSERT_OK(jsd_tx_begin(&tx, s), jsd_store_errmsg(s));
     if (!cenv_tx_exec(tx, sql)) {
+        /* the driver's own words, so a rare failure says what it was */
+        char why[512];
+        sqlite3 *db = jsd_tx_sqlite(tx);
+        snprintf(why, sizeof(why), "%s", db ? sqlite3_errmsg(db) : PQerrorMessage(jsd_tx_pg(tx)));
         jsd_tx_rollback(tx);
-        fail_msg("SQL failed: %s", sql);
+        fail_msg("SQL failed: %s: %s", sql, why);
     }
     ASSERT_OK(jsd_tx_commit(tx), jsd_store_errmsg(s));
 }
