@@ -479,8 +479,39 @@ static bool validate(const jsd__pubengine *e, const jsd__pub_req *r, size_t extr
 }
 
 static void refused_write(jsd_publish_result *res, natsStatus s, bool built);
+static void reply_subject(const jsd__pubengine *e, char *reply, const char *mark, uint64_t id);
 static bool after_write(jsd__pubengine *e, entry *en, uint32_t slot, natsStatus s, bool built,
                         jsd_publish_result *res);
+
+/* Take a free entry (the caller checked there is one) for a publication,
+ * or an atomic batch of batch_n (with its id bid), described by r (the
+ * batch's first request): E_WRITING, its deadline from now. */
+static entry *take_entry(jsd__pubengine *e, const jsd__pub_req *r, void *user, uint64_t epoch,
+                         uint32_t batch_n, const char *bid, uint32_t *slot_out)
+{
+    pthread_mutex_lock(&e->lk);
+    uint32_t slot = e->free_stack[--e->n_free];
+    atomic_fetch_add(&e->used, 1);
+    entry *en = &e->entries[slot];
+    en->gen++;
+    en->id = (en->gen << SLOT_BITS) | slot;
+    en->state = E_WRITING;
+    en->denied = en->lost = en->expired = false;
+    en->has_reply = false;
+    en->has_first = false;
+    en->batch_n = batch_n;
+    if (bid)
+        memcpy(en->batch_id, bid, sizeof(en->batch_id));
+    en->user = user;
+    en->epoch = epoch;
+    en->deadline_ms = r->deadline_ms ? r->deadline_ms : e->deadline_ms;
+    en->deadline_mono = jsd__mono_ms() + en->deadline_ms;
+    jsd__strlcpy(en->stream, r->expected_stream, sizeof(en->stream));
+    jsd__strlcpy(en->subject, r->subject, sizeof(en->subject));
+    pthread_mutex_unlock(&e->lk);
+    *slot_out = slot;
+    return en;
+}
 
 bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish_result *res)
 {
@@ -510,35 +541,9 @@ bool jsd__pubengine_submit(jsd__pubengine *e, const jsd__pub_req *r, jsd_publish
         return false;
     }
 
-    pthread_mutex_lock(&e->lk);
-    uint32_t slot = e->free_stack[--e->n_free];
-    atomic_fetch_add(&e->used, 1);
-    entry *en = &e->entries[slot];
-    en->gen++;
-    en->id = (en->gen << SLOT_BITS) | slot;
-    en->state = E_WRITING;
-    en->denied = en->lost = en->expired = false;
-    en->has_reply = false;
-    en->batch_n = 0;
-    en->has_first = false;
-    en->user = r->user;
-    en->epoch = epoch;
-    en->deadline_ms = r->deadline_ms ? r->deadline_ms : e->deadline_ms;
-    en->deadline_mono = jsd__mono_ms() + en->deadline_ms;
-    jsd__strlcpy(en->stream, r->expected_stream, sizeof(en->stream));
-    jsd__strlcpy(en->subject, r->subject, sizeof(en->subject));
-    uint64_t id = en->id;
-    pthread_mutex_unlock(&e->lk);
-
-    /* prefix + decimal id, without printf on the hot path */
-    char digits[24];
-    size_t nd = 0;
-    for (uint64_t v = id; nd == 0 || v; v /= 10)
-        digits[nd++] = (char)('0' + v % 10);
-    memcpy(reply, e->prefix, e->prefix_len);
-    for (size_t i = 0; i < nd; i++)
-        reply[e->prefix_len + i] = digits[nd - 1 - i];
-    reply[e->prefix_len + nd] = '\0';
+    uint32_t slot = 0;
+    entry *en = take_entry(e, r, r->user, epoch, 0, NULL, &slot);
+    reply_subject(e, reply, "", en->id); /* en->id is the writer's until the write */
     const jsd_header fixed[] = {{"Nats-Msg-Id", r->msg_id},
                                 {"Nats-Expected-Stream", r->expected_stream},
                                 {"Nats-Expected-Last-Subject-Sequence", lss}};
@@ -671,26 +676,9 @@ bool jsd__pubengine_submit_batch(jsd__pubengine *e, const jsd__pub_req *reqs, si
         return false;
     }
 
-    pthread_mutex_lock(&e->lk);
-    uint32_t slot = e->free_stack[--e->n_free];
-    atomic_fetch_add(&e->used, 1);
-    entry *en = &e->entries[slot];
-    en->gen++;
-    en->id = (en->gen << SLOT_BITS) | slot;
-    en->state = E_WRITING;
-    en->denied = en->lost = en->expired = false;
-    en->has_reply = false;
-    en->has_first = false;
-    en->batch_n = (uint32_t)n;
-    memcpy(en->batch_id, bid, sizeof(en->batch_id));
-    en->user = user;
-    en->epoch = epoch;
-    en->deadline_ms = reqs[0].deadline_ms ? reqs[0].deadline_ms : e->deadline_ms;
-    en->deadline_mono = jsd__mono_ms() + en->deadline_ms;
-    jsd__strlcpy(en->stream, reqs[0].expected_stream, sizeof(en->stream));
-    jsd__strlcpy(en->subject, reqs[0].subject, sizeof(en->subject));
+    uint32_t slot = 0;
+    entry *en = take_entry(e, &reqs[0], user, epoch, (uint32_t)n, bid, &slot);
     uint64_t id = en->id;
-    pthread_mutex_unlock(&e->lk);
 
     reply_subject(e, reply, "", id);
     reply_subject(e, first_reply, "f", id);
