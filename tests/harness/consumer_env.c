@@ -298,3 +298,11 @@ void cenv_stop_consume(pid_t pid, const char *log, char *out, size_t cap)
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail_msg("consume ended with status 0x%x:\n%s", st, out);
 }
+
+void cenv_sink_seqs_once(cenv *e, int n)
+{
+    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT COUNT(*) FROM sink"), n);
+    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT COUNT(DISTINCT seq) FROM sink"), n);
+    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT MIN(seq) FROM sink"), 1);
+    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT MAX(seq) FROM sink"), n);
+}

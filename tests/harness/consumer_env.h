@@ -60,6 +60,9 @@ bool cenv_tx_exec(jsd_tx *tx, const char *sql);
 void cenv_store_exec(jsd_store *s, const char *sql);
 /* One integer from a query (-1 on error). */
 long long cenv_store_scalar(jsd_store *s, const char *sql);
+/* The table "sink" of the store holds every stream sequence 1..n in its
+ * column seq exactly once (n rows, n distinct, from 1 to n). */
+void cenv_sink_seqs_once(cenv *e, int n);
 
 /* The durable's info (NULL on error); jsConsumerInfo_Destroy it. */
 jsConsumerInfo *cenv_info(cenv *e);

@@ -49,14 +49,6 @@ static long long sink_rows(cenv *e)
     return cenv_store_scalar(e->store, "SELECT COUNT(*) FROM sink");
 }
 
-/* Every sequence 1..n in the sink exactly once. */
-static void applied_once(cenv *e, int n)
-{
-    ASSERT_EQ(sink_rows(e), n);
-    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT COUNT(DISTINCT seq) FROM sink"), n);
-    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT MIN(seq) FROM sink"), 1);
-    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT MAX(seq) FROM sink"), n);
-}
 
 /* A topology file declaring e's stream and the durable `durable` with a
  * filter, max_deliver 4 and max_ack_pending 64; its path. */
@@ -126,7 +118,7 @@ static void used_then_lost(cenv *e)
     if (rc != 0)
         fail_msg("first consume exited %d: %s", rc, out);
     ASSERT_CONTAINS(out, "10 committed, 0 duplicates");
-    applied_once(e, 10);
+    cenv_sink_seqs_once(e, 10);
     ASSERT_TRUE(cenv_settled(e));
     delete_durable(e);
     cenv_publish(e, 11, 5, NULL);
@@ -153,7 +145,7 @@ static void recreated_at_high_water(bool pg)
                          "its acknowledged floor 10 recorded at ");
     ASSERT_CONTAINS(out, "5 fetched, 5 committed, 0 duplicates");
     check_restored(&e, 11);
-    applied_once(&e, 15);
+    cenv_sink_seqs_once(&e, 15);
     ASSERT_TRUE(cenv_settled(&e));
 
     /* `provision --policy reconcile` takes it as the file's durable. */
@@ -172,7 +164,7 @@ static void recreated_at_high_water(bool pg)
     ASSERT_NOT_CONTAINS(out, "re-created");
     ASSERT_CONTAINS(out, "0 fetched");
     check_restored(&e, 11);
-    applied_once(&e, 15);
+    cenv_sink_seqs_once(&e, 15);
     cenv_down(&e);
 }
 BOTH(recreated_at_high_water)
@@ -190,7 +182,7 @@ static void missing_refused_without_topology(bool pg)
     ASSERT_CONTAINS(out, "jsdurable provision");
     ASSERT_CONTAINS(out, "--topology");
     ASSERT_TRUE(!durable_exists(&e));
-    applied_once(&e, 10);
+    cenv_sink_seqs_once(&e, 10);
 
     /* A topology without this durable is no way round it. */
     char extra[1200];
@@ -199,7 +191,7 @@ static void missing_refused_without_topology(bool pg)
     ASSERT_EQ(rc, 78);
     ASSERT_CONTAINS(out, "declares no durable");
     ASSERT_TRUE(!durable_exists(&e));
-    applied_once(&e, 10);
+    cenv_sink_seqs_once(&e, 10);
     cenv_down(&e);
 }
 BOTH(missing_refused_without_topology)
@@ -275,7 +267,7 @@ static void deleted_while_running(bool pg)
     ASSERT_TRUE(jsd_test_file_contains(log, "the durable exists again"));
     cenv_stop_consume(pid, log, out, sizeof(out));
     ASSERT_CONTAINS(out, "8 committed, 5 duplicates");
-    applied_once(&e, 8);
+    cenv_sink_seqs_once(&e, 8);
     cenv_down(&e);
 }
 BOTH(deleted_while_running)
@@ -302,7 +294,7 @@ static void restored_while_running(bool pg)
     ASSERT_WAIT(sink_rows(&e) == 12, 20000);
     cenv_stop_consume(pid, log, out, sizeof(out));
     ASSERT_CONTAINS(out, "12 committed, 0 duplicates");
-    applied_once(&e, 12);
+    cenv_sink_seqs_once(&e, 12);
     cenv_down(&e);
 }
 BOTH(restored_while_running)

@@ -53,14 +53,6 @@ static long long sink_rows(cenv *e)
     return cenv_store_scalar(e->store, "SELECT COUNT(*) FROM sink");
 }
 
-/* Every sequence 1..n in the sink exactly once. */
-static void applied_once(cenv *e, int n)
-{
-    ASSERT_EQ(sink_rows(e), n);
-    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT COUNT(DISTINCT seq) FROM sink"), n);
-    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT MIN(seq) FROM sink"), 1);
-    ASSERT_EQ(cenv_store_scalar(e->store, "SELECT MAX(seq) FROM sink"), n);
-}
 
 /* The floor recorded in the store for e's durable (0: none). */
 static long long recorded_floor(cenv *e)
@@ -169,7 +161,7 @@ static void retry_pending_when_lost(bool pg)
     ASSERT_WAIT(cenv_settled(&e), 15000);
     cenv_stop_consume(pid, log, out, sizeof(out));
     ASSERT_CONTAINS(out, "5 committed, 3 duplicates");
-    applied_once(&e, 5);
+    cenv_sink_seqs_once(&e, 5);
     ASSERT_EQ(cenv_stream_msgs(&e, e.stream), 5);
     /* the clean stop recorded the new durable's floor */
     ASSERT_EQ(recorded_floor(&e), 5);
@@ -203,7 +195,7 @@ static void gc_floor_not_applied_again(bool pg)
     int rc = consume_idle(&e, extra);
     if (rc != 0)
         fail_msg("first consume exited %d: %s", rc, out);
-    applied_once(&e, 10);
+    cenv_sink_seqs_once(&e, 10);
     ASSERT_TRUE(cenv_settled(&e));
     ASSERT_U64_EQ(server_floor(&e), 10);
     ASSERT_EQ(recorded_floor(&e), 10);
@@ -230,7 +222,7 @@ static void gc_floor_not_applied_again(bool pg)
                          "acknowledged floor 10 recorded at ");
     ASSERT_CONTAINS(out, "2 fetched, 2 committed, 0 duplicates");
     check_start(&e, 11);
-    applied_once(&e, 12);
+    cenv_sink_seqs_once(&e, 12);
     cenv_down(&e);
 }
 BOTH(gc_floor_not_applied_again)
