@@ -338,34 +338,15 @@ static pid_t spawn(run *R, const char *what, int idx, int gen, const char *const
 
 static void start_relay(run *R, int i)
 {
-    const char *args[] = {jsd_fx_bin("jsdurable"),
-                          "relay",
-                          "--store",
-                          R->src_url,
-                          "--nats",
-                          R->daemon_nats,
-                          "--batch",
-                          "128",
-                          "--lease-ms",
-                          "6500",
-                          "--deadline-ms",
-                          "5000",
-                          "--poll-ms",
-                          "100",
-                          "--backoff-ms",
-                          "10:1000",
-                          "--startup-budget-ms",
-                          "30000",
-                          "--log-level",
-                          "warn",
-                          "--stats",
+    const char *args[] = {jsd_fx_bin("jsdurable"), "relay", "--store", R->src_url, "--nats",
+                          R->daemon_nats, "--batch", "128", "--lease-ms", "6500", "--deadline-ms",
+                          "5000", "--poll-ms", "100", "--backoff-ms", "10:1000",
+                          "--startup-budget-ms", "30000", "--log-level", "warn", "--stats",
                           /* every claim of two or more effects for the
                            * stream as an atomic batch (the default, 16,
                            * leaves a small run's trickle one by one): both
                            * ways are drawn, the atomic one mostly */
-                          "--atomic-min",
-                          "2",
-                          NULL};
+                          "--atomic-min", "2", NULL};
     proc *p = &R->relay[i];
     p->pid = spawn(R, "relay", i, p->starts++, args);
     p->stopped = p->held_down = false;

@@ -49,7 +49,6 @@ static long long sink_rows(cenv *e)
     return cenv_store_scalar(e->store, "SELECT COUNT(*) FROM sink");
 }
 
-
 /* A topology file declaring e's stream and the durable `durable` with a
  * filter, max_deliver 4 and max_ack_pending 64; its path. */
 static const char *topology_file(cenv *e, const char *durable)

@@ -53,7 +53,6 @@ static long long sink_rows(cenv *e)
     return cenv_store_scalar(e->store, "SELECT COUNT(*) FROM sink");
 }
 
-
 /* The floor recorded in the store for e's durable (0: none). */
 static long long recorded_floor(cenv *e)
 {
